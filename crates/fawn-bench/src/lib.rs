@@ -1,0 +1,1 @@
+//! fawn-bench (being built).

@@ -1,0 +1,1 @@
+//! fawn-client (being built).

@@ -1,0 +1,1 @@
+//! fawn-ds (being built).
