@@ -38,4 +38,16 @@ pub trait KvService: Send + Sync + 'static {
     /// Invalidate every item in the whole cluster stored before `at_unix` (seconds); items
     /// stored earlier become misses once that time is reached (`flush_all [delay]`).
     fn flush_all(&self, at_unix: u32) -> impl Future<Output = Result<(), ServiceError>> + Send;
+
+    /// Cluster-wide item counts for `stats` (curr_items, bytes), summed over range tails.
+    fn item_stats(&self) -> impl Future<Output = Result<ItemStats, ServiceError>> + Send;
+}
+
+/// Item counts of the whole cluster.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ItemStats {
+    /// Live (not deleted, not superseded) items.
+    pub curr_items: u64,
+    /// Bytes of live keys and values.
+    pub bytes: u64,
 }
