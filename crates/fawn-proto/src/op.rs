@@ -87,6 +87,358 @@ pub enum Outcome {
 pub enum Effect {
     /// Nothing to write (the condition failed).
     None,
-    Put { value: Vec<u8>, flags: u32, expiry: UnixSeconds },
+    Put {
+        value: Vec<u8>,
+        flags: u32,
+        expiry: UnixSeconds,
+    },
     Delete,
+}
+
+/// True if an item with this absolute expiry is dead at `now` (memcached: `exptime <= now`).
+pub fn is_expired(expiry: UnixSeconds, now: UnixSeconds) -> bool {
+    expiry != 0 && expiry <= now
+}
+
+/// Decides an update against the head's current item, with exact memcached 1.6 semantics.
+///
+/// - `current` is the head's item for the key, if any; an expired one counts as absent.
+/// - `now` is the head's clock, used only for that expiry test.
+/// - `new_cas` is the cas unique the written item will carry: the caller (the chain head) passes
+///   the sequence number it will assign to the resulting put, so outcomes report the cas the
+///   client will later see from `gets`. It is ignored when the effect is not a put.
+///
+/// Returns what to tell the client and what to write (and replicate). The effect is always a
+/// plain put or delete (or nothing), so replicas never re-evaluate conditions.
+///
+/// Deviation from memcached, by design: `touch` writes a put, so the item gets `new_cas`
+/// (memcached keeps the cas on touch); a cas token taken before a touch is then stale.
+pub fn decide(
+    update: &Update,
+    current: Option<&Item>,
+    now: UnixSeconds,
+    new_cas: u64,
+) -> (Outcome, Effect) {
+    let live = current.filter(|item| !is_expired(item.expiry, now));
+    match update.mutation {
+        Mutation::Set => store(update, new_cas),
+        Mutation::Add => match live {
+            None => store(update, new_cas),
+            Some(_) => not_stored(),
+        },
+        Mutation::Replace => match live {
+            Some(_) => store(update, new_cas),
+            None => not_stored(),
+        },
+        Mutation::Append | Mutation::Prepend => match live {
+            Some(item) => concat(update, item, new_cas),
+            None => not_stored(),
+        },
+        Mutation::Cas { unique } => match live {
+            Some(item) if item.cas == unique => store(update, new_cas),
+            Some(_) => (Outcome::Exists, Effect::None),
+            None => (Outcome::NotFound, Effect::None),
+        },
+        Mutation::Incr { delta } => arith(live, new_cas, |v| v.wrapping_add(delta)),
+        Mutation::Decr { delta } => arith(live, new_cas, |v| v.saturating_sub(delta)),
+        Mutation::Touch => match live {
+            Some(item) => touch(update, item, new_cas),
+            None => (Outcome::NotFound, Effect::None),
+        },
+        Mutation::Delete => match live {
+            Some(_) => (Outcome::Deleted, Effect::Delete),
+            None => (Outcome::NotFound, Effect::None),
+        },
+    }
+}
+
+fn not_stored() -> (Outcome, Effect) {
+    (Outcome::NotStored, Effect::None)
+}
+
+fn store(update: &Update, new_cas: u64) -> (Outcome, Effect) {
+    let effect = Effect::Put {
+        value: update.value.clone(),
+        flags: update.flags,
+        expiry: update.expiry,
+    };
+    (Outcome::Stored { cas: new_cas }, effect)
+}
+
+/// append/prepend keep the stored item's flags and expiry (memcached ignores the new ones).
+fn concat(update: &Update, item: &Item, new_cas: u64) -> (Outcome, Effect) {
+    let mut value = Vec::with_capacity(item.value.len() + update.value.len());
+    if update.mutation == Mutation::Append {
+        value.extend_from_slice(&item.value);
+        value.extend_from_slice(&update.value);
+    } else {
+        value.extend_from_slice(&update.value);
+        value.extend_from_slice(&item.value);
+    }
+    let effect = Effect::Put {
+        value,
+        flags: item.flags,
+        expiry: item.expiry,
+    };
+    (Outcome::Stored { cas: new_cas }, effect)
+}
+
+fn touch(update: &Update, item: &Item, new_cas: u64) -> (Outcome, Effect) {
+    let effect = Effect::Put {
+        value: item.value.clone(),
+        flags: item.flags,
+        expiry: update.expiry,
+    };
+    (Outcome::Touched { cas: new_cas }, effect)
+}
+
+/// incr/decr: the value must be a decimal u64; flags and expiry are kept.
+fn arith(live: Option<&Item>, new_cas: u64, apply: impl Fn(u64) -> u64) -> (Outcome, Effect) {
+    let Some(item) = live else {
+        return (Outcome::NotFound, Effect::None);
+    };
+    let Some(old) = parse_counter(&item.value) else {
+        return (Outcome::NonNumeric, Effect::None);
+    };
+    let value = apply(old);
+    let effect = Effect::Put {
+        value: value.to_string().into_bytes(),
+        flags: item.flags,
+        expiry: item.expiry,
+    };
+    (
+        Outcome::Counter {
+            value,
+            cas: new_cas,
+        },
+        effect,
+    )
+}
+
+/// Parses a stored counter the way memcached's `safe_strtoull` does: optional leading spaces,
+/// decimal digits, optionally followed by whitespace (memcached pads shrunk counters with
+/// spaces); empty, signed, overflowing or otherwise trailing input is non-numeric.
+pub fn parse_counter(value: &[u8]) -> Option<u64> {
+    let start = value.iter().position(|b| *b != b' ')?;
+    let rest = &value[start..];
+    let digits_end = rest
+        .iter()
+        .position(|b| !b.is_ascii_digit())
+        .unwrap_or(rest.len());
+    if digits_end == 0 {
+        return None;
+    }
+    if !rest[digits_end..].iter().all(|b| b.is_ascii_whitespace()) {
+        return None;
+    }
+    let text = std::str::from_utf8(&rest[..digits_end]).ok()?;
+    text.parse::<u64>().ok()
+}
+
+#[cfg(test)]
+mod decide_tests {
+    use super::*;
+
+    const NOW: UnixSeconds = 1_000_000;
+    const NEW: u64 = 77;
+
+    fn item(value: &[u8], flags: u32, expiry: UnixSeconds, cas: u64) -> Item {
+        Item {
+            value: value.to_vec(),
+            flags,
+            expiry,
+            cas,
+        }
+    }
+
+    fn upd(mutation: Mutation, value: &[u8], flags: u32, expiry: UnixSeconds) -> Update {
+        Update {
+            key: b"k".to_vec(),
+            mutation,
+            value: value.to_vec(),
+            flags,
+            expiry,
+        }
+    }
+
+    fn put(value: &[u8], flags: u32, expiry: UnixSeconds) -> Effect {
+        Effect::Put {
+            value: value.to_vec(),
+            flags,
+            expiry,
+        }
+    }
+
+    fn live() -> Item {
+        item(b"old", 5, 0, 9)
+    }
+
+    fn expired() -> Item {
+        item(b"old", 5, NOW, 9)
+    }
+
+    #[test]
+    fn set_always_stores() {
+        let u = upd(Mutation::Set, b"v", 3, 0);
+        let want = (Outcome::Stored { cas: NEW }, put(b"v", 3, 0));
+        assert_eq!(decide(&u, None, NOW, NEW), want);
+        assert_eq!(decide(&u, Some(&live()), NOW, NEW), want);
+    }
+
+    #[test]
+    fn add_only_when_absent_or_expired() {
+        let u = upd(Mutation::Add, b"v", 3, 0);
+        assert_eq!(
+            decide(&u, Some(&live()), NOW, NEW),
+            (Outcome::NotStored, Effect::None)
+        );
+        let stored = (Outcome::Stored { cas: NEW }, put(b"v", 3, 0));
+        assert_eq!(decide(&u, None, NOW, NEW), stored);
+        assert_eq!(decide(&u, Some(&expired()), NOW, NEW), stored);
+    }
+
+    #[test]
+    fn replace_only_when_live() {
+        let u = upd(Mutation::Replace, b"v", 3, 0);
+        assert_eq!(
+            decide(&u, None, NOW, NEW),
+            (Outcome::NotStored, Effect::None)
+        );
+        assert_eq!(
+            decide(&u, Some(&expired()), NOW, NEW),
+            (Outcome::NotStored, Effect::None)
+        );
+        let stored = (Outcome::Stored { cas: NEW }, put(b"v", 3, 0));
+        assert_eq!(decide(&u, Some(&live()), NOW, NEW), stored);
+    }
+
+    #[test]
+    fn append_prepend_keep_flags_and_expiry() {
+        let cur = item(b"mid", 5, NOW + 10, 9);
+        let a = upd(Mutation::Append, b"+", 99, 1);
+        let stored = (Outcome::Stored { cas: NEW }, put(b"mid+", 5, NOW + 10));
+        assert_eq!(decide(&a, Some(&cur), NOW, NEW), stored);
+        let p = upd(Mutation::Prepend, b"-", 99, 1);
+        let stored = (Outcome::Stored { cas: NEW }, put(b"-mid", 5, NOW + 10));
+        assert_eq!(decide(&p, Some(&cur), NOW, NEW), stored);
+        assert_eq!(
+            decide(&a, None, NOW, NEW),
+            (Outcome::NotStored, Effect::None)
+        );
+        assert_eq!(
+            decide(&p, Some(&expired()), NOW, NEW),
+            (Outcome::NotStored, Effect::None)
+        );
+    }
+
+    #[test]
+    fn cas_compares_unique() {
+        let ok = upd(Mutation::Cas { unique: 9 }, b"v", 1, 0);
+        let stale = upd(Mutation::Cas { unique: 8 }, b"v", 1, 0);
+        let stored = (Outcome::Stored { cas: NEW }, put(b"v", 1, 0));
+        assert_eq!(decide(&ok, Some(&live()), NOW, NEW), stored);
+        assert_eq!(
+            decide(&stale, Some(&live()), NOW, NEW),
+            (Outcome::Exists, Effect::None)
+        );
+        assert_eq!(
+            decide(&ok, None, NOW, NEW),
+            (Outcome::NotFound, Effect::None)
+        );
+        assert_eq!(
+            decide(&ok, Some(&expired()), NOW, NEW),
+            (Outcome::NotFound, Effect::None)
+        );
+    }
+
+    #[test]
+    fn incr_adds_wraps_and_keeps_flags_expiry() {
+        let cur = item(b"10", 4, NOW + 5, 1);
+        let u = upd(Mutation::Incr { delta: 5 }, b"", 0, 0);
+        let want = (
+            Outcome::Counter {
+                value: 15,
+                cas: NEW,
+            },
+            put(b"15", 4, NOW + 5),
+        );
+        assert_eq!(decide(&u, Some(&cur), NOW, NEW), want);
+        let max = item(u64::MAX.to_string().as_bytes(), 0, 0, 1);
+        let u = upd(Mutation::Incr { delta: 2 }, b"", 0, 0);
+        let want = (Outcome::Counter { value: 1, cas: NEW }, put(b"1", 0, 0));
+        assert_eq!(decide(&u, Some(&max), NOW, NEW), want);
+    }
+
+    #[test]
+    fn decr_floors_at_zero() {
+        let cur = item(b"3", 0, 0, 1);
+        let u = upd(Mutation::Decr { delta: 5 }, b"", 0, 0);
+        let want = (Outcome::Counter { value: 0, cas: NEW }, put(b"0", 0, 0));
+        assert_eq!(decide(&u, Some(&cur), NOW, NEW), want);
+        let u = upd(Mutation::Decr { delta: 1 }, b"", 0, 0);
+        let want = (Outcome::Counter { value: 2, cas: NEW }, put(b"2", 0, 0));
+        assert_eq!(decide(&u, Some(&cur), NOW, NEW), want);
+    }
+
+    #[test]
+    fn arith_missing_and_non_numeric() {
+        let u = upd(Mutation::Incr { delta: 1 }, b"", 0, 0);
+        assert_eq!(
+            decide(&u, None, NOW, NEW),
+            (Outcome::NotFound, Effect::None)
+        );
+        assert_eq!(
+            decide(&u, Some(&expired()), NOW, NEW),
+            (Outcome::NotFound, Effect::None)
+        );
+        for bad in [&b"abc"[..], b"", b"-1", b"1x", b"18446744073709551616"] {
+            let cur = item(bad, 0, 0, 1);
+            assert_eq!(
+                decide(&u, Some(&cur), NOW, NEW),
+                (Outcome::NonNumeric, Effect::None)
+            );
+        }
+        let padded = item(b"7  ", 0, 0, 1);
+        let want = (Outcome::Counter { value: 8, cas: NEW }, put(b"8", 0, 0));
+        assert_eq!(decide(&u, Some(&padded), NOW, NEW), want);
+    }
+
+    #[test]
+    fn touch_changes_only_expiry() {
+        let u = upd(Mutation::Touch, b"", 0, NOW + 100);
+        let want = (Outcome::Touched { cas: NEW }, put(b"old", 5, NOW + 100));
+        assert_eq!(decide(&u, Some(&live()), NOW, NEW), want);
+        assert_eq!(
+            decide(&u, None, NOW, NEW),
+            (Outcome::NotFound, Effect::None)
+        );
+        assert_eq!(
+            decide(&u, Some(&expired()), NOW, NEW),
+            (Outcome::NotFound, Effect::None)
+        );
+    }
+
+    #[test]
+    fn delete_only_live() {
+        let u = upd(Mutation::Delete, b"", 0, 0);
+        assert_eq!(
+            decide(&u, Some(&live()), NOW, NEW),
+            (Outcome::Deleted, Effect::Delete)
+        );
+        assert_eq!(
+            decide(&u, None, NOW, NEW),
+            (Outcome::NotFound, Effect::None)
+        );
+        assert_eq!(
+            decide(&u, Some(&expired()), NOW, NEW),
+            (Outcome::NotFound, Effect::None)
+        );
+    }
+
+    #[test]
+    fn expiry_boundary_is_inclusive() {
+        assert!(is_expired(NOW, NOW));
+        assert!(!is_expired(NOW + 1, NOW));
+        assert!(!is_expired(0, NOW));
+    }
 }
