@@ -1,1 +1,13 @@
-//! fawn-client (being built).
+//! FAWN Rust client over the native protocol.
+//!
+//! [`Client`] fetches the cluster configuration from any front-end or the manager, and sends
+//! each request straight to the front-end that owns the key's wedge, over pooled multiplexed
+//! connections, with timeouts and bounded retries. [`rpc`], [`pool`] and [`framed`] are the
+//! transport pieces the cluster services reuse.
+
+pub mod client;
+pub mod framed;
+pub mod pool;
+pub mod rpc;
+
+pub use client::{Client, ClientError, ClientOptions};

@@ -8,4 +8,5 @@
 //! **Architecture Invariant:** this crate does no I/O. Decoders take bytes and say "incomplete",
 //! "invalid" or return a frame; they never panic on any input.
 
+pub mod native;
 pub mod op;

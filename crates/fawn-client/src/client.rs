@@ -1,0 +1,248 @@
+//! The ring-aware client.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fawn_proto::native::{ClusterConfig, ReqId, Request, Response, WireError};
+use fawn_proto::op::{Item, Mutation, Outcome, Update};
+use fawn_ring::{key_id, wedge_of};
+use parking_lot::RwLock;
+
+use crate::pool::Pool;
+use crate::rpc::RpcError;
+
+/// Retries of one operation before giving up (each after a config refresh and a backoff).
+pub const CLIENT_RETRIES_MAX: u32 = 8;
+/// First retry backoff; doubles per retry.
+const BACKOFF_START: Duration = Duration::from_millis(20);
+
+/// Client settings.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    pub connect_timeout: Duration,
+    pub request_timeout: Duration,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        ClientOptions {
+            connect_timeout: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// Why an operation failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ClientError {
+    #[error("transport: {0}")]
+    Rpc(#[from] RpcError),
+    #[error("cluster: {0}")]
+    Cluster(#[from] WireError),
+    #[error("no front-end in the configuration")]
+    NoFrontend,
+    #[error("unexpected response: {0}")]
+    Unexpected(String),
+}
+
+/// A ring-aware FAWN client.
+pub struct Client {
+    bootstrap: Vec<String>,
+    config: RwLock<ClusterConfig>,
+    pool: Pool,
+    options: ClientOptions,
+    client_id: u64,
+    next_req: AtomicU64,
+}
+
+impl Client {
+    /// Connects through any of `bootstrap` (front-end or manager native addresses).
+    pub async fn connect(
+        bootstrap: &[String],
+        options: ClientOptions,
+    ) -> Result<Arc<Client>, ClientError> {
+        let client = Arc::new(Client {
+            bootstrap: bootstrap.to_vec(),
+            config: RwLock::new(ClusterConfig::default()),
+            pool: Pool::new(options.connect_timeout),
+            options,
+            client_id: rand::random(),
+            next_req: AtomicU64::new(1),
+        });
+        client.refresh().await?;
+        Ok(client)
+    }
+
+    /// The configuration the client routes by.
+    pub fn config(&self) -> ClusterConfig {
+        self.config.read().clone()
+    }
+
+    /// Re-fetches the configuration from the bootstrap addresses or known front-ends.
+    pub async fn refresh(&self) -> Result<(), ClientError> {
+        let mut candidates = self.bootstrap.clone();
+        candidates.extend(
+            self.config
+                .read()
+                .frontends
+                .iter()
+                .map(|f| f.native_addr.clone()),
+        );
+        let mut last = ClientError::NoFrontend;
+        for addr in candidates {
+            match self
+                .pool
+                .call(&addr, Request::GetConfig, self.options.request_timeout)
+                .await
+            {
+                Ok(Response::Config(c)) if !c.frontends.is_empty() => {
+                    let mut cur = self.config.write();
+                    if c.epoch >= cur.epoch {
+                        *cur = c;
+                    }
+                    return Ok(());
+                }
+                Ok(other) => last = ClientError::Unexpected(format!("{other:?}")),
+                Err(e) => last = e.into(),
+            }
+        }
+        Err(last)
+    }
+
+    fn frontend_for(&self, key: &[u8]) -> Result<(String, u64), ClientError> {
+        let config = self.config.read();
+        let n = config.frontends.len() as u32;
+        if n == 0 {
+            return Err(ClientError::NoFrontend);
+        }
+        let idx = wedge_of(key_id(key), n);
+        Ok((config.frontends[idx].native_addr.clone(), config.epoch))
+    }
+
+    /// Reads a key; `None` if absent, deleted, expired or flushed.
+    pub async fn get(&self, key: &[u8]) -> Result<Option<Item>, ClientError> {
+        let resp = self
+            .with_retries(
+                |epoch| Request::Get {
+                    epoch,
+                    key: key.to_vec(),
+                    forwarded: false,
+                },
+                key,
+            )
+            .await?;
+        match resp {
+            Response::Get(item) => Ok(item),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Applies any update (set, add, cas, incr, delete, ...).
+    pub async fn update(&self, update: Update) -> Result<Outcome, ClientError> {
+        let req = ReqId {
+            client: self.client_id,
+            seq: self.next_req.fetch_add(1, Ordering::Relaxed),
+        };
+        let key = update.key.clone();
+        let resp = self
+            .with_retries(
+                |epoch| Request::Update {
+                    epoch,
+                    req,
+                    update: update.clone(),
+                    forwarded: false,
+                },
+                &key,
+            )
+            .await?;
+        match resp {
+            Response::Update(outcome) => Ok(outcome),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Unconditional store; returns the new item's cas unique.
+    pub async fn put(&self, key: &[u8], value: &[u8]) -> Result<u64, ClientError> {
+        let update = Update {
+            key: key.to_vec(),
+            mutation: Mutation::Set,
+            value: value.to_vec(),
+            flags: 0,
+            expiry: 0,
+        };
+        match self.update(update).await? {
+            Outcome::Stored { cas } => Ok(cas),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    /// Deletes a key; true if it existed.
+    pub async fn delete(&self, key: &[u8]) -> Result<bool, ClientError> {
+        let update = Update {
+            key: key.to_vec(),
+            mutation: Mutation::Delete,
+            value: Vec::new(),
+            flags: 0,
+            expiry: 0,
+        };
+        match self.update(update).await? {
+            Outcome::Deleted => Ok(true),
+            Outcome::NotFound => Ok(false),
+            other => Err(ClientError::Unexpected(format!("{other:?}"))),
+        }
+    }
+
+    async fn with_retries(
+        &self,
+        make: impl Fn(u64) -> Request,
+        key: &[u8],
+    ) -> Result<Response, ClientError> {
+        let mut backoff = BACKOFF_START;
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let result = self.try_once(&make, key).await;
+            let retryable = match &result {
+                Ok(_) => return result,
+                Err(ClientError::Rpc(_)) => true,
+                Err(ClientError::Cluster(e)) => is_retryable(e),
+                Err(_) => false,
+            };
+            if !retryable || attempt > CLIENT_RETRIES_MAX {
+                return result;
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(1));
+            let _ = self.refresh().await;
+        }
+    }
+
+    async fn try_once(
+        &self,
+        make: &impl Fn(u64) -> Request,
+        key: &[u8],
+    ) -> Result<Response, ClientError> {
+        let (addr, epoch) = self.frontend_for(key)?;
+        match self
+            .pool
+            .call(&addr, make(epoch), self.options.request_timeout)
+            .await?
+        {
+            Response::Error(e) => Err(ClientError::Cluster(e)),
+            resp => Ok(resp),
+        }
+    }
+}
+
+/// Errors after which the same request may succeed (the update carries the same request id,
+/// so a retried update is applied once).
+pub fn is_retryable(e: &WireError) -> bool {
+    matches!(
+        e,
+        WireError::StaleEpoch { .. }
+            | WireError::Unavailable(_)
+            | WireError::Timeout
+            | WireError::WrongNode(_)
+    )
+}

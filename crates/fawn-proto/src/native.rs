@@ -1,0 +1,286 @@
+//! The native protocol: length-prefixed, versioned binary frames over TCP.
+//!
+//! ```text
+//! +----------------+---------+------------------+---------------------------+
+//! | length: u32 LE | version | request_id: u64 LE | body: bincode(Message)  |
+//! +----------------+---------+------------------+---------------------------+
+//!   bytes after the length field: 1 + 8 + body
+//! ```
+//! Many requests may be in flight per connection; responses carry the request id of the
+//! request they answer and may arrive in any order. Chain messages use request id 0.
+//! See docs/PROTOCOL.md.
+
+use bincode::Options;
+use serde::{Deserialize, Serialize};
+
+use crate::op::{Item, Outcome, Update};
+use fawn_ring::{NodeId, Range};
+
+/// Version byte of every frame. A peer receiving another version closes the connection.
+pub const PROTOCOL_VERSION: u8 = 1;
+/// Largest frame body accepted (a 1 MiB value plus key and headers fits many times over).
+pub const FRAME_BYTES_MAX: usize = 8 << 20;
+/// Bytes before the body: length (4) + version (1) + request id (8).
+pub const FRAME_HEADER_BYTES: usize = 13;
+/// Most digest entries returned in one `RangeDigest` page.
+pub const DIGEST_PAGE_ENTRIES_MAX: u32 = 10_000;
+
+/// Configuration epoch: bumped by the manager on every membership or config change.
+pub type Epoch = u64;
+
+/// Identifies one client operation so that a retried update is applied once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct ReqId {
+    /// Random per client process.
+    pub client: u64,
+    /// Increasing per client.
+    pub seq: u64,
+}
+
+/// Everything that travels in a frame.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Message {
+    Request(Request),
+    Response(Response),
+    Chain(ChainMsg),
+}
+
+/// Requests from clients, front-ends, back-ends and tools.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Request {
+    /// Read at the tail (to a back-end) or via the owning front-end.
+    Get {
+        epoch: Epoch,
+        key: Vec<u8>,
+        forwarded: bool,
+    },
+    /// An update to the head (to a back-end) or via the owning front-end.
+    Update {
+        epoch: Epoch,
+        req: ReqId,
+        update: Update,
+        forwarded: bool,
+    },
+    /// Cluster-wide flush (to a front-end, which asks the manager).
+    FlushAll { at_unix: u32 },
+    /// Live item counts: of the ranges this back-end is tail of, or of the whole cluster
+    /// when sent to a front-end.
+    ItemStats,
+    /// The current cluster configuration (manager, front-end).
+    GetConfig,
+    /// A back-end announces itself to the manager.
+    RegisterBackend { node: NodeId, addr: String },
+    /// A front-end announces itself to the manager.
+    RegisterFrontend {
+        id: u32,
+        native_addr: String,
+        memcache_addr: String,
+    },
+    /// Manager: set the flush time (`flush_all`).
+    SetFlush { at_unix: u32 },
+    /// Health and counters of one process.
+    Status,
+    /// Committed contents of one range on this back-end, in key order, paged.
+    RangeDigest {
+        range: Range,
+        after_key: Option<Vec<u8>>,
+        limit: u32,
+    },
+    /// Liveness probe (heartbeats).
+    Ping,
+}
+
+/// Answers, one per request, with the request's id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Response {
+    Get(Option<Item>),
+    Update(Outcome),
+    Ok,
+    ItemStats { curr_items: u64, bytes: u64 },
+    Config(ClusterConfig),
+    Status(NodeStatus),
+    Digest(Vec<DigestEntry>),
+    Pong,
+    Error(WireError),
+}
+
+/// Errors that cross the wire.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+pub enum WireError {
+    /// The sender's epoch differs from the receiver's; refresh the configuration and retry.
+    #[error("stale epoch (receiver is at {current})")]
+    StaleEpoch { current: Epoch },
+    /// This node does not hold the role the request needs (not head / not tail of the range).
+    #[error("wrong node: {0}")]
+    WrongNode(String),
+    /// The range cannot serve right now.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    /// Key or value over a limit.
+    #[error("object too large for cache")]
+    TooLarge,
+    /// The storage engine failed (I/O, full disk, poisoned).
+    #[error("storage: {0}")]
+    Storage(String),
+    /// Timed out waiting for the chain.
+    #[error("timeout")]
+    Timeout,
+    /// The request was malformed or not allowed.
+    #[error("invalid: {0}")]
+    Invalid(String),
+}
+
+/// Messages between chain neighbours, in sequence order per range.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ChainMsg {
+    /// First frame of a chain connection: who is sending.
+    Hello { from: NodeId },
+    /// An update the head ordered, travelling head → tail.
+    Replicate {
+        epoch: Epoch,
+        range: Range,
+        seq: u64,
+        key: Vec<u8>,
+        effect: ReplEffect,
+    },
+    /// Everything up to `seq` in `range` is stored at the tail; travels tail → head.
+    Ack {
+        epoch: Epoch,
+        range: Range,
+        seq: u64,
+    },
+}
+
+/// The replicated effect of an update.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ReplEffect {
+    Put {
+        value: Vec<u8>,
+        flags: u32,
+        expiry: u32,
+    },
+    Delete,
+}
+
+/// One back-end process as the manager knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BackendInfo {
+    pub node: NodeId,
+    pub addr: String,
+}
+
+/// One front-end process as the manager knows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FrontendInfo {
+    pub id: u32,
+    pub native_addr: String,
+    pub memcache_addr: String,
+}
+
+/// The authoritative cluster configuration, published by the manager.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ClusterConfig {
+    pub epoch: Epoch,
+    pub replicas: u32,
+    pub vnodes: u32,
+    /// Back-ends the ring is formed from, sorted by node id.
+    pub backends: Vec<BackendInfo>,
+    /// Front-ends, sorted by id; front-end `i` owns wedge `i`.
+    pub frontends: Vec<FrontendInfo>,
+    /// `flush_all`: items whose sequence number (microseconds) is below
+    /// `flush_at_unix * 1e6` are invisible once `now >= flush_at_unix`. 0 = never flushed.
+    pub flush_at_unix: u32,
+    /// True once the expected number of back-ends registered and the ring is fixed.
+    pub formed: bool,
+}
+
+/// Health and counters of one process.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct NodeStatus {
+    pub role: String,
+    pub epoch: Epoch,
+    pub uptime_secs: u64,
+    /// (name, value) counters.
+    pub counters: Vec<(String, u64)>,
+}
+
+/// One committed item of a range, for replica comparison.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DigestEntry {
+    pub key: Vec<u8>,
+    pub seq: u64,
+    /// CRC32C of the value, or `None` for a delete record.
+    pub value_crc: Option<u32>,
+}
+
+/// Why a byte stream could not be decoded. Framing is lost: close the connection.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError {
+    #[error("frame of {0} bytes exceeds the {FRAME_BYTES_MAX}-byte limit")]
+    TooLarge(usize),
+    #[error("unsupported protocol version {0}")]
+    Version(u8),
+    #[error("frame shorter than its header")]
+    Short,
+    #[error("undecodable frame body: {0}")]
+    Body(String),
+}
+
+/// Appends one frame to `out`.
+pub fn encode_frame(
+    request_id: u64,
+    message: &Message,
+    out: &mut Vec<u8>,
+) -> Result<(), FrameError> {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    out.push(PROTOCOL_VERSION);
+    out.extend_from_slice(&request_id.to_le_bytes());
+    body_options()
+        .serialize_into(&mut *out, message)
+        .map_err(|e| FrameError::Body(e.to_string()))?;
+    let len = out.len() - start - 4;
+    if len > FRAME_BYTES_MAX {
+        out.truncate(start);
+        return Err(FrameError::TooLarge(len));
+    }
+    out[start..start + 4].copy_from_slice(&(len as u32).to_le_bytes());
+    Ok(())
+}
+
+/// Decodes one frame from the front of `buf`.
+///
+/// `Ok(None)`: incomplete, read more. `Ok(Some((id, msg, used)))`: a frame of `used` bytes.
+/// `Err`: invalid, framing is lost.
+pub fn decode_frame(buf: &[u8]) -> Result<Option<(u64, Message, usize)>, FrameError> {
+    let Some(len_bytes) = buf.get(..4) else {
+        return Ok(None);
+    };
+    let len = u32::from_le_bytes([len_bytes[0], len_bytes[1], len_bytes[2], len_bytes[3]]) as usize;
+    if len > FRAME_BYTES_MAX {
+        return Err(FrameError::TooLarge(len));
+    }
+    if len < FRAME_HEADER_BYTES - 4 {
+        return Err(FrameError::Short);
+    }
+    let Some(frame) = buf.get(4..4 + len) else {
+        return Ok(None);
+    };
+    if frame[0] != PROTOCOL_VERSION {
+        return Err(FrameError::Version(frame[0]));
+    }
+    let mut id = [0u8; 8];
+    id.copy_from_slice(&frame[1..9]);
+    let msg: Message = body_options()
+        .deserialize(&frame[9..])
+        .map_err(|e| FrameError::Body(e.to_string()))?;
+    Ok(Some((u64::from_le_bytes(id), msg, 4 + len)))
+}
+
+/// bincode settings of the body: little-endian, varint integers, bounded by the frame limit
+/// so a hostile length prefix cannot make the decoder allocate more than a frame.
+fn body_options() -> impl Options {
+    bincode::DefaultOptions::new()
+        .with_limit(FRAME_BYTES_MAX as u64)
+        .reject_trailing_bytes()
+}
