@@ -203,9 +203,10 @@ impl Ring {
 
     /// Every range whose chain includes `node`, with that chain, in ring order.
     ///
-    /// This is the set of datastores the node hosts: about R·V of them (exactly R·V when the
-    /// node's virtual ids are spread out; fewer when two of its virtual ids are close together,
-    /// since a chain never holds the same physical node twice).
+    /// This is the set of datastores the node hosts: R·V of them on average (summed over all
+    /// nodes it is exactly R × the number of virtual ids). One node can host more or fewer, e.g.
+    /// more when a run of another node's virtual ids lies just before one of its own, since then
+    /// it completes all of their chains.
     pub fn ranges_of_node(&self, node: NodeId) -> Vec<(Range, Chain)> {
         (0..self.vids.len())
             .map(|i| self.chain_at(i))
