@@ -9,4 +9,5 @@
 //! "invalid" or return a frame; they never panic on any input.
 
 pub mod native;
+pub mod memcache;
 pub mod op;

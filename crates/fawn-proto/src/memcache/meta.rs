@@ -1,0 +1,210 @@
+//! The meta commands `mg`, `ms`, `md`, `ma`, `mn`: `<cmd> <key> [<datalen>] <flag>*`, where a
+//! flag is one letter optionally followed by a token (`T30`, `Oabc`).
+//!
+//! Only flags whose memcached semantics we keep exactly are accepted; the others (`h`, `l`,
+//! `u`, `E`, `N` and `R` on `mg`, `I` (invalidate), `x`, and `C` on `md`/`ma`, which would need
+//! a conditional delete/arith the cluster does not offer) are refused with
+//! `CLIENT_ERROR invalid flag` rather than half-honoured.
+
+use base64::Engine;
+
+use super::command::{ArithMode, Command, MetaArith, MetaDelete, MetaFlags, MetaGet, MetaSet, SetMode};
+use super::KEY_MAX_LENGTH;
+use super::{data_block, parse_i32, parse_u32, parse_u64, reply, Invalid, Limits, Parse};
+
+/// memcached refuses opaque tokens longer than this.
+const MAX_OPAQUE: usize = 32;
+
+type Flag<'a> = (u8, &'a [u8]);
+type Err = &'static [u8];
+
+pub(super) fn is_meta(name: &[u8]) -> bool {
+    matches!(name, b"mg" | b"ms" | b"md" | b"ma" | b"mn")
+}
+
+pub(super) fn parse(tokens: &[&[u8]], consumed: usize, rest: &[u8], limits: &Limits) -> Parse {
+    let result = match tokens[0] {
+        b"mn" => Ok(Command::MetaNoop),
+        b"ms" => return meta_set(tokens, consumed, rest, limits),
+        _ if tokens.len() < 2 => Err(reply::ERROR),
+        b"mg" => meta_get(tokens),
+        b"md" => meta_delete(tokens),
+        _ => meta_arith(tokens),
+    };
+    match result {
+        Ok(command) => Parse::Frame { command, consumed },
+        Err(reply) => Parse::Invalid(Invalid::line(reply, consumed)),
+    }
+}
+
+/// Splits flags, refusing letters outside `allowed` and repeated letters.
+fn scan<'a>(tokens: &[&'a [u8]], allowed: &[u8], dup: Err) -> Result<Vec<Flag<'a>>, Err> {
+    let mut flags: Vec<Flag<'a>> = Vec::with_capacity(tokens.len());
+    for &token in tokens {
+        let (letter, value) = match token.split_first() {
+            Some((letter, value)) => (*letter, value),
+            None => continue,
+        };
+        if !allowed.contains(&letter) {
+            return Err(if dup == reply::INVALID_OR_DUPLICATE_FLAG { dup } else { reply::INVALID_FLAG });
+        }
+        if flags.iter().any(|(l, _)| *l == letter) {
+            return Err(dup);
+        }
+        flags.push((letter, value));
+    }
+    Ok(flags)
+}
+
+/// The flags every meta command shares, and the key (decoded if `b`).
+fn common(raw_key: &[u8], flags: &[Flag<'_>], bad_token: Err) -> Result<(Vec<u8>, MetaFlags), Err> {
+    let mut meta = MetaFlags { order: flags.iter().map(|(l, _)| *l).collect(), ..MetaFlags::default() };
+    for (letter, value) in flags {
+        match letter {
+            b'b' => meta.base64 = true,
+            b'q' => meta.quiet = true,
+            b'k' => meta.ret_key = true,
+            b'c' => meta.ret_cas = true,
+            b'O' if value.len() > MAX_OPAQUE => return Err(b"CLIENT_ERROR opaque token too long\r\n"),
+            b'O' => meta.opaque = Some(value.to_vec()),
+            b'T' => meta.ttl = Some(parse_i32(value).ok_or(bad_token)?),
+            _ => {}
+        }
+    }
+    let key = if meta.base64 { decode_key(raw_key)? } else { raw_key.to_vec() };
+    Ok((key, meta))
+}
+
+fn decode_key(raw: &[u8]) -> Result<Vec<u8>, Err> {
+    let key = base64::engine::general_purpose::STANDARD.decode(raw).map_err(|_| reply::BAD_KEY_ENCODING)?;
+    if key.is_empty() || key.len() > KEY_MAX_LENGTH {
+        return Err(reply::BAD_KEY_ENCODING);
+    }
+    Ok(key)
+}
+
+fn check_key(raw_key: &[u8]) -> Result<(), Err> {
+    if raw_key.len() > KEY_MAX_LENGTH {
+        Err(reply::BAD_FORMAT)
+    } else {
+        Ok(())
+    }
+}
+
+fn has(flags: &[Flag<'_>], letter: u8) -> bool {
+    flags.iter().any(|(l, _)| *l == letter)
+}
+
+fn token<'a>(flags: &[Flag<'a>], letter: u8) -> Option<&'a [u8]> {
+    flags.iter().find(|(l, _)| *l == letter).map(|(_, v)| *v)
+}
+
+const BAD_TOKEN: Err = b"CLIENT_ERROR bad token in command line format\r\n";
+
+fn meta_get(tokens: &[&[u8]]) -> Result<Command, Err> {
+    check_key(tokens[1])?;
+    let flags = scan(&tokens[2..], b"bcfkOqstvT", reply::DUPLICATE_FLAG)?;
+    let (key, meta) = common(tokens[1], &flags, BAD_TOKEN)?;
+    Ok(Command::MetaGet(MetaGet {
+        key,
+        meta,
+        value: has(&flags, b'v'),
+        ret_flags: has(&flags, b'f'),
+        ret_size: has(&flags, b's'),
+        ret_ttl: has(&flags, b't'),
+    }))
+}
+
+fn meta_delete(tokens: &[&[u8]]) -> Result<Command, Err> {
+    check_key(tokens[1])?;
+    let flags = scan(&tokens[2..], b"bkOq", reply::DUPLICATE_FLAG)?;
+    let (key, meta) = common(tokens[1], &flags, BAD_TOKEN)?;
+    Ok(Command::MetaDelete(MetaDelete { key, meta }))
+}
+
+fn meta_arith(tokens: &[&[u8]]) -> Result<Command, Err> {
+    const BAD: Err = reply::INVALID_OR_DUPLICATE_FLAG;
+    check_key(tokens[1])?;
+    let flags = scan(&tokens[2..], b"bctvkOqNJDM", BAD)?;
+    let (key, meta) = common(tokens[1], &flags, BAD)?;
+    let number = |letter, default| match token(&flags, letter) {
+        None => Ok(default),
+        Some(t) => parse_u64(t).ok_or(BAD),
+    };
+    let mode = match token(&flags, b'M') {
+        None => ArithMode::Incr,
+        Some(b"I" | b"i" | b"+") => ArithMode::Incr,
+        Some(b"D" | b"d" | b"-") => ArithMode::Decr,
+        Some(_) => return Err(reply::MA_BAD_MODE),
+    };
+    let vivify = match token(&flags, b'N') {
+        None => None,
+        Some(t) => Some(parse_i32(t).ok_or(BAD)?),
+    };
+    Ok(Command::MetaArith(MetaArith {
+        key,
+        meta,
+        value: has(&flags, b'v'),
+        ret_ttl: has(&flags, b't'),
+        vivify,
+        initial: number(b'J', 0)?,
+        delta: number(b'D', 1)?,
+        mode,
+    }))
+}
+
+/// `ms <key> <datalen> <flag>*` then the data block. Once the length is known every error
+/// swallows the block, so framing is kept; without it framing is lost.
+fn meta_set(tokens: &[&[u8]], consumed: usize, rest: &[u8], limits: &Limits) -> Parse {
+    if tokens.len() < 2 {
+        return Parse::Invalid(Invalid::line(reply::ERROR, consumed));
+    }
+    let len = tokens.get(2).and_then(|t| parse_u32(t)).map(|l| l as usize);
+    let Some(len) = len.filter(|l| i32::try_from(*l).is_ok()) else {
+        return Parse::Invalid(Invalid::fatal(reply::BAD_FORMAT, consumed));
+    };
+    let swallow = len.saturating_add(2);
+    let request = match meta_set_request(tokens) {
+        Ok(request) => request,
+        Err(reply) => return Parse::Invalid(Invalid::swallowing(reply, consumed, swallow)),
+    };
+    if len > limits.max_value {
+        return Parse::Invalid(Invalid::swallowing(reply::TOO_LARGE, consumed, swallow));
+    }
+    match data_block(rest, len) {
+        None => Parse::Incomplete,
+        Some(Err(())) => Parse::Invalid(Invalid::fatal(reply::BAD_DATA_CHUNK, consumed + swallow)),
+        Some(Ok(value)) => Parse::Frame {
+            command: Command::MetaSet(MetaSet { value, ..request }),
+            consumed: consumed + swallow,
+        },
+    }
+}
+
+/// Everything of an `ms` request but its value.
+fn meta_set_request(tokens: &[&[u8]]) -> Result<MetaSet, Err> {
+    check_key(tokens[1])?;
+    let flags = scan(&tokens[3..], b"bcCFkOqTM", reply::DUPLICATE_FLAG)?;
+    let (key, meta) = common(tokens[1], &flags, BAD_TOKEN)?;
+    let client_flags = match token(&flags, b'F') {
+        None => 0,
+        Some(t) => parse_u32(t).ok_or(reply::BAD_FORMAT)?,
+    };
+    let compare_cas = match token(&flags, b'C') {
+        None => None,
+        Some(t) => Some(parse_u64(t).ok_or(BAD_TOKEN)?),
+    };
+    let mode = match token(&flags, b'M') {
+        None | Some(b"S") => SetMode::Set,
+        Some(b"E") => SetMode::Add,
+        Some(b"A") => SetMode::Append,
+        Some(b"P") => SetMode::Prepend,
+        Some(b"R") => SetMode::Replace,
+        Some(_) => return Err(reply::MS_BAD_MODE),
+    };
+    // A compare-and-set is only offered for plain sets: the cluster has no conditional append.
+    if compare_cas.is_some() && mode != SetMode::Set {
+        return Err(reply::INVALID_FLAG);
+    }
+    Ok(MetaSet { key, meta, value: Vec::new(), client_flags, compare_cas, mode })
+}
