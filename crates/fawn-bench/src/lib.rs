@@ -1,1 +1,80 @@
-//! fawn-bench (being built).
+//! `fawn bench`: the load generator, peer comparisons and FAWN-DS engine benchmarks.
+//!
+//! Results are JSON lines on stdout, each with at least `scenario, system, metric, value, unit`
+//! (plus `params`, the workload), optionally appended to a CSV file too; progress goes to stderr.
+//!
+//! * `memcached` / `redis`: drive one running server (any memcached-protocol server, e.g. a FAWN
+//!   front-end, or any Redis) with a configurable workload ([`workload::WorkloadArgs`]).
+//! * `peers`: start Debian's memcached and redis-server on loopback, run the same workload against
+//!   each (and against `--fawn ADDR`), and report ratios to memcached.
+//! * `ds`: FAWN-DS engine benchmarks (random lookups, bulk insert vs raw sequential write, index
+//!   bytes per key, extra reads, restart time, device-bound reads vs raw O_DIRECT reads, and
+//!   RocksDB with the `rocksdb` feature).
+//!
+//! The `fawn` binary embeds this as `fawn bench` through [`BenchArgs`] and [`run`].
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+
+pub mod keydist;
+pub mod loadgen;
+pub mod netbench;
+pub mod output;
+mod progress;
+pub mod proto;
+pub mod servers;
+pub mod workload;
+
+/// Arguments of `fawn bench`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct BenchArgs {
+    /// Also append every result to this CSV file (header written if the file is new).
+    #[arg(long, global = true)]
+    pub csv: Option<PathBuf>,
+    /// Do not print the progress line on stderr.
+    #[arg(long, global = true)]
+    pub quiet: bool,
+    #[command(subcommand)]
+    pub command: BenchCommand,
+}
+
+/// What to benchmark.
+#[derive(clap::Subcommand, Debug, Clone)]
+pub enum BenchCommand {
+    /// Drive a running memcached-protocol server (memcached, a FAWN front-end, ...).
+    Memcached(netbench::TargetArgs),
+    /// Drive a running Redis server (RESP protocol).
+    Redis(netbench::TargetArgs),
+    /// Start memcached and redis-server on loopback and run the same workload against each
+    /// (and against a FAWN endpoint given with --fawn); report ratios to memcached.
+    Peers(netbench::PeersArgs),
+}
+
+/// Run `fawn bench` with parsed arguments.
+pub fn run(args: BenchArgs) -> Result<()> {
+    let mut rep = output::Reporter::new(args.csv.clone())?;
+    match &args.command {
+        BenchCommand::Memcached(t) => {
+            let rt = runtime(t.workload.client_threads)?;
+            netbench::run_target(&rt, t, proto::Protocol::Memcached, args.quiet, &mut rep)
+        }
+        BenchCommand::Redis(t) => {
+            let rt = runtime(t.workload.client_threads)?;
+            netbench::run_target(&rt, t, proto::Protocol::Redis, args.quiet, &mut rep)
+        }
+        BenchCommand::Peers(p) => {
+            let rt = runtime(p.workload.client_threads)?;
+            netbench::run_peers(&rt, p, args.quiet, &mut rep)
+        }
+    }
+}
+
+/// A multi-threaded runtime with few workers: the load generator must leave cores to the server.
+fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads.max(1))
+        .enable_all()
+        .build()
+        .context("starting the tokio runtime")
+}

@@ -1,0 +1,348 @@
+//! The load generator: many connections, each a writer task and a reader task, so that requests
+//! can be pipelined (up to `pipeline` in flight) and, in open-loop mode, sent on schedule whether
+//! or not earlier ones were answered.
+//!
+//! Latency is measured from a request's *intended* start: in closed loop that is when it is
+//! issued; in open loop it is its scheduled time, so a server that falls behind is charged for
+//! the queueing it causes (no coordinated omission).
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, Context, Result};
+use hdrhistogram::Histogram;
+use rand::{rngs::SmallRng, Rng, SeedableRng};
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, Semaphore};
+use tokio::time::Instant;
+
+use crate::keydist::KeyChooser;
+use crate::progress::{self, Counters};
+use crate::proto::{Protocol, Reply};
+use crate::workload::Workload;
+
+/// Flush the write buffer at least this often (bytes), even when more permits are free.
+const WRITE_BUF_FLUSH: usize = 64 * 1024;
+/// Keys written per round trip while preloading.
+const PRELOAD_BATCH: u64 = 128;
+/// Connections used for preloading (more would not help one server on 2 cores).
+const PRELOAD_CONNECTIONS: usize = 8;
+/// Highest latency the histograms track, ns (a larger one is clamped, not dropped).
+const HIST_MAX_NS: u64 = 60_000_000_000;
+
+/// What a run measured.
+#[derive(Debug)]
+pub struct LoadStats {
+    /// Get latencies, ns.
+    pub get: Histogram<u64>,
+    /// Set latencies, ns.
+    pub set: Histogram<u64>,
+    pub hits: u64,
+    pub misses: u64,
+    pub errors: u64,
+    /// The measured window (after warm-up).
+    pub window: Duration,
+    /// CPU seconds the server process used during the window, if we know its pid.
+    pub server_cpu_s: Option<f64>,
+}
+
+fn new_hist() -> Result<Histogram<u64>> {
+    Histogram::new_with_bounds(1, HIST_MAX_NS, 3).context("creating latency histogram")
+}
+
+impl LoadStats {
+    fn empty() -> Result<LoadStats> {
+        Ok(LoadStats {
+            get: new_hist()?,
+            set: new_hist()?,
+            hits: 0,
+            misses: 0,
+            errors: 0,
+            window: Duration::ZERO,
+            server_cpu_s: None,
+        })
+    }
+
+    fn merge(&mut self, o: &LoadStats) -> Result<()> {
+        self.get.add(&o.get).context("merging histograms")?;
+        self.set.add(&o.set).context("merging histograms")?;
+        self.hits += o.hits;
+        self.misses += o.misses;
+        self.errors += o.errors;
+        Ok(())
+    }
+
+    /// Operations completed in the measured window.
+    pub fn ops(&self) -> u64 {
+        self.get.len() + self.set.len()
+    }
+}
+
+/// Everything a connection needs, shared.
+struct RunCtx {
+    addr: SocketAddr,
+    proto: Protocol,
+    w: Workload,
+    keys: Arc<KeyChooser>,
+    value: Vec<u8>,
+    start: Instant,
+    warmup_end: Instant,
+    end: Instant,
+    /// Open loop: time between two requests of one connection.
+    interval: Option<Duration>,
+    counters: Arc<Counters>,
+}
+
+/// One request in flight: what to parse and when it was meant to start.
+struct InFlight {
+    is_get: bool,
+    intended: Instant,
+}
+
+/// Connect with TCP_NODELAY (we batch ourselves; Nagle would add 40 ms stalls).
+async fn connect(addr: SocketAddr) -> Result<TcpStream> {
+    let s = TcpStream::connect(addr).await.with_context(|| format!("connecting to {addr}"))?;
+    s.set_nodelay(true).context("setting TCP_NODELAY")?;
+    Ok(s)
+}
+
+/// Write every key `0..keys` once, so gets hit. Fails if the server refuses any set.
+pub async fn preload(addr: SocketAddr, proto: Protocol, w: &Workload) -> Result<()> {
+    let conns = PRELOAD_CONNECTIONS.min(w.connections).max(1);
+    let value = Arc::new(w.value());
+    let mut tasks = Vec::new();
+    for c in 0..conns {
+        let (w, value) = (w.clone(), value.clone());
+        tasks.push(tokio::spawn(async move {
+            preload_conn(addr, proto, &w, &value, c as u64, conns as u64).await
+        }));
+    }
+    for t in tasks {
+        t.await.context("preload task panicked")??;
+    }
+    Ok(())
+}
+
+async fn preload_conn(
+    addr: SocketAddr,
+    proto: Protocol,
+    w: &Workload,
+    value: &[u8],
+    first: u64,
+    step: u64,
+) -> Result<()> {
+    let (r, mut wr) = connect(addr).await?.into_split();
+    let mut r = BufReader::with_capacity(64 * 1024, r);
+    let (mut buf, mut key, mut scratch) = (Vec::new(), Vec::new(), Vec::new());
+    let mut next = first;
+    while next < w.keys {
+        buf.clear();
+        let mut n = 0;
+        while n < PRELOAD_BATCH && next < w.keys {
+            w.key(next, &mut key);
+            proto.encode_set(&mut buf, &key, value);
+            next += step;
+            n += 1;
+        }
+        wr.write_all(&buf).await.context("sending preload batch")?;
+        for _ in 0..n {
+            let reply = tokio::time::timeout(w.timeout, proto.read_set(&mut r, &mut scratch))
+                .await
+                .map_err(|_| anyhow!("no reply from {addr} within {:?} while preloading", w.timeout))??;
+            if reply != Reply::Stored {
+                anyhow::bail!(
+                    "{addr} refused a preload set ({:?}); is the server's memory big enough for {} keys of {} B?",
+                    String::from_utf8_lossy(&scratch),
+                    w.keys,
+                    w.value_size
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Run one workload point against `addr` and return what it measured.
+///
+/// `server_pid`, when given, is sampled from /proc to report the server's CPU seconds.
+pub async fn run(
+    addr: SocketAddr,
+    proto: Protocol,
+    w: &Workload,
+    label: &str,
+    server_pid: Option<u32>,
+    quiet: bool,
+) -> Result<LoadStats> {
+    let ctx = Arc::new(make_ctx(addr, proto, w)?);
+    let bar = progress::spawn(label.to_string(), ctx.counters.clone(), ctx.warmup_end, ctx.end, quiet);
+    let conns: Vec<_> = (0..w.connections).map(|c| tokio::spawn(run_conn(ctx.clone(), c))).collect();
+    tokio::time::sleep_until(ctx.warmup_end).await;
+    let cpu0 = server_pid.and_then(crate::servers::cpu_seconds);
+    tokio::time::sleep_until(ctx.end).await;
+    let cpu1 = server_pid.and_then(crate::servers::cpu_seconds);
+    let mut total = LoadStats::empty()?;
+    for c in conns {
+        let stats = c.await.context("connection task panicked")??;
+        total.merge(&stats)?;
+    }
+    if let Some(b) = bar {
+        let _ = b.await;
+    }
+    total.window = ctx.end - ctx.warmup_end;
+    total.server_cpu_s = cpu0.zip(cpu1).map(|(a, b)| b - a);
+    Ok(total)
+}
+
+fn make_ctx(addr: SocketAddr, proto: Protocol, w: &Workload) -> Result<RunCtx> {
+    let keys = KeyChooser::new(w.keys, w.distribution, w.zipf_theta)?;
+    let start = Instant::now();
+    let warmup_end = start + w.warmup;
+    let interval = (w.rate > 0.0).then(|| Duration::from_secs_f64(w.connections as f64 / w.rate));
+    Ok(RunCtx {
+        addr,
+        proto,
+        w: w.clone(),
+        keys,
+        value: w.value(),
+        start,
+        warmup_end,
+        end: warmup_end + w.duration,
+        interval,
+        counters: Arc::new(Counters::default()),
+    })
+}
+
+async fn run_conn(ctx: Arc<RunCtx>, conn: usize) -> Result<LoadStats> {
+    let (r, wr) = connect(ctx.addr).await?.into_split();
+    let (tx, rx) = mpsc::unbounded_channel(); // bounded in practice by the semaphore
+    let sem = Arc::new(Semaphore::new(ctx.w.pipeline));
+    let writer = tokio::spawn(write_loop(ctx.clone(), wr, tx, sem.clone(), conn));
+    match read_loop(&ctx, r, rx, &sem).await {
+        Ok(stats) => {
+            writer.await.context("writer task panicked")??;
+            Ok(stats)
+        }
+        Err(e) => {
+            // The writer may be parked on a permit the reader will never return.
+            writer.abort();
+            Err(e)
+        }
+    }
+}
+
+async fn write_loop(
+    ctx: Arc<RunCtx>,
+    mut wr: OwnedWriteHalf,
+    tx: mpsc::UnboundedSender<InFlight>,
+    sem: Arc<Semaphore>,
+    conn: usize,
+) -> Result<()> {
+    let mut rng = SmallRng::seed_from_u64(ctx.w.seed ^ (conn as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    let (mut buf, mut key) = (Vec::with_capacity(WRITE_BUF_FLUSH), Vec::new());
+    // Stagger connections across one interval so the offered load is smooth, not bursty.
+    let mut next_at = ctx.interval.map(|iv| ctx.start + iv.mul_f64(conn as f64 / ctx.w.connections as f64));
+    loop {
+        let scheduled = match (ctx.interval, next_at.as_mut()) {
+            (Some(iv), Some(at)) => {
+                let t = *at;
+                *at += iv;
+                tokio::time::sleep_until(t).await;
+                Some(t)
+            }
+            _ => None,
+        };
+        if Instant::now() >= ctx.end {
+            break;
+        }
+        acquire(&sem, &mut wr, &mut buf).await?;
+        let intended = scheduled.unwrap_or_else(Instant::now);
+        let is_get = rng.gen_bool(ctx.w.get_ratio);
+        let k = if is_get { ctx.keys.get_key(&mut rng) } else { ctx.keys.put_key(&mut rng) };
+        ctx.w.key(k, &mut key);
+        if is_get {
+            ctx.proto.encode_get(&mut buf, &key);
+        } else {
+            ctx.proto.encode_set(&mut buf, &key, &ctx.value);
+        }
+        if tx.send(InFlight { is_get, intended }).is_err() {
+            break; // the reader failed; its error is the one reported
+        }
+        if ctx.interval.is_some() || buf.len() >= WRITE_BUF_FLUSH {
+            flush(&mut wr, &mut buf).await?;
+        }
+    }
+    flush(&mut wr, &mut buf).await
+}
+
+/// Take one in-flight permit; if none is free, first send what is buffered (the responses that
+/// return permits may depend on it).
+async fn acquire(sem: &Semaphore, wr: &mut OwnedWriteHalf, buf: &mut Vec<u8>) -> Result<()> {
+    match sem.try_acquire() {
+        Ok(p) => p.forget(),
+        Err(_) => {
+            flush(wr, buf).await?;
+            sem.acquire().await.context("semaphore closed")?.forget();
+        }
+    }
+    Ok(())
+}
+
+async fn flush(wr: &mut OwnedWriteHalf, buf: &mut Vec<u8>) -> Result<()> {
+    if !buf.is_empty() {
+        wr.write_all(buf).await.context("sending requests")?;
+        buf.clear();
+    }
+    Ok(())
+}
+
+async fn read_loop(
+    ctx: &RunCtx,
+    r: OwnedReadHalf,
+    mut rx: mpsc::UnboundedReceiver<InFlight>,
+    sem: &Semaphore,
+) -> Result<LoadStats> {
+    let mut r = BufReader::with_capacity(64 * 1024, r);
+    let mut scratch = Vec::new();
+    let mut stats = LoadStats::empty()?;
+    while let Some(f) = rx.recv().await {
+        let read = async {
+            if f.is_get {
+                ctx.proto.read_get(&mut r, &mut scratch).await
+            } else {
+                ctx.proto.read_set(&mut r, &mut scratch).await
+            }
+        };
+        let reply = tokio::time::timeout(ctx.w.timeout, read)
+            .await
+            .map_err(|_| anyhow!("no reply from {} within {:?}", ctx.addr, ctx.w.timeout))?
+            .with_context(|| format!("reading a reply from {}", ctx.addr))?;
+        let now = Instant::now();
+        sem.add_permits(1);
+        ctx.counters.done.fetch_add(1, Ordering::Relaxed);
+        record(ctx, &mut stats, &f, reply, now);
+    }
+    Ok(stats)
+}
+
+/// Count a completed request if it completed inside the measured window.
+fn record(ctx: &RunCtx, stats: &mut LoadStats, f: &InFlight, reply: Reply, now: Instant) {
+    if reply == Reply::Error {
+        ctx.counters.errors.fetch_add(1, Ordering::Relaxed);
+    }
+    if now < ctx.warmup_end || now > ctx.end {
+        return;
+    }
+    let ns = u64::try_from((now - f.intended).as_nanos()).unwrap_or(u64::MAX);
+    let hist = if f.is_get { &mut stats.get } else { &mut stats.set };
+    hist.saturating_record(ns.max(1));
+    match reply {
+        Reply::Hit => stats.hits += 1,
+        Reply::Miss => stats.misses += 1,
+        Reply::Error => stats.errors += 1,
+        Reply::Stored => {}
+    }
+}
