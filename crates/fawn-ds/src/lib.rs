@@ -1,1 +1,176 @@
-//! fawn-ds (being built).
+//! FAWN-DS: the per-node log-structured datastore of FAWN (SOSP 2009, §3.3).
+//!
+//! Every write is an append to one log file; every read is one positional read of that
+//! log, located through a compact in-DRAM hash index (6-byte slots: 32-bit offset + 16-bit
+//! key fragment, bucketized cuckoo hashing, incremental growth). Periodic checkpoints of
+//! the index make restarts fast; the log alone can always rebuild it.
+//!
+//! Architecture Invariant: no networking, no async runtime. This crate is synchronous Rust
+//! over `std::fs`; callers on an async runtime use `spawn_blocking`.
+//!
+//! Module map:
+//! - [`limits`]: every size limit as a named constant, relations checked at compile time.
+//! - `record`: the record codec with its pair assertions (checked before append, after read).
+//! - `log`: positional I/O on the log file, its header, fault injection, the scanner.
+//! - `index`: the cuckoo hash index and its checkpoint image.
+//! - `store`: `DataStore` — appends, lookups, group commit, growth steps.
+//! - `recovery` / `checkpoint`: open = checkpoint + replay, or rebuild from the log.
+//!
+//! File formats and media assumptions: `docs/FORMAT.md`.
+
+mod checkpoint;
+mod error;
+mod index;
+mod iter;
+pub mod limits;
+mod log;
+mod record;
+mod recovery;
+mod store;
+
+use std::time::Duration;
+
+pub use error::Error;
+pub use iter::Iter;
+pub use log::{FaultInjector, IoOp};
+pub use store::DataStore;
+
+/// When appended records are made durable with `fdatasync`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncPolicy {
+    /// Never sync explicitly (rely on replication and the OS writeback).
+    Never,
+    /// A background thread syncs this often when there are unsynced appends.
+    Interval(Duration),
+    /// `store`/`delete` return only once their record is durable. Concurrent writers share
+    /// one `fdatasync` (group commit).
+    Always,
+}
+
+/// Options of a datastore.
+#[derive(Clone, Debug)]
+pub struct Options {
+    /// Durability policy. Default `Interval(100 ms)`: a process crash loses nothing (the
+    /// page cache survives it), a power loss loses at most ~100 ms of acknowledged writes.
+    /// Use `Always` when the store is the only copy.
+    pub sync: SyncPolicy,
+    /// Write an index checkpoint after this many log bytes since the last one (0 = only on
+    /// `checkpoint()`/`close()`). Default 64 MiB.
+    pub checkpoint_every_bytes: u64,
+    /// Largest accepted key (capped at `limits::KEY_BYTES_MAX`). Default 250.
+    pub key_bytes_max: usize,
+    /// Largest accepted value (capped at `limits::VALUE_BYTES_MAX`). Default 1 MiB.
+    pub value_bytes_max: usize,
+    /// Size the index for this many keys up front (0 = start small and grow). Growth is
+    /// incremental, but a right-sized index avoids it and keeps DRAM/key minimal.
+    pub expected_keys: u64,
+    /// On mid-log corruption (a bad record followed by valid ones), open fails with
+    /// `Error::Corrupt` unless this is set; then the log is truncated at the bad record and
+    /// the loss is reported in the `RecoveryReport`. Default false.
+    pub salvage: bool,
+    /// Fault injection for tests (fails appends/fsyncs on demand). Default: none.
+    pub faults: FaultInjector,
+}
+
+impl Default for Options {
+    fn default() -> Options {
+        Options {
+            sync: SyncPolicy::Interval(Duration::from_millis(100)),
+            checkpoint_every_bytes: 64 << 20,
+            key_bytes_max: limits::KEY_BYTES_MAX,
+            value_bytes_max: limits::VALUE_BYTES_MAX,
+            expected_keys: 0,
+            salvage: false,
+            faults: FaultInjector::default(),
+        }
+    }
+}
+
+/// Per-record metadata stored in the log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct Meta {
+    /// Caller-supplied sequence number (chain replication orders updates with it).
+    pub seq: u64,
+    /// memcached client flags.
+    pub flags: u32,
+    /// Absolute expiry in Unix seconds, 0 = never. Stored, not enforced by this crate.
+    pub expiry: u32,
+}
+
+/// A stored value with its metadata.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    pub value: Vec<u8>,
+    pub meta: Meta,
+}
+
+/// Kind of a log record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordKind {
+    Put,
+    /// A tombstone: the key is deleted as of this record.
+    Delete,
+}
+
+/// One record of the log, as returned by iteration.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Record {
+    pub kind: RecordKind,
+    pub key: Vec<u8>,
+    /// Empty for deletes.
+    pub value: Vec<u8>,
+    pub meta: Meta,
+    /// Offset of this record in the log (a record boundary, usable with `iter_from`).
+    pub offset: u64,
+}
+
+/// What `open` found and did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    /// The index came from a valid checkpoint (then only the log after it was replayed).
+    pub from_checkpoint: bool,
+    /// Log records replayed into the index.
+    pub records_replayed: u64,
+    /// Bytes cut off the end of the log (torn tail, or corruption with `salvage`).
+    pub truncated_bytes: u64,
+    /// Valid-looking records lost with the truncated bytes (0 for a pure torn tail, where
+    /// only the one unacknowledged torn record is lost; counted for `salvage`).
+    pub dropped_records_estimate: u64,
+    /// Why the checkpoint was not used, if one existed and was rejected.
+    pub checkpoint_error: Option<String>,
+    /// Offset of the first bad record found, if any.
+    pub corrupt_offset: Option<u64>,
+    /// Log end after recovery.
+    pub log_end: u64,
+    /// Wall time of recovery in microseconds.
+    pub duration_us: u64,
+}
+
+/// Counters and sizes, cheap to read.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Keys with a live (non-deleted) value.
+    pub live_keys: u64,
+    /// Bytes of the log (its end offset).
+    pub log_bytes: u64,
+    /// DRAM of the index, from the capacities of its allocations (both tables while growing).
+    pub index_bytes: u64,
+    /// `lookup` calls.
+    pub lookups: u64,
+    /// Log reads that found a different key behind a matching fragment.
+    pub extra_reads: u64,
+    /// Slots of the current index table.
+    pub index_capacity: u64,
+    /// `fdatasync` calls on the log (group commit makes this lower than `Always` writes).
+    pub fsyncs: u64,
+    /// Checkpoints written.
+    pub checkpoints: u64,
+    /// Auto-checkpoints that failed (the writes themselves succeeded).
+    pub checkpoint_errors: u64,
+    /// The index is migrating to a larger table.
+    pub index_migrating: bool,
+    /// Longest single index growth step (microseconds) — the worst growth pause a writer saw.
+    pub growth_step_max_us: u64,
+    /// Writes are refused after a failed write/fsync.
+    pub poisoned: bool,
+}

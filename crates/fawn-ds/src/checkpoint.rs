@@ -1,0 +1,134 @@
+//! Index checkpoints: an image of the index plus the log position it covers, checksummed,
+//! written to a temp file, fsynced, renamed over the old one, directory fsynced.
+
+use std::fs::{self, File};
+use std::io::Write;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+
+use crate::error::Error;
+use crate::index::{image, Index};
+use crate::limits::{LOG_HEADER_BYTES, OFFSET_UNIT};
+use crate::store::Inner;
+
+pub(crate) const CHECKPOINT_FILE: &str = "index.ckpt";
+const CHECKPOINT_TMP: &str = "index.ckpt.tmp";
+const MAGIC: [u8; 8] = *b"FAWNCKPT";
+const TRAILER_MAGIC: [u8; 4] = *b"FCKE";
+const VERSION: u32 = 1;
+const HEADER_BYTES: usize = 64;
+
+/// What a valid checkpoint holds.
+pub(crate) struct Loaded {
+    pub index: Index,
+    pub covered_end: u64,
+    pub max_seq: u64,
+}
+
+/// Write a checkpoint of the current index. Skipped when nothing was appended since the last.
+pub(crate) fn write(inner: &Inner) -> Result<(), Error> {
+    let mut last = inner.ckpt.lock();
+    if inner.poisoned.load(Ordering::Acquire) {
+        return Err(Error::Poisoned);
+    }
+    // Snapshot under the writer lock: index, end and max seq must agree.
+    let (index, end, max_seq) = {
+        let w = inner.writer.lock();
+        let index = inner.index.read().clone();
+        (index, w.end, inner.max_seq.load(Ordering::Acquire))
+    };
+    if end == *last {
+        return Ok(());
+    }
+    // The checkpoint must only cover durable log bytes: otherwise a power loss could leave
+    // a checkpoint pointing at records that never reached the disk.
+    inner.sync_to(end)?;
+    let bytes = encode(inner.nonce, end, max_seq, &index);
+    drop(index);
+    replace_file(&inner.dir, &bytes)?;
+    *last = end;
+    inner.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+fn encode(nonce: u64, covered_end: u64, max_seq: u64, index: &Index) -> Vec<u8> {
+    let mut out = vec![0u8; HEADER_BYTES];
+    image::write(index, &mut out);
+    let image_len = (out.len() - HEADER_BYTES) as u64;
+    out[0..8].copy_from_slice(&MAGIC);
+    out[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    out[12..16].copy_from_slice(&(OFFSET_UNIT as u32).to_le_bytes());
+    out[16..24].copy_from_slice(&nonce.to_le_bytes());
+    out[24..32].copy_from_slice(&covered_end.to_le_bytes());
+    out[32..40].copy_from_slice(&max_seq.to_le_bytes());
+    out[40..48].copy_from_slice(&index.live().to_le_bytes());
+    out[48..56].copy_from_slice(&image_len.to_le_bytes());
+    let hcrc = crc32c::crc32c(&out[0..56]);
+    out[56..60].copy_from_slice(&hcrc.to_le_bytes());
+    let icrc = crc32c::crc32c(&out[HEADER_BYTES..]);
+    out.extend_from_slice(&icrc.to_le_bytes());
+    out.extend_from_slice(&TRAILER_MAGIC);
+    out
+}
+
+fn u64_at(b: &[u8], i: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[i..i + 8]);
+    u64::from_le_bytes(a)
+}
+
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
+}
+
+/// Parse and validate a checkpoint for the log with `nonce` and length `log_len`.
+pub(crate) fn decode(buf: &[u8], nonce: u64, log_len: u64) -> Result<Loaded, String> {
+    if buf.len() < HEADER_BYTES + 8 || buf[0..8] != MAGIC {
+        return Err("bad magic or too short".into());
+    }
+    if u32_at(buf, 56) != crc32c::crc32c(&buf[0..56]) {
+        return Err("header checksum mismatch".into());
+    }
+    if u32_at(buf, 8) != VERSION || u32_at(buf, 12) as u64 != OFFSET_UNIT {
+        return Err(format!("unsupported version {} / unit {}", u32_at(buf, 8), u32_at(buf, 12)));
+    }
+    if u64_at(buf, 16) != nonce {
+        return Err("checkpoint belongs to a different log file".into());
+    }
+    let covered_end = u64_at(buf, 24);
+    if covered_end < LOG_HEADER_BYTES || covered_end > log_len || !covered_end.is_multiple_of(OFFSET_UNIT) {
+        return Err(format!("covers log end {covered_end}, but the log has {log_len} bytes"));
+    }
+    let image_len = u64_at(buf, 48);
+    if image_len != (buf.len() - HEADER_BYTES - 8) as u64 {
+        return Err("image length does not match the file size".into());
+    }
+    let image_bytes = &buf[HEADER_BYTES..buf.len() - 8];
+    let trailer = &buf[buf.len() - 8..];
+    if trailer[4..8] != TRAILER_MAGIC || u32_at(trailer, 0) != crc32c::crc32c(image_bytes) {
+        return Err("image checksum mismatch".into());
+    }
+    let first = (LOG_HEADER_BYTES / OFFSET_UNIT) as u32;
+    let index = image::read(image_bytes, first, covered_end / OFFSET_UNIT)?;
+    if index.live() != u64_at(buf, 40) {
+        return Err("live key count does not match the image".into());
+    }
+    Ok(Loaded { index, covered_end, max_seq: u64_at(buf, 32) })
+}
+
+/// Atomically replace the checkpoint file: temp file, fsync, rename, fsync directory.
+fn replace_file(dir: &Path, bytes: &[u8]) -> Result<(), Error> {
+    let tmp = dir.join(CHECKPOINT_TMP);
+    let result = (|| {
+        let mut f = File::create(&tmp)?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, dir.join(CHECKPOINT_FILE))?;
+        File::open(dir)?.sync_all()
+    })();
+    if let Err(e) = result {
+        let _ = fs::remove_file(&tmp);
+        return Err(Error::io("writing the index checkpoint", e));
+    }
+    Ok(())
+}

@@ -1,0 +1,54 @@
+//! Named limits of the engine and the relations between them (checked at compile time).
+
+/// Largest key accepted by `store`/`delete` (memcached's limit).
+pub const KEY_BYTES_MAX: usize = 250;
+
+/// Largest value accepted by `store` (memcached's default item size limit).
+pub const VALUE_BYTES_MAX: usize = 1 << 20;
+
+/// Records start on multiples of this many bytes, so the index stores offsets in these units.
+pub const OFFSET_UNIT: u64 = 16;
+
+/// Width of the offset field of an index slot, in bits.
+pub const OFFSET_BITS: u32 = 32;
+
+/// Largest size of one datastore's log file: the index can address `2^32` units of 16 bytes.
+/// An append that would end beyond it fails with `Error::StoreFull`.
+pub const DATASTORE_BYTES_MAX: u64 = (1u64 << OFFSET_BITS) * OFFSET_UNIT;
+
+/// Bytes of the fixed log file header (a whole number of offset units).
+pub const LOG_HEADER_BYTES: u64 = 32;
+
+/// Bytes of the fixed record header.
+pub const RECORD_HEADER_BYTES: usize = 32;
+
+/// Largest record on disk: header + max key + max value, padded.
+pub const RECORD_BYTES_MAX: usize = pad_to_unit(RECORD_HEADER_BYTES + KEY_BYTES_MAX + VALUE_BYTES_MAX);
+
+/// Index slots per bucket (set associativity).
+pub const SLOTS_PER_BUCKET: usize = 4;
+
+/// Bytes of DRAM per index slot: 32-bit offset (in units) + 16-bit key fragment.
+pub const SLOT_BYTES: usize = 6;
+
+/// Load factor at which the index starts to grow.
+pub const INDEX_MAX_LOAD: f64 = 0.93;
+
+/// Round `n` up to a multiple of `OFFSET_UNIT`.
+pub const fn pad_to_unit(n: usize) -> usize {
+    let u = OFFSET_UNIT as usize;
+    n.div_ceil(u) * u
+}
+
+// Relations the code relies on.
+const _: () = assert!(OFFSET_UNIT.is_power_of_two());
+const _: () = assert!(LOG_HEADER_BYTES.is_multiple_of(OFFSET_UNIT));
+// Offset 0 is the log header, never a record: an index slot with offset 0 means "empty".
+const _: () = assert!(LOG_HEADER_BYTES >= OFFSET_UNIT);
+const _: () = assert!((RECORD_HEADER_BYTES as u64).is_multiple_of(OFFSET_UNIT));
+// Key length is stored in a u16, value length in a u32.
+const _: () = assert!(KEY_BYTES_MAX <= u16::MAX as usize);
+const _: () = assert!(VALUE_BYTES_MAX <= u32::MAX as usize);
+// A maximal record fits far inside the addressable log.
+const _: () = assert!((RECORD_BYTES_MAX as u64) < DATASTORE_BYTES_MAX / 1024);
+const _: () = assert!(SLOT_BYTES * 8 == OFFSET_BITS as usize + 16);

@@ -1,0 +1,209 @@
+//! The log file: positional I/O, the file header, fault injection and a sequential scanner.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use crate::error::Error;
+use crate::limits::{LOG_HEADER_BYTES, OFFSET_UNIT, RECORD_HEADER_BYTES};
+use crate::record::{self, Header};
+
+const LOG_MAGIC: [u8; 8] = *b"FAWNLOG\0";
+pub(crate) const LOG_VERSION: u32 = 1;
+
+/// An I/O operation a `FaultInjector` may fail.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IoOp {
+    /// Appending a record to the log.
+    Write,
+    /// `fdatasync` of the log.
+    Sync,
+}
+
+type FaultFn = dyn Fn(IoOp) -> Option<io::Error> + Send + Sync;
+
+/// Test hook: called before every log append and fsync; returning an error makes that
+/// operation fail as if the device had. Costs one branch on the hot path when unset.
+#[derive(Clone, Default)]
+pub struct FaultInjector(Option<Arc<FaultFn>>);
+
+impl FaultInjector {
+    /// A hook that fails an operation whenever `f` returns `Some(error)`.
+    pub fn new(f: impl Fn(IoOp) -> Option<io::Error> + Send + Sync + 'static) -> FaultInjector {
+        FaultInjector(Some(Arc::new(f)))
+    }
+
+    fn check(&self, op: IoOp) -> io::Result<()> {
+        match self.0.as_ref().and_then(|f| f(op)) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl std::fmt::Debug for FaultInjector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "FaultInjector(set)" } else { "FaultInjector(none)" })
+    }
+}
+
+/// The open log file.
+#[derive(Debug)]
+pub(crate) struct LogFile {
+    file: File,
+    faults: FaultInjector,
+}
+
+impl LogFile {
+    pub fn new(file: File, faults: FaultInjector) -> LogFile {
+        LogFile { file, faults }
+    }
+
+    /// Read up to `buf.len()` bytes at `offset`; returns how many were read (short at EOF).
+    pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize, Error> {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(Error::io("reading the log", e)),
+            }
+        }
+        Ok(done)
+    }
+
+    pub fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.faults.check(IoOp::Write)?;
+        self.file.write_all_at(buf, offset)
+    }
+
+    pub fn sync_data(&self) -> io::Result<()> {
+        self.faults.check(IoOp::Sync)?;
+        self.file.sync_data()
+    }
+
+    pub fn set_len(&self, len: u64) -> io::Result<()> {
+        self.file.set_len(len)
+    }
+
+    pub fn len(&self) -> Result<u64, Error> {
+        let m = self.file.metadata().map_err(|e| Error::io("reading log metadata", e))?;
+        Ok(m.len())
+    }
+}
+
+/// The 32-byte log file header.
+pub(crate) fn encode_header(nonce: u64) -> [u8; LOG_HEADER_BYTES as usize] {
+    let mut h = [0u8; LOG_HEADER_BYTES as usize];
+    h[0..8].copy_from_slice(&LOG_MAGIC);
+    h[8..12].copy_from_slice(&LOG_VERSION.to_le_bytes());
+    h[12..16].copy_from_slice(&(OFFSET_UNIT as u32).to_le_bytes());
+    h[16..24].copy_from_slice(&nonce.to_le_bytes());
+    let crc = crc32c::crc32c(&h[0..28]);
+    h[28..32].copy_from_slice(&crc.to_le_bytes());
+    h
+}
+
+/// Check a log header; returns the log's nonce (ties checkpoints to this log).
+pub(crate) fn decode_header(h: &[u8]) -> Result<u64, Error> {
+    if h.len() < LOG_HEADER_BYTES as usize || h[0..8] != LOG_MAGIC {
+        return Err(Error::corrupt(0, "not a FAWN-DS log (bad magic)"));
+    }
+    let word = |i: usize| u32::from_le_bytes([h[i], h[i + 1], h[i + 2], h[i + 3]]);
+    if word(28) != crc32c::crc32c(&h[0..28]) {
+        return Err(Error::corrupt(0, "log header checksum mismatch"));
+    }
+    if word(8) != LOG_VERSION {
+        return Err(Error::corrupt(0, format!("unsupported log version {}", word(8))));
+    }
+    if word(12) as u64 != OFFSET_UNIT {
+        return Err(Error::corrupt(0, format!("unsupported offset unit {}", word(12))));
+    }
+    let mut n = [0u8; 8];
+    n.copy_from_slice(&h[16..24]);
+    Ok(u64::from_le_bytes(n))
+}
+
+/// A checked record in the scanner's buffer: offset, header, whole record bytes.
+pub(crate) type RawRecord<'a> = (u64, Header, &'a [u8]);
+
+/// Bytes read per refill when scanning.
+const SCAN_CHUNK: usize = 1 << 20;
+
+/// Reads records in log order from `pos` up to `end`, through a buffer.
+pub(crate) struct Scanner {
+    log: Arc<LogFile>,
+    pub pos: u64,
+    end: u64,
+    buf: Vec<u8>,
+    buf_start: u64,
+}
+
+impl Scanner {
+    pub fn new(log: Arc<LogFile>, pos: u64, end: u64) -> Scanner {
+        Scanner { log, pos, end, buf: Vec::new(), buf_start: 0 }
+    }
+
+    /// Make `[at, at+n)` available in the buffer (fewer bytes if `end` comes first).
+    fn fill(&mut self, at: u64, n: usize) -> Result<&[u8], Error> {
+        let have = at >= self.buf_start && at + n as u64 <= self.buf_start + self.buf.len() as u64;
+        if !have {
+            let want = (n.max(SCAN_CHUNK) as u64).min(self.end.saturating_sub(at)) as usize;
+            self.buf.resize(want, 0);
+            let got = self.log.read_at(&mut self.buf, at)?;
+            self.buf.truncate(got);
+            self.buf_start = at;
+        }
+        let from = (at - self.buf_start) as usize;
+        let to = (from + n).min(self.buf.len());
+        Ok(&self.buf[from..to])
+    }
+
+    /// The next record at `pos`, checked; `Ok(None)` exactly at `end`. On error `pos` stays
+    /// at the bad record.
+    pub fn next_record(&mut self) -> Result<Option<RawRecord<'_>>, Error> {
+        let at = self.pos;
+        if at >= self.end {
+            return Ok(None);
+        }
+        if !at.is_multiple_of(OFFSET_UNIT) {
+            return Err(Error::corrupt(at, "offset is not a record boundary"));
+        }
+        let header = record::parse_header(self.fill(at, RECORD_HEADER_BYTES)?, at)?;
+        let total = header.total_len();
+        if at + total as u64 > self.end {
+            return Err(Error::corrupt(at, "record extends past the end of the log"));
+        }
+        let bytes = self.fill(at, total)?;
+        if bytes.len() < total {
+            return Err(Error::corrupt(at, "record truncated"));
+        }
+        record::verify(bytes, at, &header)?;
+        self.pos = at + total as u64;
+        let from = (at - self.buf_start) as usize;
+        Ok(Some((at, header, &self.buf[from..from + total])))
+    }
+
+    /// After a bad record at `bad`: count the valid records found at unit boundaries after
+    /// it (resynchronising past garbage). Zero means the damage is a torn tail.
+    pub fn count_valid_after(&mut self, bad: u64, stop_at_first: bool) -> Result<u64, Error> {
+        let mut found = 0;
+        self.pos = bad + OFFSET_UNIT;
+        while self.pos < self.end {
+            match self.next_record() {
+                Ok(Some(_)) => {
+                    found += 1;
+                    if stop_at_first {
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(Error::Corrupt { .. }) => self.pos += OFFSET_UNIT,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(found)
+    }
+}

@@ -1,0 +1,186 @@
+//! Opening a datastore: lock the directory, check the log header, load the checkpoint if
+//! valid, replay the log after it (or all of it), and deal with a bad tail.
+//!
+//! Corruption policy (docs/FORMAT.md §Recovery): at the first record that fails its checks,
+//! the rest of the log is scanned for valid records. None → a torn tail: truncated and
+//! reported. Some → the damage is mid-log and acknowledged data follows it: open fails with
+//! `Error::Corrupt` naming the offset, unless `Options::salvage` is set, in which case the
+//! log is truncated there and the loss reported. Nothing is ever dropped silently.
+
+use std::fs::{self, File, OpenOptions};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::checkpoint::{self, CHECKPOINT_FILE};
+use crate::error::Error;
+use crate::index::KeyHash;
+use crate::limits::LOG_HEADER_BYTES;
+use crate::log::{self, LogFile, Scanner};
+use crate::record;
+use crate::store::Inner;
+use crate::{Options, RecoveryReport};
+
+pub(crate) const LOG_FILE: &str = "data.log";
+const LOCK_FILE: &str = "LOCK";
+
+pub(crate) fn open(dir: &Path, opts: Options) -> Result<(Inner, RecoveryReport), Error> {
+    let t0 = Instant::now();
+    fs::create_dir_all(dir).map_err(|e| Error::io("creating the datastore directory", e))?;
+    let lock = lock_dir(dir)?;
+    let mut report = RecoveryReport::default();
+    let (log, nonce, len) = open_log(dir, &opts, &mut report)?;
+    let inner = Inner::new(dir.to_path_buf(), opts, log, nonce, lock, len);
+    let start = load_checkpoint(&inner, len, &mut report);
+    let end = replay(&inner, start, len, &mut report)?;
+    // The previous process may have died with appends still only in the page cache: make
+    // them durable now, so later `Always` writes never sit behind a non-durable hole.
+    inner.log.sync_data().map_err(|e| Error::io("syncing the log at open", e))?;
+    inner.writer.lock().end = end;
+    inner.written_end.store(end, Ordering::Release);
+    inner.sync_to(end)?;
+    report.log_end = end;
+    report.duration_us = t0.elapsed().as_micros() as u64;
+    Ok((inner, report))
+}
+
+/// Take an exclusive `flock` on `dir/LOCK` (per open file description, so a second open in
+/// the same process is refused too).
+fn lock_dir(dir: &Path) -> Result<File, Error> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(dir.join(LOCK_FILE))
+        .map_err(|e| Error::io("opening the lock file", e))?;
+    // SAFETY: flock on a valid, owned file descriptor has no memory-safety preconditions.
+    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Err(Error::Locked);
+        }
+        return Err(Error::io("locking the datastore directory", e));
+    }
+    Ok(f)
+}
+
+fn new_nonce() -> u64 {
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let stack = &t as *const u64 as u64;
+    let mut z = t ^ (std::process::id() as u64).rotate_left(32) ^ stack;
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z ^ (z >> 31)
+}
+
+/// Open or create the log; returns it with its nonce and length.
+fn open_log(dir: &Path, opts: &Options, report: &mut RecoveryReport) -> Result<(LogFile, u64, u64), Error> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(dir.join(LOG_FILE))
+        .map_err(|e| Error::io("opening the log", e))?;
+    let log = LogFile::new(f, opts.faults.clone());
+    let len = log.len()?;
+    if len >= LOG_HEADER_BYTES {
+        let mut h = [0u8; LOG_HEADER_BYTES as usize];
+        log.read_at(&mut h, 0)?;
+        return Ok((log, log::decode_header(&h)?, len));
+    }
+    // New log, or one whose creation was torn (no record can exist before the header).
+    report.truncated_bytes = len;
+    let nonce = new_nonce();
+    let init = || -> std::io::Result<()> {
+        log.set_len(0)?;
+        log.write_all_at(&log::encode_header(nonce), 0)?;
+        log.sync_data()?;
+        File::open(dir)?.sync_all()
+    };
+    init().map_err(|e| Error::io("creating the log", e))?;
+    // An old checkpoint cannot match the new nonce, but remove it to avoid confusion.
+    let _ = fs::remove_file(dir.join(CHECKPOINT_FILE));
+    Ok((log, nonce, LOG_HEADER_BYTES))
+}
+
+/// Load a valid checkpoint into `inner`; returns where replay starts.
+fn load_checkpoint(inner: &Inner, log_len: u64, report: &mut RecoveryReport) -> u64 {
+    let bytes = match fs::read(inner.dir.join(CHECKPOINT_FILE)) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return LOG_HEADER_BYTES,
+        Err(e) => {
+            report.checkpoint_error = Some(format!("reading the checkpoint: {e}"));
+            return LOG_HEADER_BYTES;
+        }
+    };
+    match checkpoint::decode(&bytes, inner.nonce, log_len) {
+        Ok(loaded) => {
+            *inner.index.write() = loaded.index;
+            inner.max_seq.store(loaded.max_seq, Ordering::Release);
+            *inner.ckpt.lock() = loaded.covered_end;
+            report.from_checkpoint = true;
+            loaded.covered_end
+        }
+        Err(reason) => {
+            report.checkpoint_error = Some(reason);
+            LOG_HEADER_BYTES
+        }
+    }
+}
+
+/// Replay records from `start`; returns the log end after dealing with a bad tail.
+fn replay(inner: &Inner, start: u64, len: u64, report: &mut RecoveryReport) -> Result<u64, Error> {
+    let mut sc = Scanner::new(Arc::clone(&inner.log), start, len);
+    loop {
+        let (offset, header, key) = match sc.next_record() {
+            Ok(Some((offset, header, bytes))) => (offset, header, record::key_of(bytes, &header).to_vec()),
+            Ok(None) => return Ok(len),
+            Err(Error::Corrupt { offset, reason }) => {
+                return cut_bad_tail(inner, &mut sc, offset, reason, len, report)
+            }
+            Err(e) => return Err(e),
+        };
+        let kh = KeyHash::of(&key);
+        let existing = inner.find_existing(kh, &key)?;
+        inner.apply(header.kind, kh, existing, offset);
+        inner.max_seq.fetch_max(header.meta.seq, Ordering::AcqRel);
+        inner.growth_step();
+        report.records_replayed += 1;
+    }
+}
+
+/// The record at `bad` failed its checks: truncate a torn tail, refuse mid-log damage.
+fn cut_bad_tail(
+    inner: &Inner,
+    sc: &mut Scanner,
+    bad: u64,
+    reason: String,
+    len: u64,
+    report: &mut RecoveryReport,
+) -> Result<u64, Error> {
+    report.corrupt_offset = Some(bad);
+    let salvage = inner.opts.salvage;
+    let valid_after = sc.count_valid_after(bad, !salvage)?;
+    if valid_after > 0 && !salvage {
+        return Err(Error::corrupt(
+            bad,
+            format!("{reason}; valid records follow it, so this is not a torn tail (open with Options::salvage to truncate here)"),
+        ));
+    }
+    inner
+        .log
+        .set_len(bad)
+        .and_then(|()| inner.log.sync_data())
+        .map_err(|e| Error::io("truncating the log tail", e))?;
+    report.truncated_bytes += len - bad;
+    // The bad record itself plus every valid one after it.
+    report.dropped_records_estimate = 1 + valid_after;
+    Ok(bad)
+}

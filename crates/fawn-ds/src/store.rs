@@ -1,0 +1,484 @@
+//! `DataStore`: appends, lookups, deletes, group commit, incremental index growth.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
+
+use crate::error::Error;
+use crate::index::{Candidate, Index, KeyHash, Loc, MigrationBatch, MIGRATE_BUCKETS_PER_STEP};
+use crate::iter::Iter;
+use crate::limits::{
+    DATASTORE_BYTES_MAX, KEY_BYTES_MAX, LOG_HEADER_BYTES, OFFSET_UNIT, RECORD_HEADER_BYTES, VALUE_BYTES_MAX,
+};
+use crate::log::LogFile;
+use crate::record::{self, Header};
+use crate::{Entry, Meta, Options, RecordKind, RecoveryReport, Stats, SyncPolicy};
+
+/// Bytes a lookup reads first: enough for header + key + value at the design point
+/// (values up to ~1.7 KiB) in one `pread`; longer records take a second read.
+const LOOKUP_READ_GUESS: usize = 2048;
+/// Bytes enough for any header + key (key comparisons on the write path).
+const KEY_READ_BYTES: usize = RECORD_HEADER_BYTES + KEY_BYTES_MAX;
+
+/// Serialized by `Inner::writer`: appends happen in this order.
+#[derive(Debug)]
+pub(crate) struct WriterState {
+    /// Where the next record goes.
+    pub end: u64,
+}
+
+#[derive(Debug, Default)]
+struct SyncState {
+    /// Log bytes known durable.
+    synced: u64,
+    /// A thread is running `fdatasync` right now (the group-commit leader).
+    leader: bool,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub lookups: AtomicU64,
+    pub extra_reads: AtomicU64,
+    pub fsyncs: AtomicU64,
+    pub checkpoints: AtomicU64,
+    pub checkpoint_errors: AtomicU64,
+    pub growth_step_max_us: AtomicU64,
+}
+
+/// State shared by the store handle and its background sync thread.
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub dir: PathBuf,
+    pub opts: Options,
+    pub log: Arc<LogFile>,
+    /// Random id written in the log header; a checkpoint is only valid for the same log.
+    pub nonce: u64,
+    pub index: RwLock<Index>,
+    pub writer: Mutex<WriterState>,
+    /// End of the fully appended records (readers and iterators stop here).
+    pub written_end: AtomicU64,
+    pub max_seq: AtomicU64,
+    pub poisoned: AtomicBool,
+    sync: Mutex<SyncState>,
+    sync_cv: Condvar,
+    /// Serializes checkpoints; holds the log end the last one covered.
+    pub ckpt: Mutex<u64>,
+    pub counters: Counters,
+    /// The flock'ed lock file; closing it releases the directory.
+    _lock: File,
+}
+
+/// A datastore: one directory holding the log, the index checkpoint and a lock file.
+/// `Send + Sync`: share it as `Arc<DataStore>`.
+#[derive(Debug)]
+pub struct DataStore {
+    inner: Arc<Inner>,
+    report: RecoveryReport,
+    background: Option<Background>,
+}
+
+#[derive(Debug)]
+struct Background {
+    stop: Arc<(Mutex<bool>, Condvar)>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl Inner {
+    pub fn new(dir: PathBuf, opts: Options, log: LogFile, nonce: u64, lock: File, end: u64) -> Inner {
+        let index = Index::for_keys(opts.expected_keys);
+        Inner {
+            dir,
+            opts,
+            log: Arc::new(log),
+            nonce,
+            index: RwLock::new(index),
+            writer: Mutex::new(WriterState { end }),
+            written_end: AtomicU64::new(end),
+            max_seq: AtomicU64::new(0),
+            poisoned: AtomicBool::new(false),
+            sync: Mutex::new(SyncState { synced: end, leader: false }),
+            sync_cv: Condvar::new(),
+            ckpt: Mutex::new(0),
+            counters: Counters::default(),
+            _lock: lock,
+        }
+    }
+
+    fn check_key(&self, key: &[u8]) -> Result<(), Error> {
+        let max = self.opts.key_bytes_max.min(KEY_BYTES_MAX);
+        if key.is_empty() {
+            return Err(Error::EmptyKey);
+        }
+        if key.len() > max {
+            return Err(Error::KeyTooLarge { len: key.len(), max });
+        }
+        Ok(())
+    }
+
+    fn check_value(&self, value: &[u8]) -> Result<(), Error> {
+        let max = self.opts.value_bytes_max.min(VALUE_BYTES_MAX);
+        if value.len() > max {
+            return Err(Error::ValueTooLarge { len: value.len(), max });
+        }
+        Ok(())
+    }
+
+    fn check_writable(&self) -> Result<(), Error> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned);
+        }
+        Ok(())
+    }
+
+    fn candidates(&self, kh: KeyHash) -> Vec<Candidate> {
+        let mut out = Vec::new();
+        self.index.read().find(kh, &mut out);
+        out
+    }
+
+    /// Read header + key of the record at `offset` (no checksum: the value is not read).
+    pub fn read_key(&self, offset: u64) -> Result<(Header, Vec<u8>), Error> {
+        let mut buf = [0u8; KEY_READ_BYTES];
+        let n = self.log.read_at(&mut buf, offset)?;
+        let header = record::parse_header(&buf[..n], offset)?;
+        if RECORD_HEADER_BYTES + header.key_len > n {
+            return Err(Error::corrupt(offset, "record truncated"));
+        }
+        Ok((header, record::key_of(&buf, &header).to_vec()))
+    }
+
+    /// Read and fully check the record at `offset`.
+    pub fn read_record(&self, offset: u64) -> Result<(Header, Vec<u8>), Error> {
+        let mut buf = vec![0u8; LOOKUP_READ_GUESS];
+        let n = self.log.read_at(&mut buf, offset)?;
+        let header = record::parse_header(&buf[..n], offset)?;
+        let total = header.total_len();
+        if total > n {
+            buf.resize(total, 0);
+            let more = self.log.read_at(&mut buf[n..], offset + n as u64)?;
+            if n + more < total {
+                return Err(Error::corrupt(offset, "record truncated"));
+            }
+        }
+        buf.truncate(total);
+        record::verify(&buf, offset, &header)?;
+        Ok((header, buf))
+    }
+
+    /// The index location of `key`, if present. Caller holds the writer lock, so the
+    /// locations stay valid until it updates the index.
+    pub fn find_existing(&self, kh: KeyHash, key: &[u8]) -> Result<Option<Loc>, Error> {
+        for c in self.candidates(kh) {
+            let (_, stored) = self.read_key(c.units as u64 * OFFSET_UNIT)?;
+            if stored == key {
+                return Ok(Some(c.loc));
+            }
+        }
+        Ok(None)
+    }
+
+    pub fn lookup(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
+        self.check_key(key)?;
+        let kh = KeyHash::of(key);
+        self.counters.lookups.fetch_add(1, Ordering::Relaxed);
+        for c in self.candidates(kh) {
+            let offset = c.units as u64 * OFFSET_UNIT;
+            let (header, buf) = self.read_record(offset)?;
+            if record::key_of(&buf, &header) != key {
+                self.counters.extra_reads.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            if header.kind != RecordKind::Put {
+                return Err(Error::corrupt(offset, "index points at a delete record"));
+            }
+            return Ok(Some(Entry { value: record::value_of(&buf, &header).to_vec(), meta: header.meta }));
+        }
+        Ok(None)
+    }
+
+    /// Append one record and update the index; returns the new log end.
+    pub fn write(&self, kind: RecordKind, key: &[u8], value: &[u8], meta: Meta) -> Result<u64, Error> {
+        self.check_key(key)?;
+        self.check_value(value)?;
+        self.check_writable()?;
+        let buf = record::encode(kind, key, value, meta)?;
+        let kh = KeyHash::of(key);
+        let mut w = self.writer.lock();
+        self.check_writable()?;
+        let offset = w.end;
+        let new_end = offset + buf.len() as u64;
+        if new_end > DATASTORE_BYTES_MAX {
+            return Err(Error::StoreFull);
+        }
+        let existing = self.find_existing(kh, key)?;
+        self.append(&mut w, offset, &buf)?;
+        self.apply(kind, kh, existing, offset);
+        self.max_seq.fetch_max(meta.seq, Ordering::AcqRel);
+        self.growth_step();
+        Ok(new_end)
+    }
+
+    /// Point the index at a record just appended (or replayed) at `offset`.
+    pub fn apply(&self, kind: RecordKind, kh: KeyHash, existing: Option<Loc>, offset: u64) {
+        let units = (offset / OFFSET_UNIT) as u32;
+        let mut idx = self.index.write();
+        match (kind, existing) {
+            (RecordKind::Put, Some(loc)) => idx.update(loc, units),
+            (RecordKind::Put, None) => idx.insert(kh, units),
+            (RecordKind::Delete, Some(loc)) => idx.remove(loc),
+            (RecordKind::Delete, None) => {}
+        }
+    }
+
+    /// Write `buf` at the log end. On failure the partial record is cut off again; if that
+    /// is impossible, or the failure was not ENOSPC, the store is poisoned.
+    fn append(&self, w: &mut MutexGuard<'_, WriterState>, offset: u64, buf: &[u8]) -> Result<(), Error> {
+        match self.log.write_all_at(buf, offset) {
+            Ok(()) => {
+                w.end = offset + buf.len() as u64;
+                self.written_end.store(w.end, Ordering::Release);
+                Ok(())
+            }
+            Err(e) => {
+                let nospace = e.raw_os_error() == Some(libc::ENOSPC);
+                if self.log.set_len(offset).is_err() || !nospace {
+                    self.poisoned.store(true, Ordering::Release);
+                }
+                Err(Error::io("appending a record", e))
+            }
+        }
+    }
+
+    /// One bounded step of index growth: move a few old buckets into the new table. Their
+    /// new bucket needs each key's id, so each moved entry costs a short log read, done
+    /// without holding the index lock (the writer lock keeps the index stable).
+    pub fn growth_step(&self) {
+        let Some(batch) = self.index.read().migration_batch(MIGRATE_BUCKETS_PER_STEP) else {
+            return;
+        };
+        let start = Instant::now();
+        let rehashed = self.rehash(&batch);
+        self.index.write().apply_migration(&batch, &rehashed);
+        let us = start.elapsed().as_micros() as u64;
+        self.counters.growth_step_max_us.fetch_max(us, Ordering::Relaxed);
+    }
+
+    fn rehash(&self, batch: &MigrationBatch) -> Vec<Option<u64>> {
+        let read = |units: u32| self.read_key(units as u64 * OFFSET_UNIT).ok();
+        batch.entries.iter().map(|&(_, units)| read(units).map(|(_, key)| KeyHash::of(&key).h)).collect()
+    }
+
+    /// Make the log durable at least up to `target`. Group commit: one thread (the leader)
+    /// runs `fdatasync` covering everything appended so far; others wait for it.
+    pub fn sync_to(&self, target: u64) -> Result<(), Error> {
+        let mut s = self.sync.lock();
+        loop {
+            self.check_writable()?;
+            if s.synced >= target {
+                return Ok(());
+            }
+            if s.leader {
+                self.sync_cv.wait(&mut s);
+                continue;
+            }
+            s.leader = true;
+            let upto = self.written_end.load(Ordering::Acquire);
+            let result = MutexGuard::unlocked(&mut s, || self.log.sync_data());
+            self.counters.fsyncs.fetch_add(1, Ordering::Relaxed);
+            s.leader = false;
+            self.sync_cv.notify_all();
+            if let Err(e) = result {
+                // The kernel may have dropped the dirty pages: we cannot know what is durable.
+                self.poisoned.store(true, Ordering::Release);
+                return Err(Error::io("syncing the log", e));
+            }
+            s.synced = s.synced.max(upto);
+        }
+    }
+
+    fn synced(&self) -> u64 {
+        self.sync.lock().synced
+    }
+
+    /// Work after a write returned from the writer lock: durability, auto checkpoint.
+    fn after_write(&self, end: u64) -> Result<(), Error> {
+        if self.opts.sync == SyncPolicy::Always {
+            self.sync_to(end)?;
+        }
+        let every = self.opts.checkpoint_every_bytes;
+        // try_lock: a writer never waits behind a checkpoint another thread is writing.
+        let last = self.ckpt.try_lock().map(|g| *g);
+        if every > 0 && last.is_some_and(|last| end.saturating_sub(last) >= every) {
+            if let Err(_e) = crate::checkpoint::write(self) {
+                self.counters.checkpoint_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    pub fn stats(&self) -> Stats {
+        let idx = self.index.read();
+        let c = &self.counters;
+        Stats {
+            live_keys: idx.live(),
+            log_bytes: self.written_end.load(Ordering::Acquire),
+            index_bytes: idx.bytes(),
+            lookups: c.lookups.load(Ordering::Relaxed),
+            extra_reads: c.extra_reads.load(Ordering::Relaxed),
+            index_capacity: idx.capacity(),
+            fsyncs: c.fsyncs.load(Ordering::Relaxed),
+            checkpoints: c.checkpoints.load(Ordering::Relaxed),
+            checkpoint_errors: c.checkpoint_errors.load(Ordering::Relaxed),
+            index_migrating: idx.is_migrating(),
+            growth_step_max_us: c.growth_step_max_us.load(Ordering::Relaxed),
+            poisoned: self.poisoned.load(Ordering::Acquire),
+        }
+    }
+}
+
+/// The interval sync thread: wakes every `every`, syncs if there are unsynced appends.
+fn spawn_interval_sync(inner: &Arc<Inner>, every: Duration) -> Result<Background, Error> {
+    let stop = Arc::new((Mutex::new(false), Condvar::new()));
+    let weak = Arc::downgrade(inner);
+    let stop2 = Arc::clone(&stop);
+    let handle = std::thread::Builder::new()
+        .name("fawn-ds-sync".into())
+        .spawn(move || loop {
+            {
+                let mut stopped = stop2.0.lock();
+                if !*stopped {
+                    stop2.1.wait_for(&mut stopped, every);
+                }
+                if *stopped {
+                    return;
+                }
+            }
+            let Some(inner) = weak.upgrade() else { return };
+            let end = inner.written_end.load(Ordering::Acquire);
+            if end > inner.synced() && !inner.poisoned.load(Ordering::Acquire) {
+                // A failure poisons the store; writers see it on their next call.
+                let _ = inner.sync_to(end);
+            }
+        })
+        .map_err(|e| Error::io("starting the sync thread", e))?;
+    Ok(Background { stop, handle: Some(handle) })
+}
+
+impl Background {
+    fn shutdown(&mut self) {
+        *self.stop.0.lock() = true;
+        self.stop.1.notify_all();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+impl DataStore {
+    /// Open (or create) the datastore in directory `dir`: lock it, load the checkpoint if
+    /// valid, replay the log after it (or rebuild from the whole log), cut a torn tail.
+    pub fn open(dir: &Path, options: Options) -> Result<DataStore, Error> {
+        let (inner, report) = crate::recovery::open(dir, options)?;
+        let inner = Arc::new(inner);
+        let background = match inner.opts.sync {
+            SyncPolicy::Interval(every) => Some(spawn_interval_sync(&inner, every)?),
+            _ => None,
+        };
+        Ok(DataStore { inner, report, background })
+    }
+
+    /// What recovery found when this store was opened.
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.report
+    }
+
+    /// Store `value` under `key` (appends a put record). Under `SyncPolicy::Always` returns
+    /// only once the record is durable.
+    pub fn store(&self, key: &[u8], value: &[u8], meta: Meta) -> Result<(), Error> {
+        let end = self.inner.write(RecordKind::Put, key, value, meta)?;
+        self.inner.after_write(end)
+    }
+
+    /// Delete `key`: appends a delete record (tombstone) carrying `meta.seq`, even if the
+    /// key is absent (replicas keep identical logs).
+    pub fn delete(&self, key: &[u8], meta: Meta) -> Result<(), Error> {
+        let end = self.inner.write(RecordKind::Delete, key, &[], meta)?;
+        self.inner.after_write(end)
+    }
+
+    /// The value of `key`, or None if absent or deleted. Expiry is not filtered here.
+    pub fn lookup(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
+        self.inner.lookup(key)
+    }
+
+    /// All records in log order, from the start to the end at call time.
+    pub fn iter(&self) -> Iter {
+        self.iter_from(LOG_HEADER_BYTES)
+    }
+
+    /// Records from `offset` (a `Record::offset` or an `end_offset()` seen earlier).
+    pub fn iter_from(&self, offset: u64) -> Iter {
+        let end = self.inner.written_end.load(Ordering::Acquire);
+        Iter::new(Arc::clone(&self.inner.log), offset, end)
+    }
+
+    /// Log position after the last appended record.
+    pub fn end_offset(&self) -> u64 {
+        self.inner.written_end.load(Ordering::Acquire)
+    }
+
+    /// Highest `meta.seq` appended or recovered (puts and deletes), 0 if none.
+    pub fn max_seq(&self) -> u64 {
+        self.inner.max_seq.load(Ordering::Acquire)
+    }
+
+    /// Make every record appended so far durable.
+    pub fn sync(&self) -> Result<(), Error> {
+        let end = self.inner.written_end.load(Ordering::Acquire);
+        self.inner.sync_to(end)
+    }
+
+    /// Write an index checkpoint (after syncing the log it covers).
+    pub fn checkpoint(&self) -> Result<(), Error> {
+        crate::checkpoint::write(&self.inner)
+    }
+
+    /// Sync, checkpoint, stop the background thread and release the directory lock.
+    pub fn close(mut self) -> Result<(), Error> {
+        self.stop_background();
+        self.sync()?;
+        self.checkpoint()
+    }
+
+    /// Counters and sizes.
+    pub fn stats(&self) -> Stats {
+        self.inner.stats()
+    }
+
+    /// The datastore directory.
+    pub fn path(&self) -> &Path {
+        &self.inner.dir
+    }
+
+    fn stop_background(&mut self) {
+        if let Some(mut bg) = self.background.take() {
+            bg.shutdown();
+        }
+    }
+}
+
+impl Drop for DataStore {
+    fn drop(&mut self) {
+        self.stop_background();
+        // Best effort: a dropped (not closed) store still syncs what it acknowledged under
+        // an interval policy. Errors poison nothing further; there is no caller to tell.
+        if matches!(self.inner.opts.sync, SyncPolicy::Interval(_)) {
+            let _ = self.sync();
+        }
+    }
+}
