@@ -1,0 +1,262 @@
+//! Meta commands `mg`, `ms`, `md`, `ma` (`mn` is answered in `run`).
+//!
+//! Reply codes: `VA <len>` (value follows), `HD` (success), `EN` (miss), `NF` (not found),
+//! `NS` (not stored), `EX` (cas mismatch). Return flags follow in the order the client asked
+//! for them. `q` hides the success reply (`HD`, and `VA` for `ma`) and `mg`'s `EN`; failures
+//! are always sent — checked against memcached 1.6.18.
+
+use fawn_proto::memcache::{
+    absolute_expiry, reply, ArithMode, MetaArith, MetaDelete, MetaFlags, MetaGet, MetaSet,
+};
+use fawn_proto::op::{is_expired, Item, Mutation, Outcome, UnixSeconds, Update};
+
+use super::{bare_update, get, now, store, Ctx};
+use crate::memcache::stats::Stats;
+use crate::service::{KvService, ServiceError};
+
+/// What return flags may report about the item.
+struct Info {
+    cas: u64,
+    flags: u32,
+    size: usize,
+    expiry: UnixSeconds,
+}
+
+impl Info {
+    fn of(item: &Item) -> Self {
+        Info { cas: item.cas, flags: item.flags, size: item.value.len(), expiry: item.expiry }
+    }
+}
+
+/// Writes `code`, the requested return flags (those known without `info` on a miss), `\r\n`.
+fn header(out: &mut Vec<u8>, code: &[u8], meta: &MetaFlags, key: &[u8], info: Option<&Info>) {
+    out.extend_from_slice(code);
+    for letter in &meta.order {
+        match (letter, info) {
+            (b'k', _) => reply::meta_key(out, key, meta.base64),
+            (b'O', _) => reply::meta_opaque(out, meta.opaque.as_deref().unwrap_or_default()),
+            (b'c', Some(info)) => reply::meta_flag(out, b'c', info.cas),
+            (b'f', Some(info)) => reply::meta_flag(out, b'f', info.flags),
+            (b's', Some(info)) => reply::meta_flag(out, b's', info.size),
+            (b't', Some(info)) => reply::meta_flag(out, b't', ttl(info.expiry)),
+            _ => {}
+        }
+    }
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Remaining seconds to live; -1 for an item that never expires.
+fn ttl(expiry: UnixSeconds) -> i64 {
+    if expiry == 0 {
+        -1
+    } else {
+        (i64::from(expiry) - i64::from(now())).max(0)
+    }
+}
+
+/// `mg`: with `T`, touch first (as `gat`), then read.
+pub(super) async fn get<S: KvService>(ctx: &mut Ctx<'_, S>, mg: MetaGet) {
+    Stats::incr(&ctx.stats().counters.cmd_meta);
+    let item = match mg.meta.ttl {
+        None => get::fetch(ctx, &mg.key).await,
+        Some(exptime) => touch_then_read(ctx, &mg.key, exptime).await,
+    };
+    let item = match item {
+        Ok(item) => item,
+        Err(error) => return ctx.server_error(&error, false),
+    };
+    let Some(item) = item else {
+        if !mg.meta.quiet {
+            header(ctx.out, reply::META_EN, &mg.meta, &mg.key, None);
+        }
+        return;
+    };
+    let info = Info::of(&item);
+    if mg.value {
+        let code = format!("VA {}", item.value.len());
+        header(ctx.out, code.as_bytes(), &mg.meta, &mg.key, Some(&info));
+        ctx.out.extend_from_slice(&item.value);
+        ctx.out.extend_from_slice(b"\r\n");
+    } else {
+        header(ctx.out, reply::META_HD, &mg.meta, &mg.key, Some(&info));
+    }
+}
+
+async fn touch_then_read<S: KvService>(
+    ctx: &mut Ctx<'_, S>,
+    key: &[u8],
+    exptime: i32,
+) -> Result<Option<Item>, ServiceError> {
+    Stats::incr(&ctx.stats().counters.cmd_touch);
+    let update = bare_update(key.to_vec(), Mutation::Touch, absolute_expiry(exptime, now()));
+    match ctx.service().update(update).await? {
+        Outcome::Touched { .. } => get::fetch(ctx, key).await,
+        _ => Ok(None),
+    }
+}
+
+/// `ms`: `M` picks the storage mode; `C` makes it a compare-and-set.
+pub(super) async fn set<S: KvService>(ctx: &mut Ctx<'_, S>, ms: MetaSet) {
+    let counters = &ctx.stats().counters;
+    Stats::incr(&counters.cmd_meta);
+    Stats::incr(&counters.cmd_set);
+    let mutation = match ms.compare_cas {
+        Some(unique) => Mutation::Cas { unique },
+        None => store::mutation(ms.mode),
+    };
+    let size = ms.value.len();
+    let update = Update {
+        key: ms.key.clone(),
+        mutation,
+        value: ms.value,
+        flags: ms.client_flags,
+        expiry: absolute_expiry(ms.meta.ttl.unwrap_or(0), now()),
+    };
+    let Some(outcome) = ctx.update(update, false).await else {
+        return;
+    };
+    let (code, info) = match outcome {
+        Outcome::Stored { cas } => {
+            Stats::incr(&ctx.stats().counters.total_items);
+            if ms.meta.quiet {
+                return;
+            }
+            let info = Info { cas, flags: ms.client_flags, size, expiry: 0 };
+            (reply::META_HD, Some(info))
+        }
+        Outcome::Exists => (reply::META_EX, None),
+        Outcome::NotFound => (reply::META_NF, None),
+        _ => (reply::META_NS, None),
+    };
+    header(ctx.out, code, &ms.meta, &ms.key, info.as_ref());
+}
+
+/// `md`.
+pub(super) async fn delete<S: KvService>(ctx: &mut Ctx<'_, S>, md: MetaDelete) {
+    Stats::incr(&ctx.stats().counters.cmd_meta);
+    let update = bare_update(md.key.clone(), Mutation::Delete, 0);
+    let Some(outcome) = ctx.update(update, false).await else {
+        return;
+    };
+    let counters = &ctx.stats().counters;
+    if matches!(outcome, Outcome::Deleted) {
+        Stats::incr(&counters.delete_hits);
+        if !md.meta.quiet {
+            header(ctx.out, reply::META_HD, &md.meta, &md.key, None);
+        }
+    } else {
+        Stats::incr(&counters.delete_misses);
+        header(ctx.out, reply::META_NF, &md.meta, &md.key, None);
+    }
+}
+
+/// `ma`: incr/decr; with `N`, a miss creates the counter at `J` (then it is not incremented,
+/// as memcached does).
+pub(super) async fn arith<S: KvService>(ctx: &mut Ctx<'_, S>, ma: MetaArith) {
+    Stats::incr(&ctx.stats().counters.cmd_meta);
+    let result = match apply_arith(ctx, &ma).await {
+        Ok(result) => result,
+        Err(error) => return ctx.server_error(&error, false),
+    };
+    match result {
+        ArithResult::Value { value, cas, expiry } => {
+            if !ma.meta.quiet {
+                counter_reply(ctx.out, &ma, value, cas, expiry);
+            }
+        }
+        ArithResult::Miss => header(ctx.out, reply::META_NF, &ma.meta, &ma.key, None),
+        ArithResult::NonNumeric => ctx.reply(reply::NON_NUMERIC),
+    }
+}
+
+enum ArithResult {
+    Value { value: u64, cas: u64, expiry: UnixSeconds },
+    Miss,
+    NonNumeric,
+}
+
+async fn apply_arith<S: KvService>(
+    ctx: &mut Ctx<'_, S>,
+    ma: &MetaArith,
+) -> Result<ArithResult, ServiceError> {
+    let incr = ma.mode == ArithMode::Incr;
+    // Twice at most: a miss with `N` creates the counter with `add`; if another client created
+    // it first, the second round applies the delta to theirs.
+    for _ in 0..2 {
+        match incr_once(ctx, ma, incr).await? {
+            ArithResult::Miss => {}
+            done => return Ok(done),
+        }
+        let Some(exptime) = ma.vivify else {
+            return Ok(ArithResult::Miss);
+        };
+        if let Some(created) = vivify(ctx, ma, exptime).await? {
+            return Ok(created);
+        }
+    }
+    Ok(ArithResult::Miss)
+}
+
+async fn incr_once<S: KvService>(
+    ctx: &mut Ctx<'_, S>,
+    ma: &MetaArith,
+    incr: bool,
+) -> Result<ArithResult, ServiceError> {
+    let mutation = if incr { Mutation::Incr { delta: ma.delta } } else { Mutation::Decr { delta: ma.delta } };
+    let outcome = ctx.service().update(bare_update(ma.key.clone(), mutation, 0)).await?;
+    let c = &ctx.stats().counters;
+    let hit = matches!(outcome, Outcome::Counter { .. });
+    Stats::incr(match (incr, hit) {
+        (true, true) => &c.incr_hits,
+        (true, false) => &c.incr_misses,
+        (false, true) => &c.decr_hits,
+        (false, false) => &c.decr_misses,
+    });
+    Ok(match outcome {
+        Outcome::Counter { value, cas } => {
+            // The outcome does not carry the expiry; read it only if the client asked (`t`).
+            let expiry = if ma.ret_ttl { current_expiry(ctx, &ma.key).await? } else { 0 };
+            ArithResult::Value { value, cas, expiry }
+        }
+        Outcome::NonNumeric => ArithResult::NonNumeric,
+        _ => ArithResult::Miss,
+    })
+}
+
+async fn current_expiry<S: KvService>(ctx: &Ctx<'_, S>, key: &[u8]) -> Result<UnixSeconds, ServiceError> {
+    let item = ctx.service().get(key).await?;
+    Ok(item.filter(|item| !is_expired(item.expiry, now())).map_or(0, |item| item.expiry))
+}
+
+/// Creates a missing counter at its initial value; `None` if someone else created it first.
+async fn vivify<S: KvService>(
+    ctx: &mut Ctx<'_, S>,
+    ma: &MetaArith,
+    exptime: i32,
+) -> Result<Option<ArithResult>, ServiceError> {
+    let expiry = absolute_expiry(exptime, now());
+    let update = Update {
+        key: ma.key.clone(),
+        mutation: Mutation::Add,
+        value: ma.initial.to_string().into_bytes(),
+        flags: 0,
+        expiry,
+    };
+    Ok(match ctx.service().update(update).await? {
+        Outcome::Stored { cas } => Some(ArithResult::Value { value: ma.initial, cas, expiry }),
+        _ => None,
+    })
+}
+
+fn counter_reply(out: &mut Vec<u8>, ma: &MetaArith, value: u64, cas: u64, expiry: UnixSeconds) {
+    let text = value.to_string();
+    let info = Info { cas, flags: 0, size: text.len(), expiry };
+    if ma.value {
+        let code = format!("VA {}", text.len());
+        header(out, code.as_bytes(), &ma.meta, &ma.key, Some(&info));
+        out.extend_from_slice(text.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    } else {
+        header(out, reply::META_HD, &ma.meta, &ma.key, Some(&info));
+    }
+}

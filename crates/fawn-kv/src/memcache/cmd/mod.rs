@@ -1,0 +1,103 @@
+//! Request handlers, one file per command group. Each appends its reply to `ctx.out`; a
+//! [`ServiceError`] becomes `SERVER_ERROR <message>` and the connection goes on.
+
+mod admin;
+mod arith;
+mod delete;
+mod get;
+mod meta;
+pub(super) mod store;
+mod touch;
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use fawn_proto::memcache::{reply, Command};
+use fawn_proto::op::{Mutation, Outcome, UnixSeconds, Update};
+
+use super::stats::Stats;
+use super::Shared;
+use crate::service::{KvService, ServiceError};
+
+/// Whether the connection continues after a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Flow {
+    Continue,
+    Close,
+}
+
+/// What a handler may use: the shared server state and the connection's output buffer.
+pub(super) struct Ctx<'a, S> {
+    pub shared: &'a Shared<S>,
+    pub out: &'a mut Vec<u8>,
+}
+
+impl<'a, S: KvService> Ctx<'a, S> {
+    pub fn new(shared: &'a Shared<S>, out: &'a mut Vec<u8>) -> Self {
+        Ctx { shared, out }
+    }
+
+    pub fn stats(&self) -> &Stats {
+        &self.shared.stats
+    }
+
+    pub fn service(&self) -> &S {
+        &self.shared.service
+    }
+
+    pub fn reply(&mut self, line: &[u8]) {
+        self.out.extend_from_slice(line);
+    }
+
+    /// Reports a cluster failure; counted, and never fatal for the connection. Under
+    /// `noreply` it is not sent, as memcached does, since the client reads no reply.
+    pub fn server_error(&mut self, error: &ServiceError, noreply: bool) {
+        Stats::incr(&self.stats().counters.server_errors);
+        if !noreply {
+            reply::server_error(self.out, &error.to_string());
+        }
+    }
+
+    /// Sends an update to the cluster, turning a failure into a `SERVER_ERROR` reply.
+    pub async fn update(&mut self, update: Update, noreply: bool) -> Option<Outcome> {
+        match self.service().update(update).await {
+            Ok(outcome) => Some(outcome),
+            Err(error) => {
+                self.server_error(&error, noreply);
+                None
+            }
+        }
+    }
+}
+
+/// The server's clock, for exptime conversion and ttl reports.
+pub(super) fn now() -> UnixSeconds {
+    let secs = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    u32::try_from(secs).unwrap_or(u32::MAX)
+}
+
+/// An update with no value (delete, incr, decr, touch).
+pub(super) fn bare_update(key: Vec<u8>, mutation: Mutation, expiry: UnixSeconds) -> Update {
+    Update { key, mutation, value: Vec::new(), flags: 0, expiry }
+}
+
+/// Runs one parsed request.
+pub(super) async fn run<S: KvService>(ctx: &mut Ctx<'_, S>, command: Command) -> Flow {
+    match command {
+        Command::Get(get) => get::run(ctx, get).await,
+        Command::Store(store) => store::run(ctx, store).await,
+        Command::Delete { key, noreply } => delete::run(ctx, key, noreply).await,
+        Command::Arith { key, incr, delta, noreply } => arith::run(ctx, key, incr, delta, noreply).await,
+        Command::Touch { key, exptime, noreply } => touch::run(ctx, key, exptime, noreply).await,
+        Command::FlushAll { delay, noreply } => admin::flush_all(ctx, delay, noreply).await,
+        Command::Version => admin::version(ctx),
+        Command::Verbosity { noreply } => admin::verbosity(ctx, noreply),
+        Command::Stats { group } => admin::stats(ctx, group).await,
+        Command::Quit => return Flow::Close,
+        Command::MetaGet(mg) => meta::get(ctx, mg).await,
+        Command::MetaSet(ms) => meta::set(ctx, ms).await,
+        Command::MetaDelete(md) => meta::delete(ctx, md).await,
+        Command::MetaArith(ma) => meta::arith(ctx, ma).await,
+        Command::MetaNoop => ctx.reply(reply::META_MN),
+    }
+    Flow::Continue
+}

@@ -1,0 +1,151 @@
+//! One client connection: read, parse, run, reply — in order, with bounded buffers.
+
+use std::sync::Arc;
+
+use bytes::{Buf, BytesMut};
+use fawn_proto::memcache::{parse, Invalid, Parse};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use super::cmd::{self, Flow};
+use super::stats::Stats;
+use super::Shared;
+use crate::service::KvService;
+
+/// Replies are flushed once this much is pending, even mid-pipeline, so a long pipeline of
+/// large gets cannot grow the output buffer without bound.
+const FLUSH_AT: usize = 64 * 1024;
+const READ_CHUNK: usize = 16 * 1024;
+
+pub(super) struct Connection<S> {
+    stream: TcpStream,
+    shared: Arc<Shared<S>>,
+    stop: watch::Receiver<bool>,
+    input: BytesMut,
+    output: Vec<u8>,
+    /// Bytes of a refused data block still to discard as they arrive.
+    swallow: usize,
+}
+
+/// Why reading stopped.
+enum ReadEnd {
+    Data,
+    Closed,
+}
+
+impl<S: KvService> Connection<S> {
+    pub(super) fn new(stream: TcpStream, shared: Arc<Shared<S>>, stop: watch::Receiver<bool>) -> Self {
+        // Replies are batched per read, so Nagle's delay only adds latency.
+        let _ = stream.set_nodelay(true);
+        Connection {
+            stream,
+            shared,
+            stop,
+            input: BytesMut::with_capacity(READ_CHUNK),
+            output: Vec::with_capacity(READ_CHUNK),
+            swallow: 0,
+        }
+    }
+
+    pub(super) async fn run(mut self) {
+        self.shared.stats.connection_opened();
+        let _ = self.serve().await;
+        let _ = self.stream.shutdown().await;
+        self.shared.stats.connection_closed();
+    }
+
+    /// Alternates: answer every complete request in the buffer, flush, read more.
+    async fn serve(&mut self) -> std::io::Result<()> {
+        loop {
+            let flow = self.process_buffer().await?;
+            self.flush().await?;
+            if matches!(flow, Flow::Close) || *self.stop.borrow() {
+                return Ok(());
+            }
+            if let ReadEnd::Closed = self.read().await? {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Runs the requests that are complete in the input buffer, in order.
+    async fn process_buffer(&mut self) -> std::io::Result<Flow> {
+        loop {
+            if self.swallow > 0 {
+                let n = self.swallow.min(self.input.len());
+                self.input.advance(n);
+                self.swallow -= n;
+                if self.swallow > 0 {
+                    return Ok(Flow::Continue);
+                }
+            }
+            let flow = match parse(&self.input, &self.shared.config.limits) {
+                Parse::Incomplete => return Ok(Flow::Continue),
+                Parse::Frame { command, consumed } => {
+                    self.input.advance(consumed);
+                    let mut ctx = cmd::Ctx::new(&self.shared, &mut self.output);
+                    cmd::run(&mut ctx, command).await
+                }
+                Parse::Invalid(invalid) => self.invalid(invalid).await,
+            };
+            if matches!(flow, Flow::Close) {
+                return Ok(flow);
+            }
+            if self.output.len() >= FLUSH_AT {
+                self.flush().await?;
+            }
+        }
+    }
+
+    async fn invalid(&mut self, invalid: Invalid) -> Flow {
+        if let Some(reply) = invalid.reply {
+            self.output.extend_from_slice(reply);
+        }
+        if let Some(key) = invalid.unlink {
+            cmd::store::unlink(&self.shared, key).await;
+        }
+        self.input.advance(invalid.consumed.min(self.input.len()));
+        self.swallow = invalid.swallow;
+        if invalid.close {
+            Flow::Close
+        } else {
+            Flow::Continue
+        }
+    }
+
+    async fn flush(&mut self) -> std::io::Result<()> {
+        if self.output.is_empty() {
+            return Ok(());
+        }
+        self.stream.write_all(&self.output).await?;
+        Stats::add(&self.shared.stats.counters.bytes_written, self.output.len());
+        self.output.clear();
+        Ok(())
+    }
+
+    /// Reads more input; ends on EOF, idle timeout or server shutdown.
+    async fn read(&mut self) -> std::io::Result<ReadEnd> {
+        self.input.reserve(READ_CHUNK);
+        let idle = self.shared.config.idle_timeout;
+        let read = self.stream.read_buf(&mut self.input);
+        let timed = async {
+            match idle {
+                Some(limit) => tokio::time::timeout(limit, read).await.ok(),
+                None => Some(read.await),
+            }
+        };
+        let n = tokio::select! {
+            result = timed => match result {
+                Some(result) => result?,
+                None => return Ok(ReadEnd::Closed),
+            },
+            _ = self.stop.changed() => return Ok(ReadEnd::Closed),
+        };
+        if n == 0 {
+            return Ok(ReadEnd::Closed);
+        }
+        Stats::add(&self.shared.stats.counters.bytes_read, n);
+        Ok(ReadEnd::Data)
+    }
+}

@@ -1,0 +1,116 @@
+//! The memcached text-protocol front-end (memcached 1.6 `protocol.txt`, classic and meta
+//! commands), written only against [`KvService`], so it knows nothing of rings or chains.
+//!
+//! Shape (as in mini-redis): [`serve`] accepts connections until `shutdown` resolves; each
+//! connection runs [`conn::Connection`], which parses requests with
+//! `fawn_proto::memcache::parse`, runs them one at a time (so pipelined requests are answered
+//! in order) through the handlers in [`cmd`], and writes the replies in batches.
+
+mod cmd;
+mod conn;
+mod stats;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fawn_proto::memcache::{reply, Limits};
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, watch, Semaphore};
+
+use crate::service::KvService;
+pub use stats::Stats;
+
+/// Settings of the memcached front-end.
+#[derive(Debug, Clone)]
+pub struct MemcacheConfig {
+    /// Parser bounds: line length and the largest value (`-I` in memcached; default 1 MiB).
+    pub limits: Limits,
+    /// Open connections allowed at once (`-c`); one more is told
+    /// `SERVER_ERROR too many open connections` and closed.
+    pub max_connections: usize,
+    /// Close a connection idle this long (`idle_timeout`; `None` = never, memcached's default).
+    pub idle_timeout: Option<Duration>,
+    /// The version reported by `version` and `stats`. Clients parse the leading `x.y.z` to
+    /// pick features, so it starts with the memcached release whose protocol we follow.
+    pub version: String,
+    /// `limit_maxbytes` reported by `stats` (the cluster's capacity, as the operator sees it).
+    pub limit_maxbytes: u64,
+    /// `threads` reported by `stats`.
+    pub threads: usize,
+}
+
+impl Default for MemcacheConfig {
+    fn default() -> Self {
+        MemcacheConfig {
+            limits: Limits::default(),
+            max_connections: 1024,
+            idle_timeout: None,
+            version: format!("1.6.21-fawn-{}", env!("CARGO_PKG_VERSION")),
+            limit_maxbytes: 64 * 1024 * 1024,
+            threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+}
+
+/// What every connection of one server shares.
+struct Shared<S> {
+    service: Arc<S>,
+    config: MemcacheConfig,
+    stats: Stats,
+}
+
+/// Serves the memcached protocol on `listener` until `shutdown` resolves, then stops accepting,
+/// lets each connection finish the request it is running, closes them, and returns.
+///
+/// Errors accepting a connection (e.g. out of file descriptors) are logged and retried after
+/// a short pause; they never stop the server.
+pub async fn serve<S: KvService>(
+    listener: TcpListener,
+    service: Arc<S>,
+    config: MemcacheConfig,
+    shutdown: impl Future,
+) {
+    let permits = Arc::new(Semaphore::new(config.max_connections));
+    let shared = Arc::new(Shared { service, config, stats: Stats::new() });
+    let (stop_tx, stop_rx) = watch::channel(false);
+    // Each connection task holds a clone of `done_tx`; when all are dropped, all have ended.
+    let (done_tx, mut done_rx) = mpsc::channel::<()>(1);
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let Ok(permit) = permits.clone().try_acquire_owned() else {
+                        shared.stats.rejected_connection();
+                        tokio::spawn(refuse(stream));
+                        continue;
+                    };
+                    let shared = shared.clone();
+                    let stop = stop_rx.clone();
+                    let done = done_tx.clone();
+                    tokio::spawn(async move {
+                        conn::Connection::new(stream, shared, stop).run().await;
+                        drop(permit);
+                        drop(done);
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "memcached front-end: accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            },
+        }
+    }
+    let _ = stop_tx.send(true);
+    drop(done_tx);
+    let _ = done_rx.recv().await;
+}
+
+/// Over the connection limit: say so, as memcached does, and close.
+async fn refuse(mut stream: TcpStream) {
+    let _ = stream.write_all(reply::TOO_MANY_CONNECTIONS).await;
+    let _ = stream.shutdown().await;
+}

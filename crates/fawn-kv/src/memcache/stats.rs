@@ -1,0 +1,121 @@
+//! Counters for `stats`, shared by all connections of one server.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::time::Instant;
+
+/// Declares the counters once: the struct fields, `reset` and the `STAT` lines in order.
+macro_rules! counters {
+    ($($name:ident),* $(,)?) => {
+        /// Server-wide counters (relaxed atomics: they are statistics, not synchronisation).
+        #[derive(Debug, Default)]
+        pub struct Counters {
+            $(pub $name: AtomicU64,)*
+        }
+
+        impl Counters {
+            /// `stats reset` clears the command and traffic counters, not the gauges.
+            fn reset(&self) {
+                $(self.$name.store(0, Relaxed);)*
+            }
+
+            fn each(&self, mut f: impl FnMut(&'static str, u64)) {
+                $(f(stringify!($name), self.$name.load(Relaxed));)*
+            }
+        }
+    };
+}
+
+counters!(
+    cmd_get,
+    cmd_set,
+    cmd_flush,
+    cmd_touch,
+    cmd_meta,
+    get_hits,
+    get_misses,
+    get_expired,
+    get_flushed,
+    delete_misses,
+    delete_hits,
+    incr_misses,
+    incr_hits,
+    decr_misses,
+    decr_hits,
+    cas_misses,
+    cas_hits,
+    cas_badval,
+    touch_hits,
+    touch_misses,
+    store_too_large,
+    server_errors,
+    bytes_read,
+    bytes_written,
+    total_items,
+);
+
+/// Everything `stats` reports that the front-end itself knows.
+#[derive(Debug)]
+pub struct Stats {
+    started: Instant,
+    pub counters: Counters,
+    curr_connections: AtomicU64,
+    total_connections: AtomicU64,
+    rejected_connections: AtomicU64,
+}
+
+impl Default for Stats {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Stats {
+    pub fn new() -> Self {
+        Stats {
+            started: Instant::now(),
+            counters: Counters::default(),
+            curr_connections: AtomicU64::new(0),
+            total_connections: AtomicU64::new(0),
+            rejected_connections: AtomicU64::new(0),
+        }
+    }
+
+    pub fn incr(counter: &AtomicU64) {
+        counter.fetch_add(1, Relaxed);
+    }
+
+    pub fn add(counter: &AtomicU64, n: usize) {
+        counter.fetch_add(n as u64, Relaxed);
+    }
+
+    pub fn connection_opened(&self) {
+        self.curr_connections.fetch_add(1, Relaxed);
+        self.total_connections.fetch_add(1, Relaxed);
+    }
+
+    pub fn connection_closed(&self) {
+        self.curr_connections.fetch_sub(1, Relaxed);
+    }
+
+    pub fn rejected_connection(&self) {
+        self.rejected_connections.fetch_add(1, Relaxed);
+        self.total_connections.fetch_add(1, Relaxed);
+    }
+
+    pub fn uptime_secs(&self) -> u64 {
+        self.started.elapsed().as_secs()
+    }
+
+    pub fn reset(&self) {
+        self.counters.reset();
+        self.rejected_connections.store(0, Relaxed);
+    }
+
+    /// Connection gauges and the counters, in memcached's `stats` order.
+    pub fn each(&self, mut f: impl FnMut(&'static str, u64)) {
+        f("curr_connections", self.curr_connections.load(Relaxed));
+        f("total_connections", self.total_connections.load(Relaxed));
+        f("rejected_connections", self.rejected_connections.load(Relaxed));
+        self.counters.each(f);
+    }
+}
