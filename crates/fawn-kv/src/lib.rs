@@ -3,5 +3,14 @@
 //! **Architecture Invariant:** only the front-end (`memcache` module) knows memcached syntax;
 //! back-ends and the manager speak only the native protocol.
 
+pub mod backend;
+pub mod clock;
+pub mod frontend;
+pub mod local;
+pub mod lockfile;
+pub mod manager;
 pub mod memcache;
+pub mod run;
+pub mod server;
 pub mod service;
+pub mod view;

@@ -49,18 +49,9 @@ pub enum Message {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
     /// Read at the tail (to a back-end) or via the owning front-end.
-    Get {
-        epoch: Epoch,
-        key: Vec<u8>,
-        forwarded: bool,
-    },
+    Get { epoch: Epoch, key: Vec<u8>, forwarded: bool },
     /// An update to the head (to a back-end) or via the owning front-end.
-    Update {
-        epoch: Epoch,
-        req: ReqId,
-        update: Update,
-        forwarded: bool,
-    },
+    Update { epoch: Epoch, req: ReqId, update: Update, forwarded: bool },
     /// Cluster-wide flush (to a front-end, which asks the manager).
     FlushAll { at_unix: u32 },
     /// Live item counts: of the ranges this back-end is tail of, or of the whole cluster
@@ -71,21 +62,13 @@ pub enum Request {
     /// A back-end announces itself to the manager.
     RegisterBackend { node: NodeId, addr: String },
     /// A front-end announces itself to the manager.
-    RegisterFrontend {
-        id: u32,
-        native_addr: String,
-        memcache_addr: String,
-    },
+    RegisterFrontend { id: u32, native_addr: String, memcache_addr: String },
     /// Manager: set the flush time (`flush_all`).
     SetFlush { at_unix: u32 },
     /// Health and counters of one process.
     Status,
     /// Committed contents of one range on this back-end, in key order, paged.
-    RangeDigest {
-        range: Range,
-        after_key: Option<Vec<u8>>,
-        limit: u32,
-    },
+    RangeDigest { range: Range, after_key: Option<Vec<u8>>, limit: u32 },
     /// Liveness probe (heartbeats).
     Ping,
 }
@@ -135,30 +118,20 @@ pub enum WireError {
 pub enum ChainMsg {
     /// First frame of a chain connection: who is sending.
     Hello { from: NodeId },
-    /// An update the head ordered, travelling head → tail.
-    Replicate {
-        epoch: Epoch,
-        range: Range,
-        seq: u64,
-        key: Vec<u8>,
-        effect: ReplEffect,
-    },
+    /// An update the head ordered, travelling head → tail. `prev_seq` is the sequence number
+    /// of the range's previous update, so a receiver can tell a gap from a duplicate.
+    Replicate { epoch: Epoch, range: Range, seq: u64, prev_seq: u64, key: Vec<u8>, effect: ReplEffect },
+    /// A receiver found a gap: resend every update of `range` after `after_seq`; travels
+    /// downstream → upstream.
+    Resend { epoch: Epoch, range: Range, after_seq: u64 },
     /// Everything up to `seq` in `range` is stored at the tail; travels tail → head.
-    Ack {
-        epoch: Epoch,
-        range: Range,
-        seq: u64,
-    },
+    Ack { epoch: Epoch, range: Range, seq: u64 },
 }
 
 /// The replicated effect of an update.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ReplEffect {
-    Put {
-        value: Vec<u8>,
-        flags: u32,
-        expiry: u32,
-    },
+    Put { value: Vec<u8>, flags: u32, expiry: u32 },
     Delete,
 }
 
@@ -227,18 +200,12 @@ pub enum FrameError {
 }
 
 /// Appends one frame to `out`.
-pub fn encode_frame(
-    request_id: u64,
-    message: &Message,
-    out: &mut Vec<u8>,
-) -> Result<(), FrameError> {
+pub fn encode_frame(request_id: u64, message: &Message, out: &mut Vec<u8>) -> Result<(), FrameError> {
     let start = out.len();
     out.extend_from_slice(&[0; 4]);
     out.push(PROTOCOL_VERSION);
     out.extend_from_slice(&request_id.to_le_bytes());
-    body_options()
-        .serialize_into(&mut *out, message)
-        .map_err(|e| FrameError::Body(e.to_string()))?;
+    body_options().serialize_into(&mut *out, message).map_err(|e| FrameError::Body(e.to_string()))?;
     let len = out.len() - start - 4;
     if len > FRAME_BYTES_MAX {
         out.truncate(start);
@@ -271,16 +238,13 @@ pub fn decode_frame(buf: &[u8]) -> Result<Option<(u64, Message, usize)>, FrameEr
     }
     let mut id = [0u8; 8];
     id.copy_from_slice(&frame[1..9]);
-    let msg: Message = body_options()
-        .deserialize(&frame[9..])
-        .map_err(|e| FrameError::Body(e.to_string()))?;
+    let msg: Message =
+        body_options().deserialize(&frame[9..]).map_err(|e| FrameError::Body(e.to_string()))?;
     Ok(Some((u64::from_le_bytes(id), msg, 4 + len)))
 }
 
 /// bincode settings of the body: little-endian, varint integers, bounded by the frame limit
 /// so a hostile length prefix cannot make the decoder allocate more than a frame.
 fn body_options() -> impl Options {
-    bincode::DefaultOptions::new()
-        .with_limit(FRAME_BYTES_MAX as u64)
-        .reject_trailing_bytes()
+    bincode::DefaultOptions::new().with_limit(FRAME_BYTES_MAX as u64).reject_trailing_bytes()
 }

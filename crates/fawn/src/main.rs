@@ -1,3 +1,50 @@
-fn main() {
-    println!("fawn: under construction");
+//! `fawn`: the one binary. A thin main: parse flags, set up logging, call library code.
+
+mod args;
+mod status;
+
+use args::{Cli, Command};
+
+fn main() -> std::process::ExitCode {
+    let cli = match args::parse() {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    init_logging(&cli);
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("fawn: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("fawn: error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Up(a) => a.run().await,
+        Command::Manager(a) => a.run().await,
+        Command::Backend(a) => a.run().await,
+        Command::Frontend(a) => a.run().await,
+        Command::Status(a) => status::run(a).await,
+        Command::Bench(a) => tokio::task::spawn_blocking(move || fawn_bench::run(a)).await?,
+    }
+}
+
+fn init_logging(cli: &Cli) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("FAWN_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cli.log_level));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    if cli.log_json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
 }

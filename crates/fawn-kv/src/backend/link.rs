@@ -1,0 +1,120 @@
+//! Outbound chain links: one TCP connection per peer back-end, carrying chain messages in
+//! order, reconnecting (and resending what is unacknowledged) when it breaks.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use fawn_proto::native::{encode_frame, ChainMsg, Message};
+use fawn_ring::NodeId;
+use parking_lot::Mutex;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tracing::{debug, info};
+
+/// Chain messages queued per link before the sender waits.
+pub const LINK_QUEUE_MESSAGES_MAX: usize = 8192;
+/// Pause between reconnection attempts.
+const RECONNECT_PAUSE: Duration = Duration::from_millis(100);
+/// Bytes coalesced into one write.
+const LINK_BATCH_BYTES: usize = 256 * 1024;
+
+/// What a link needs from its back-end.
+pub trait LinkOwner: Send + Sync + 'static {
+    /// The current address of `peer`, if known.
+    fn peer_addr(&self, peer: NodeId) -> Option<String>;
+    /// This node's id (sent in the Hello).
+    fn node_id(&self) -> NodeId;
+    /// Messages to send first on a fresh connection: unacked updates for ranges whose
+    /// successor is `peer`, the latest acks for ranges whose predecessor is `peer`.
+    fn on_connected(&self, peer: NodeId) -> Vec<ChainMsg>;
+}
+
+/// The links of one back-end.
+#[derive(Default)]
+pub struct Links {
+    senders: Mutex<HashMap<NodeId, mpsc::Sender<ChainMsg>>>,
+}
+
+impl Links {
+    /// The queue of the link to `peer`, starting its task on first use.
+    pub fn to<O: LinkOwner>(&self, owner: &Arc<O>, peer: NodeId) -> mpsc::Sender<ChainMsg> {
+        let mut senders = self.senders.lock();
+        if let Some(tx) = senders.get(&peer) {
+            if !tx.is_closed() {
+                return tx.clone();
+            }
+        }
+        let (tx, rx) = mpsc::channel(LINK_QUEUE_MESSAGES_MAX);
+        tokio::spawn(run_link(Arc::downgrade(owner), peer, rx));
+        senders.insert(peer, tx.clone());
+        tx
+    }
+}
+
+async fn run_link<O: LinkOwner>(owner: Weak<O>, peer: NodeId, mut rx: mpsc::Receiver<ChainMsg>) {
+    loop {
+        let Some(stream) = connect(&owner, peer).await else { return };
+        let Some(o) = owner.upgrade() else { return };
+        let mut first = vec![ChainMsg::Hello { from: o.node_id() }];
+        first.extend(o.on_connected(peer));
+        drop(o);
+        info!(peer, resent = first.len() - 1, "chain link up");
+        match pump(stream, first, &mut rx).await {
+            Pump::QueueClosed => return,
+            Pump::WriteFailed => {
+                debug!(peer, "chain link down");
+                tokio::time::sleep(RECONNECT_PAUSE).await;
+            }
+        }
+    }
+}
+
+async fn connect<O: LinkOwner>(owner: &Weak<O>, peer: NodeId) -> Option<TcpStream> {
+    loop {
+        let addr = owner.upgrade()?.peer_addr(peer);
+        if let Some(addr) = addr {
+            if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(&addr)).await {
+                let _ = s.set_nodelay(true);
+                return Some(s);
+            }
+        }
+        tokio::time::sleep(RECONNECT_PAUSE).await;
+    }
+}
+
+enum Pump {
+    QueueClosed,
+    WriteFailed,
+}
+
+async fn pump(mut stream: TcpStream, first: Vec<ChainMsg>, rx: &mut mpsc::Receiver<ChainMsg>) -> Pump {
+    let mut buf = Vec::new();
+    for msg in first {
+        push(&mut buf, msg);
+    }
+    if stream.write_all(&buf).await.is_err() {
+        return Pump::WriteFailed;
+    }
+    loop {
+        let Some(msg) = rx.recv().await else { return Pump::QueueClosed };
+        buf.clear();
+        push(&mut buf, msg);
+        while buf.len() < LINK_BATCH_BYTES {
+            match rx.try_recv() {
+                Ok(m) => push(&mut buf, m),
+                Err(_) => break,
+            }
+        }
+        if stream.write_all(&buf).await.is_err() {
+            // The messages in `buf` stay in their senders' unacked lists and are resent.
+            return Pump::WriteFailed;
+        }
+    }
+}
+
+fn push(buf: &mut Vec<u8>, msg: ChainMsg) {
+    // Chain messages are bounded by the key and value limits, far below the frame limit.
+    let _ = encode_frame(0, &Message::Chain(msg), buf);
+}

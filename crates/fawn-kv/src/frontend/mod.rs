@@ -1,0 +1,397 @@
+//! The front-end: owns a wedge of the key space, routes gets to tails and updates to heads,
+//! forwards requests outside its wedge to the owning front-end, and keeps a coherent query
+//! cache (paper §3.4.1–3.4.2). It implements [`KvService`] for the memcached server.
+
+pub mod cache;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fawn_client::pool::Pool;
+use fawn_proto::native::{ClusterConfig, NodeStatus, ReqId, Request, Response, WireError};
+use fawn_proto::op::{is_expired, Item, Mutation, Outcome, Update};
+use fawn_ring::{key_id, wedge_of};
+use parking_lot::RwLock;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use crate::clock::{flushed, unix_now};
+use crate::server::{self, Handler};
+use crate::service::{ItemStats, KvService, ServiceError};
+use crate::view::{fetch_config, View};
+use cache::QueryCache;
+
+/// How often a front-end polls the manager for a newer configuration.
+pub const CONFIG_POLL_INTERVAL: Duration = Duration::from_millis(500);
+/// Attempts per request to a back-end or front-end before answering "unavailable".
+pub const ROUTE_ATTEMPTS_MAX: u32 = 6;
+/// First retry pause; doubles per attempt.
+const BACKOFF_START: Duration = Duration::from_millis(25);
+
+/// Front-end settings.
+#[derive(Clone, Debug)]
+pub struct FrontendOptions {
+    /// Front-end id = wedge index; ids are 0..F.
+    pub id: u32,
+    pub manager: String,
+    /// Native address other processes use to reach this front-end.
+    pub native_advertise: String,
+    /// memcached address clients use.
+    pub memcache_advertise: String,
+    /// Query cache capacity in items (0 disables it).
+    pub cache_entries: usize,
+    /// Time-out of one request to a back-end.
+    pub request_timeout: Duration,
+}
+
+#[derive(Default)]
+struct Counters {
+    gets: AtomicU64,
+    cache_hits: AtomicU64,
+    updates: AtomicU64,
+    forwarded: AtomicU64,
+    retries: AtomicU64,
+}
+
+/// A running front-end.
+pub struct Frontend {
+    options: FrontendOptions,
+    view: RwLock<Arc<View>>,
+    pool: Pool,
+    cache: QueryCache,
+    client_id: u64,
+    next_req: AtomicU64,
+    started: Instant,
+    counters: Counters,
+}
+
+impl Frontend {
+    /// Registers with the manager and waits until the ring is formed.
+    pub async fn start(options: FrontendOptions) -> anyhow::Result<Arc<Frontend>> {
+        let pool = Pool::new(Duration::from_secs(2));
+        let config = register(&pool, &options).await?;
+        let frontend = Arc::new(Frontend {
+            cache: QueryCache::new(options.cache_entries),
+            options,
+            view: RwLock::new(Arc::new(View::new(config))),
+            pool,
+            client_id: rand::random(),
+            next_req: AtomicU64::new(1),
+            started: Instant::now(),
+            counters: Counters::default(),
+        });
+        tokio::spawn(poll_config(Arc::downgrade(&frontend)));
+        Ok(frontend)
+    }
+
+    /// Serves the native protocol until shutdown.
+    pub async fn serve_native(
+        self: Arc<Self>,
+        listener: tokio::net::TcpListener,
+        shutdown: watch::Receiver<bool>,
+    ) {
+        server::serve(listener, self, shutdown).await
+    }
+
+    /// The configuration this front-end routes by.
+    pub fn config(&self) -> ClusterConfig {
+        self.current().config.clone()
+    }
+
+    fn current(&self) -> Arc<View> {
+        self.view.read().clone()
+    }
+
+    fn install(&self, config: ClusterConfig) {
+        let old = self.current();
+        if config.epoch <= old.config.epoch {
+            return;
+        }
+        if config.flush_at_unix != old.config.flush_at_unix || config.backends != old.config.backends {
+            self.cache.clear();
+        }
+        info!(epoch = config.epoch, "configuration installed");
+        *self.view.write() = Arc::new(View::new(config));
+    }
+
+    async fn refresh(&self) {
+        match fetch_config(&self.pool, &self.options.manager).await {
+            Ok(config) => self.install(config),
+            Err(e) => warn!(error = %e, "cannot fetch configuration from the manager"),
+        }
+    }
+
+    /// The front-end owning `key`'s wedge, if not this one.
+    fn owner_elsewhere(&self, view: &View, key: &[u8]) -> Option<String> {
+        let n = view.config.frontends.len() as u32;
+        if n <= 1 {
+            return None;
+        }
+        let w = wedge_of(key_id(key), n) as u32;
+        (w != self.options.id)
+            .then(|| view.config.frontends.get(w as usize).map(|f| f.native_addr.clone()))?
+    }
+
+    /// Reads `key` as the cluster's linearizable view (cache, or the chain's tail).
+    pub async fn route_get(&self, key: &[u8], forwarded: bool) -> Result<Option<Item>, WireError> {
+        self.counters.gets.fetch_add(1, Ordering::Relaxed);
+        if !forwarded {
+            if let Some(addr) = self.owner_elsewhere(&self.current(), key) {
+                self.counters.forwarded.fetch_add(1, Ordering::Relaxed);
+                let make = |epoch| Request::Get { epoch, key: key.to_vec(), forwarded: true };
+                return match self.call_with_retries(|_| Some(addr.clone()), make).await? {
+                    Response::Get(item) => Ok(item),
+                    other => Err(unexpected(other)),
+                };
+            }
+        }
+        let now = unix_now();
+        if let Some(item) = self.cache.get(key) {
+            if self.visible(&item, now) {
+                self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
+                return Ok(Some(item));
+            }
+            self.cache.invalidate(key);
+            return Ok(None);
+        }
+        let generation = self.cache.generation(key);
+        let id = key_id(key);
+        let tail = |v: &View| v.ring.try_chain(id).and_then(|c| v.backend_addr(c.tail()).map(str::to_string));
+        let make = |epoch| Request::Get { epoch, key: key.to_vec(), forwarded: true };
+        match self.call_with_retries(tail, make).await? {
+            Response::Get(item) => {
+                if let Some(item) = &item {
+                    self.cache.fill(key, item.clone(), generation);
+                }
+                Ok(item)
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Applies an update at the head of the key's chain (or via the owning front-end).
+    pub async fn route_update(
+        &self,
+        req: ReqId,
+        update: Update,
+        forwarded: bool,
+    ) -> Result<Outcome, WireError> {
+        self.counters.updates.fetch_add(1, Ordering::Relaxed);
+        if !forwarded {
+            if let Some(addr) = self.owner_elsewhere(&self.current(), &update.key) {
+                self.counters.forwarded.fetch_add(1, Ordering::Relaxed);
+                let make = |epoch| Request::Update { epoch, req, update: update.clone(), forwarded: true };
+                return match self.call_with_retries(|_| Some(addr.clone()), make).await? {
+                    Response::Update(outcome) => Ok(outcome),
+                    other => Err(unexpected(other)),
+                };
+            }
+        }
+        let key = update.key.clone();
+        self.cache.invalidate(&key);
+        let id = key_id(&key);
+        let head = |v: &View| v.ring.try_chain(id).and_then(|c| v.backend_addr(c.head()).map(str::to_string));
+        let make = |epoch| Request::Update { epoch, req, update: update.clone(), forwarded: true };
+        let result = self.call_with_retries(head, make).await;
+        match &result {
+            Ok(Response::Update(Outcome::Stored { cas })) if stores_given_value(update.mutation) => {
+                let item = Item {
+                    value: update.value.clone(),
+                    flags: update.flags,
+                    expiry: update.expiry,
+                    cas: *cas,
+                };
+                self.cache.store_committed(&key, item);
+            }
+            _ => self.cache.invalidate(&key),
+        }
+        match result? {
+            Response::Update(outcome) => Ok(outcome),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    fn visible(&self, item: &Item, now: u32) -> bool {
+        !is_expired(item.expiry, now) && !flushed(item.cas, self.current().config.flush_at_unix, now)
+    }
+
+    /// Sends a request to the address `target` picks from the current view, retrying with
+    /// backoff (and a configuration refresh) on transport errors and retryable refusals.
+    async fn call_with_retries(
+        &self,
+        target: impl Fn(&View) -> Option<String>,
+        make: impl Fn(u64) -> Request,
+    ) -> Result<Response, WireError> {
+        let mut backoff = BACKOFF_START;
+        let mut last = WireError::Unavailable("no route".into());
+        for attempt in 0..ROUTE_ATTEMPTS_MAX {
+            if attempt > 0 {
+                self.counters.retries.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(backoff).await;
+                backoff *= 2;
+                self.refresh().await;
+            }
+            let view = self.current();
+            let Some(addr) = target(&view) else { continue };
+            match self.pool.call(&addr, make(view.config.epoch), self.options.request_timeout).await {
+                Ok(Response::Error(e)) if fawn_client::client::is_retryable(&e) => last = e,
+                Ok(Response::Error(e)) => return Err(e),
+                Ok(resp) => return Ok(resp),
+                Err(e) => last = WireError::Unavailable(e.to_string()),
+            }
+        }
+        Err(last)
+    }
+
+    fn new_req(&self) -> ReqId {
+        ReqId { client: self.client_id, seq: self.next_req.fetch_add(1, Ordering::Relaxed) }
+    }
+
+    async fn cluster_item_stats(&self) -> Result<(u64, u64), WireError> {
+        let view = self.current();
+        let (mut items, mut bytes) = (0, 0);
+        for b in &view.config.backends {
+            match self.pool.call(&b.addr, Request::ItemStats, self.options.request_timeout).await {
+                Ok(Response::ItemStats { curr_items, bytes: b }) => {
+                    items += curr_items;
+                    bytes += b;
+                }
+                Ok(other) => return Err(unexpected(other)),
+                Err(e) => return Err(WireError::Unavailable(e.to_string())),
+            }
+        }
+        Ok((items, bytes))
+    }
+
+    async fn flush(&self, at_unix: u32) -> Result<(), WireError> {
+        match self
+            .pool
+            .call(&self.options.manager, Request::SetFlush { at_unix }, self.options.request_timeout)
+            .await
+        {
+            Ok(Response::Config(c)) => self.install(c),
+            Ok(Response::Error(e)) => return Err(e),
+            Ok(other) => return Err(unexpected(other)),
+            Err(e) => return Err(WireError::Unavailable(e.to_string())),
+        }
+        // Tell the other front-ends now rather than at their next poll.
+        for f in self.current().config.frontends.iter().filter(|f| f.id != self.options.id) {
+            let _ = self
+                .pool
+                .call(&f.native_addr, Request::SetFlush { at_unix }, self.options.request_timeout)
+                .await;
+        }
+        Ok(())
+    }
+
+    fn status(&self) -> Response {
+        let c = &self.counters;
+        let counters = vec![
+            ("gets".to_string(), c.gets.load(Ordering::Relaxed)),
+            ("cache_hits".to_string(), c.cache_hits.load(Ordering::Relaxed)),
+            ("updates".to_string(), c.updates.load(Ordering::Relaxed)),
+            ("forwarded".to_string(), c.forwarded.load(Ordering::Relaxed)),
+            ("retries".to_string(), c.retries.load(Ordering::Relaxed)),
+        ];
+        Response::Status(NodeStatus {
+            role: format!("frontend {}", self.options.id),
+            epoch: self.current().config.epoch,
+            uptime_secs: self.started.elapsed().as_secs(),
+            counters,
+        })
+    }
+}
+
+/// Mutations whose stored value is exactly the request's value (so the cache can keep it).
+fn stores_given_value(m: Mutation) -> bool {
+    matches!(m, Mutation::Set | Mutation::Add | Mutation::Replace | Mutation::Cas { .. })
+}
+
+fn unexpected(resp: Response) -> WireError {
+    WireError::Invalid(format!("unexpected response {resp:?}"))
+}
+
+fn service_error(e: WireError) -> ServiceError {
+    match e {
+        WireError::TooLarge => ServiceError::TooLarge,
+        WireError::Timeout => ServiceError::Timeout,
+        WireError::Storage(m) | WireError::Invalid(m) => ServiceError::Backend(m),
+        other => ServiceError::Unavailable(other.to_string()),
+    }
+}
+
+impl KvService for Frontend {
+    async fn get(&self, key: &[u8]) -> Result<Option<Item>, ServiceError> {
+        self.route_get(key, false).await.map_err(service_error)
+    }
+
+    async fn update(&self, update: Update) -> Result<Outcome, ServiceError> {
+        self.route_update(self.new_req(), update, false).await.map_err(service_error)
+    }
+
+    async fn flush_all(&self, at_unix: u32) -> Result<(), ServiceError> {
+        self.flush(at_unix).await.map_err(service_error)
+    }
+
+    async fn item_stats(&self) -> Result<ItemStats, ServiceError> {
+        let (curr_items, bytes) = self.cluster_item_stats().await.map_err(service_error)?;
+        Ok(ItemStats { curr_items, bytes })
+    }
+}
+
+impl Handler for Frontend {
+    async fn request(self: Arc<Self>, request: Request) -> Response {
+        let result = match request {
+            Request::Get { key, forwarded, .. } => self.route_get(&key, forwarded).await.map(Response::Get),
+            Request::Update { req, update, forwarded, .. } => {
+                self.route_update(req, update, forwarded).await.map(Response::Update)
+            }
+            Request::GetConfig => Ok(Response::Config(self.config())),
+            Request::FlushAll { at_unix } => self.flush(at_unix).await.map(|_| Response::Ok),
+            Request::SetFlush { .. } => {
+                self.refresh().await;
+                Ok(Response::Ok)
+            }
+            Request::ItemStats => self
+                .cluster_item_stats()
+                .await
+                .map(|(curr_items, bytes)| Response::ItemStats { curr_items, bytes }),
+            Request::Status => Ok(self.status()),
+            Request::Ping => Ok(Response::Pong),
+            other => Err(WireError::Invalid(format!("a front-end does not serve {other:?}"))),
+        };
+        result.unwrap_or_else(Response::Error)
+    }
+}
+
+async fn register(pool: &Pool, options: &FrontendOptions) -> anyhow::Result<ClusterConfig> {
+    let request = Request::RegisterFrontend {
+        id: options.id,
+        native_addr: options.native_advertise.clone(),
+        memcache_addr: options.memcache_advertise.clone(),
+    };
+    let mut logged = false;
+    loop {
+        match pool.call(&options.manager, request.clone(), Duration::from_secs(5)).await {
+            Ok(Response::Config(c)) if c.formed => return Ok(c),
+            Ok(Response::Config(_)) => {}
+            Ok(Response::Error(e)) => anyhow::bail!("the manager refused front-end {}: {e}", options.id),
+            Ok(other) => anyhow::bail!("unexpected manager answer {other:?}"),
+            Err(e) if !logged => {
+                warn!(manager = %options.manager, error = %e, "manager not reachable yet; retrying");
+                logged = true;
+            }
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn poll_config(frontend: std::sync::Weak<Frontend>) {
+    loop {
+        tokio::time::sleep(CONFIG_POLL_INTERVAL).await;
+        let Some(f) = frontend.upgrade() else { return };
+        f.refresh().await;
+    }
+}

@@ -1,0 +1,234 @@
+//! `fawn up`: a whole cluster on this machine as real processes (manager, back-ends,
+//! front-ends), each a child running the `fawn` binary in its role.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use tokio::process::{Child, Command};
+use tokio::sync::watch;
+use tracing::{error, info, warn};
+
+/// How long `fawn up` waits for the cluster to accept memcached connections.
+pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a child gets to exit after SIGTERM before SIGKILL.
+pub const STOP_GRACE: Duration = Duration::from_secs(15);
+
+/// Shape and placement of a local cluster.
+#[derive(Clone, Debug)]
+pub struct LocalCluster {
+    /// The `fawn` executable to run the roles with.
+    pub exe: PathBuf,
+    pub data_dir: PathBuf,
+    pub host: String,
+    /// Manager port; back-end i listens on base+1+i, front-end i on base+100+i.
+    pub base_port: u16,
+    /// memcached address of front-end 0; front-end i uses its port + i.
+    pub memcached: String,
+    pub backends: u32,
+    pub frontends: u32,
+    pub replicas: u32,
+    pub vnodes: u32,
+    /// Sync policy for back-end datastores (`always`, `never`, `interval:MS`).
+    pub sync: String,
+    /// Extra flags for every role (e.g. log format).
+    pub extra_args: Vec<String>,
+}
+
+/// One started role.
+struct Role {
+    name: String,
+    child: Child,
+}
+
+/// Addresses of a running local cluster.
+#[derive(Clone, Debug)]
+pub struct Addresses {
+    pub manager: String,
+    pub backends: Vec<String>,
+    pub frontends_native: Vec<String>,
+    pub frontends_memcached: Vec<String>,
+}
+
+impl LocalCluster {
+    /// The addresses every role will listen on.
+    pub fn addresses(&self) -> anyhow::Result<Addresses> {
+        let at = |port: u32| -> anyhow::Result<String> {
+            let port = u16::try_from(port).context("port out of range: lower --base-port")?;
+            Ok(format!("{}:{port}", self.host))
+        };
+        let base = u32::from(self.base_port);
+        let (mc_host, mc_port) = self
+            .memcached
+            .rsplit_once(':')
+            .and_then(|(h, p)| Some((h.to_string(), p.parse::<u32>().ok()?)))
+            .context("--memcached must be HOST:PORT")?;
+        Ok(Addresses {
+            manager: at(base)?,
+            backends: (0..self.backends).map(|i| at(base + 1 + i)).collect::<Result<_, _>>()?,
+            frontends_native: (0..self.frontends).map(|i| at(base + 100 + i)).collect::<Result<_, _>>()?,
+            frontends_memcached: (0..self.frontends).map(|i| format!("{mc_host}:{}", mc_port + i)).collect(),
+        })
+    }
+
+    /// Starts every role, waits until the cluster serves memcached, runs until `shutdown`,
+    /// then stops the roles front to back.
+    pub async fn run(&self, mut shutdown: watch::Receiver<bool>) -> anyhow::Result<()> {
+        let addrs = self.addresses()?;
+        std::fs::create_dir_all(&self.data_dir)
+            .with_context(|| format!("creating data directory {}", self.data_dir.display()))?;
+        let mut roles = Vec::new();
+        let started = self.start_all(&addrs, &mut roles).await;
+        let outcome = match started {
+            Ok(()) => {
+                print_ready(&addrs, &self.data_dir);
+                supervise(&mut roles, &mut shutdown).await
+            }
+            Err(e) => Err(e),
+        };
+        stop_all(&mut roles).await;
+        outcome
+    }
+
+    async fn start_all(&self, addrs: &Addresses, roles: &mut Vec<Role>) -> anyhow::Result<()> {
+        let d = |name: &str| self.data_dir.join(name).display().to_string();
+        let manager_args = vec![
+            "manager".into(),
+            "--listen".into(),
+            addrs.manager.clone(),
+            "--data-dir".into(),
+            d("manager"),
+            "--backends".into(),
+            self.backends.to_string(),
+            "--replicas".into(),
+            self.replicas.to_string(),
+            "--vnodes".into(),
+            self.vnodes.to_string(),
+        ];
+        roles.push(self.spawn("manager", manager_args)?);
+        for (i, addr) in addrs.backends.iter().enumerate() {
+            let args = vec![
+                "backend".into(),
+                "--node".into(),
+                i.to_string(),
+                "--listen".into(),
+                addr.clone(),
+                "--manager".into(),
+                addrs.manager.clone(),
+                "--data-dir".into(),
+                d(&format!("backend-{i}")),
+                "--sync".into(),
+                self.sync.clone(),
+            ];
+            roles.push(self.spawn(&format!("backend-{i}"), args)?);
+        }
+        for i in 0..self.frontends as usize {
+            let args = vec![
+                "frontend".into(),
+                "--id".into(),
+                i.to_string(),
+                "--listen".into(),
+                addrs.frontends_native[i].clone(),
+                "--memcached".into(),
+                addrs.frontends_memcached[i].clone(),
+                "--manager".into(),
+                addrs.manager.clone(),
+                "--data-dir".into(),
+                d(&format!("frontend-{i}")),
+            ];
+            roles.push(self.spawn(&format!("frontend-{i}"), args)?);
+        }
+        wait_ready(&addrs.frontends_memcached, roles).await
+    }
+
+    fn spawn(&self, name: &str, mut args: Vec<String>) -> anyhow::Result<Role> {
+        args.extend(self.extra_args.iter().cloned());
+        let log = std::fs::File::create(self.data_dir.join(format!("{name}.log")))
+            .with_context(|| format!("creating the log file of {name}"))?;
+        let child = Command::new(&self.exe)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {name} ({})", self.exe.display()))?;
+        info!(role = name, pid = child.id(), "started");
+        Ok(Role { name: name.to_string(), child })
+    }
+}
+
+async fn wait_ready(memcached: &[String], roles: &mut [Role]) -> anyhow::Result<()> {
+    let deadline = Instant::now() + STARTUP_TIMEOUT;
+    for addr in memcached {
+        loop {
+            if tokio::net::TcpStream::connect(addr).await.is_ok() {
+                break;
+            }
+            if let Some(dead) = first_exited(roles) {
+                anyhow::bail!("{dead} exited during start-up; see its log in the data directory");
+            }
+            if Instant::now() > deadline {
+                anyhow::bail!(
+                    "the cluster did not accept memcached connections on {addr} within {STARTUP_TIMEOUT:?}"
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    Ok(())
+}
+
+fn first_exited(roles: &mut [Role]) -> Option<String> {
+    roles.iter_mut().find_map(|r| match r.child.try_wait() {
+        Ok(Some(status)) => Some(format!("{} ({status})", r.name)),
+        _ => None,
+    })
+}
+
+async fn supervise(roles: &mut [Role], shutdown: &mut watch::Receiver<bool>) -> anyhow::Result<()> {
+    loop {
+        tokio::select! {
+            _ = shutdown.wait_for(|v| *v) => return Ok(()),
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+        }
+        if let Some(dead) = first_exited(roles) {
+            error!(role = %dead, "a cluster process exited; stopping the cluster");
+            anyhow::bail!("{dead} exited unexpectedly; see its log in the data directory");
+        }
+    }
+}
+
+/// SIGTERM front-ends, then back-ends, then the manager; SIGKILL whatever outlives the grace.
+async fn stop_all(roles: &mut [Role]) {
+    for role in roles.iter_mut().rev() {
+        if let Some(pid) = role.child.id() {
+            // SAFETY: sending a signal to our own child process.
+            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        }
+        match tokio::time::timeout(STOP_GRACE, role.child.wait()).await {
+            Ok(_) => info!(role = %role.name, "stopped"),
+            Err(_) => {
+                warn!(role = %role.name, "did not stop in time; killing");
+                let _ = role.child.kill().await;
+            }
+        }
+    }
+}
+
+fn print_ready(addrs: &Addresses, data_dir: &Path) {
+    println!("fawn up: cluster ready");
+    println!("  manager            {}", addrs.manager);
+    for (i, b) in addrs.backends.iter().enumerate() {
+        println!("  backend-{i}          {b}");
+    }
+    for (i, (n, m)) in addrs.frontends_native.iter().zip(&addrs.frontends_memcached).enumerate() {
+        println!("  frontend-{i}         native {n}   memcached {m}");
+    }
+    println!("  data and logs      {}", data_dir.display());
+    if let Some((host, port)) = addrs.frontends_memcached[0].rsplit_once(':') {
+        println!("Try:   printf 'set hello 0 0 5\\r\\nworld\\r\\nget hello\\r\\n' | nc {host} {port}");
+    }
+    println!("Stop with Ctrl-C; data is kept for the next `fawn up`.");
+}

@@ -1,0 +1,115 @@
+//! The manager: holds the authoritative cluster configuration, persists every change before
+//! publishing it, and answers registrations and configuration fetches.
+
+mod persist;
+pub mod state;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use fawn_proto::native::{ClusterConfig, NodeStatus, Request, Response, WireError};
+use parking_lot::Mutex;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::info;
+
+use crate::server::{self, Handler};
+pub use persist::ConfigFile;
+
+/// Manager settings.
+#[derive(Clone, Debug)]
+pub struct ManagerOptions {
+    pub data_dir: PathBuf,
+    /// Back-ends the ring is formed from; registrations beyond it are refused.
+    pub expected_backends: usize,
+    pub replicas: u32,
+    pub vnodes: u32,
+}
+
+/// The running manager.
+pub struct Manager {
+    options: ManagerOptions,
+    config: Mutex<ClusterConfig>,
+    file: ConfigFile,
+    started: Instant,
+}
+
+impl Manager {
+    /// Loads the saved configuration (or makes a fresh one) and persists it.
+    pub fn open(options: ManagerOptions) -> std::io::Result<Arc<Manager>> {
+        let file = ConfigFile::new(&options.data_dir);
+        let config = match file.load()? {
+            Some(c) => c,
+            None => {
+                let c = state::initial(options.replicas, options.vnodes);
+                file.save(&c)?;
+                c
+            }
+        };
+        info!(epoch = config.epoch, backends = config.backends.len(), "manager configuration loaded");
+        Ok(Arc::new(Manager { options, config: Mutex::new(config), file, started: Instant::now() }))
+    }
+
+    /// The current configuration.
+    pub fn config(&self) -> ClusterConfig {
+        self.config.lock().clone()
+    }
+
+    /// Serves the native protocol until shutdown.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: watch::Receiver<bool>) {
+        server::serve(listener, self, shutdown).await
+    }
+
+    /// Applies a transition: persist first, then publish.
+    fn apply<E: std::fmt::Display>(
+        &self,
+        transition: impl FnOnce(&ClusterConfig) -> Result<Option<ClusterConfig>, E>,
+    ) -> Response {
+        let mut config = self.config.lock();
+        match transition(&config) {
+            Ok(None) => Response::Config(config.clone()),
+            Ok(Some(next)) => {
+                if let Err(e) = self.file.save(&next) {
+                    return Response::Error(WireError::Storage(format!("persisting configuration: {e}")));
+                }
+                info!(
+                    epoch = next.epoch,
+                    backends = next.backends.len(),
+                    frontends = next.frontends.len(),
+                    formed = next.formed,
+                    "configuration changed"
+                );
+                *config = next;
+                Response::Config(config.clone())
+            }
+            Err(e) => Response::Error(WireError::Invalid(e.to_string())),
+        }
+    }
+}
+
+impl Handler for Manager {
+    async fn request(self: Arc<Self>, request: Request) -> Response {
+        match request {
+            Request::GetConfig => Response::Config(self.config()),
+            Request::RegisterBackend { node, addr } => {
+                let expected = self.options.expected_backends;
+                self.apply(|c| state::register_backend(c, expected, node, &addr))
+            }
+            Request::RegisterFrontend { id, native_addr, memcache_addr } => {
+                self.apply(|c| state::register_frontend(c, id, &native_addr, &memcache_addr))
+            }
+            Request::SetFlush { at_unix } => {
+                self.apply(|c| Ok::<_, std::convert::Infallible>(Some(state::set_flush(c, at_unix))))
+            }
+            Request::Status => Response::Status(NodeStatus {
+                role: "manager".into(),
+                epoch: self.config.lock().epoch,
+                uptime_secs: self.started.elapsed().as_secs(),
+                counters: Vec::new(),
+            }),
+            Request::Ping => Response::Pong,
+            other => Response::Error(WireError::Invalid(format!("the manager does not serve {other:?}"))),
+        }
+    }
+}

@@ -1,0 +1,89 @@
+//! Running one role as a process: data-directory lock, listeners, signals, graceful shutdown.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tracing::info;
+
+use crate::backend::{Backend, BackendOptions};
+use crate::frontend::{Frontend, FrontendOptions};
+use crate::lockfile::DirLock;
+use crate::manager::{Manager, ManagerOptions};
+
+/// A shutdown flag that turns true on SIGINT or SIGTERM.
+pub fn shutdown_on_signals() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(s) => s,
+            Err(_) => return,
+        };
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        info!("shutting down");
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+async fn bind(addr: &str, what: &str) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr).await.with_context(|| format!("binding the {what} listener to {addr}"))
+}
+
+/// Runs the manager until shutdown.
+pub async fn manager(
+    options: ManagerOptions,
+    listen: &str,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let _lock = DirLock::acquire(&options.data_dir)?;
+    let listener = bind(listen, "manager").await?;
+    let manager = Manager::open(options).context("opening the manager state")?;
+    info!(listen = %listener.local_addr()?, "manager listening");
+    manager.serve(listener, shutdown).await;
+    Ok(())
+}
+
+/// Runs a back-end until shutdown.
+pub async fn backend(
+    options: BackendOptions,
+    listen: &str,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let _lock = DirLock::acquire(&options.data_dir)?;
+    // Listen before registering, so chain neighbours can connect as soon as the ring forms.
+    let listener = bind(listen, "back-end").await?;
+    info!(listen = %listener.local_addr()?, node = options.node, "back-end listening; registering");
+    let backend = Backend::start(options).await?;
+    info!("back-end serving");
+    backend.serve(listener, shutdown).await;
+    Ok(())
+}
+
+/// Runs a front-end (native and memcached listeners) until shutdown.
+pub async fn frontend(
+    options: FrontendOptions,
+    data_dir: &Path,
+    listen: &str,
+    memcache_listen: &str,
+    memcache_config: crate::memcache::MemcacheConfig,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let _lock = DirLock::acquire(data_dir)?;
+    let native = bind(listen, "front-end native").await?;
+    let memcache = bind(memcache_listen, "memcached").await?;
+    let frontend: Arc<Frontend> = Frontend::start(options).await?;
+    info!(native = %native.local_addr()?, memcached = %memcache.local_addr()?, "front-end serving");
+    let mut memcache_shutdown = shutdown.clone();
+    let mc = tokio::spawn(crate::memcache::serve(memcache, frontend.clone(), memcache_config, async move {
+        let _ = memcache_shutdown.wait_for(|v| *v).await;
+    }));
+    frontend.serve_native(native, shutdown).await;
+    let _ = mc.await;
+    Ok(())
+}

@@ -1,0 +1,294 @@
+//! Command-line flags of every subcommand, and `--config FILE` (TOML whose keys are the long
+//! flag names, e.g. `listen = "127.0.0.1:7401"`): the file's values come first, so flags on
+//! the command line override them.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
+use fawn_ds::SyncPolicy;
+use fawn_kv::backend::BackendOptions;
+use fawn_kv::frontend::FrontendOptions;
+use fawn_kv::local::LocalCluster;
+use fawn_kv::manager::ManagerOptions;
+use fawn_kv::run;
+
+/// FAWN: a fast, replicated, log-structured key-value store that speaks memcached.
+#[derive(Parser, Debug)]
+#[command(name = "fawn", version, about, long_about = None, args_override_self = true)]
+pub struct Cli {
+    /// Log filter (e.g. info, debug, fawn_kv=debug); FAWN_LOG overrides it.
+    #[arg(long, global = true, default_value = "info")]
+    pub log_level: String,
+    /// Log as JSON lines instead of text.
+    #[arg(long, global = true)]
+    pub log_json: bool,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Start a whole local cluster (manager, back-ends, front-ends) serving memcached.
+    Up(UpArgs),
+    /// Run the manager: the authoritative cluster configuration.
+    Manager(ManagerArgs),
+    /// Run a back-end: datastores for the ranges it replicates, chain replication.
+    Backend(BackendArgs),
+    /// Run a front-end: memcached and native listeners, routing and caching.
+    Frontend(FrontendArgs),
+    /// Print the ring, the chains and each process's health.
+    Status(StatusArgs),
+    /// Load generation, engine benchmarks and the paper's evaluation.
+    Bench(fawn_bench::BenchArgs),
+}
+
+/// Parses the command line, expanding `--config FILE` into flags placed before the others.
+pub fn parse() -> Result<Cli, clap::Error> {
+    let mut argv: Vec<String> = std::env::args().collect();
+    if let Some(pos) = argv.iter().position(|a| a == "--config") {
+        let path = argv.get(pos + 1).cloned().unwrap_or_default();
+        argv.drain(pos..(pos + 2).min(argv.len()));
+        let flags = config_flags(&path).map_err(|e| {
+            Cli::command().error(clap::error::ErrorKind::InvalidValue, format!("--config {path}: {e:#}"))
+        })?;
+        // Insert right after the subcommand name so later command-line flags override.
+        let at = argv.iter().position(|a| !a.starts_with('-') && a != &argv[0]).map_or(argv.len(), |p| p + 1);
+        argv.splice(at..at, flags);
+    }
+    let matches = Cli::command().try_get_matches_from(argv)?;
+    Cli::from_arg_matches(&matches)
+}
+
+fn config_flags(path: &str) -> anyhow::Result<Vec<String>> {
+    let text = std::fs::read_to_string(path).context("reading")?;
+    let table: toml::Table = text.parse().context("parsing TOML")?;
+    let mut flags = Vec::new();
+    for (key, value) in table {
+        let value = match value {
+            toml::Value::String(s) => s,
+            toml::Value::Boolean(true) => {
+                flags.push(format!("--{key}"));
+                continue;
+            }
+            toml::Value::Boolean(false) => continue,
+            other => other.to_string(),
+        };
+        flags.push(format!("--{key}={value}"));
+    }
+    Ok(flags)
+}
+
+/// Parses `always`, `never` or `interval:MS`.
+fn parse_sync(s: &str) -> Result<SyncPolicy, String> {
+    match s {
+        "always" => Ok(SyncPolicy::Always),
+        "never" => Ok(SyncPolicy::Never),
+        _ => s
+            .strip_prefix("interval:")
+            .and_then(|ms| ms.parse::<u64>().ok())
+            .map(|ms| SyncPolicy::Interval(Duration::from_millis(ms)))
+            .ok_or_else(|| format!("expected always, never or interval:MS, got {s:?}")),
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct UpArgs {
+    /// Where every role keeps its data and log; kept across restarts.
+    #[arg(long, default_value = "fawn-data")]
+    data_dir: PathBuf,
+    /// memcached address of front-end 0 (front-end i adds i to the port).
+    #[arg(long, default_value = "127.0.0.1:11211")]
+    memcached: String,
+    /// Host the internal listeners bind to.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Manager port; back-end i uses BASE+1+i, front-end i BASE+100+i.
+    #[arg(long, default_value_t = 7400)]
+    base_port: u16,
+    /// Number of back-ends.
+    #[arg(long, default_value_t = 3)]
+    backends: u32,
+    /// Number of front-ends.
+    #[arg(long, default_value_t = 1)]
+    frontends: u32,
+    /// Replicas per key (chain length R).
+    #[arg(long, default_value_t = 3)]
+    replicas: u32,
+    /// Virtual ids per back-end (V).
+    #[arg(long, default_value_t = 2)]
+    vnodes: u32,
+    /// Datastore sync policy: always, never or interval:MS.
+    #[arg(long, default_value = "interval:100", value_parser = parse_sync)]
+    sync: SyncPolicy,
+}
+
+impl UpArgs {
+    pub async fn run(self) -> anyhow::Result<()> {
+        let exe = std::env::current_exe().context("finding the fawn executable")?;
+        let sync = match self.sync {
+            SyncPolicy::Always => "always".to_string(),
+            SyncPolicy::Never => "never".to_string(),
+            SyncPolicy::Interval(d) => format!("interval:{}", d.as_millis()),
+        };
+        let cluster = LocalCluster {
+            exe,
+            data_dir: self.data_dir,
+            host: self.host,
+            base_port: self.base_port,
+            memcached: self.memcached,
+            backends: self.backends.max(1),
+            frontends: self.frontends.max(1),
+            replicas: self.replicas,
+            vnodes: self.vnodes,
+            sync,
+            extra_args: Vec::new(),
+        };
+        cluster.run(run::shutdown_on_signals()).await
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct ManagerArgs {
+    /// Address to listen on (native protocol).
+    #[arg(long, default_value = "127.0.0.1:7400")]
+    listen: String,
+    /// Directory for the persisted configuration.
+    #[arg(long, default_value = "fawn-data/manager")]
+    data_dir: PathBuf,
+    /// Back-ends the ring is formed from.
+    #[arg(long, default_value_t = 3)]
+    backends: usize,
+    /// Replicas per key (chain length R).
+    #[arg(long, default_value_t = 3)]
+    replicas: u32,
+    /// Virtual ids per back-end (V).
+    #[arg(long, default_value_t = 2)]
+    vnodes: u32,
+}
+
+impl ManagerArgs {
+    pub async fn run(self) -> anyhow::Result<()> {
+        let options = ManagerOptions {
+            data_dir: self.data_dir,
+            expected_backends: self.backends,
+            replicas: self.replicas,
+            vnodes: self.vnodes,
+        };
+        run::manager(options, &self.listen, run::shutdown_on_signals()).await
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct BackendArgs {
+    /// This back-end's node id (stable across restarts).
+    #[arg(long)]
+    node: u32,
+    /// Address to listen on (native protocol).
+    #[arg(long, default_value = "127.0.0.1:7401")]
+    listen: String,
+    /// Address others reach this back-end at (default: --listen).
+    #[arg(long)]
+    advertise: Option<String>,
+    /// The manager's address.
+    #[arg(long, default_value = "127.0.0.1:7400")]
+    manager: String,
+    /// Directory for this back-end's datastores.
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// Datastore sync policy: always, never or interval:MS.
+    #[arg(long, default_value = "interval:100", value_parser = parse_sync)]
+    sync: SyncPolicy,
+    /// Milliseconds the head waits for the tail's ack before answering "timeout".
+    #[arg(long, default_value_t = 2000)]
+    chain_timeout_ms: u64,
+}
+
+impl BackendArgs {
+    pub async fn run(self) -> anyhow::Result<()> {
+        let options = BackendOptions {
+            node: self.node,
+            data_dir: self.data_dir,
+            manager: self.manager,
+            advertise: self.advertise.unwrap_or_else(|| self.listen.clone()),
+            sync: self.sync,
+            chain_timeout: Duration::from_millis(self.chain_timeout_ms),
+        };
+        run::backend(options, &self.listen, run::shutdown_on_signals()).await
+    }
+}
+
+#[derive(Args, Debug)]
+pub struct FrontendArgs {
+    /// Front-end id = wedge index (0..F, registered in order).
+    #[arg(long)]
+    id: u32,
+    /// Native-protocol address to listen on.
+    #[arg(long, default_value = "127.0.0.1:7500")]
+    listen: String,
+    /// Native address others reach this front-end at (default: --listen).
+    #[arg(long)]
+    advertise: Option<String>,
+    /// memcached address to listen on.
+    #[arg(long, default_value = "127.0.0.1:11211")]
+    memcached: String,
+    /// The manager's address.
+    #[arg(long, default_value = "127.0.0.1:7400")]
+    manager: String,
+    /// Directory for the front-end's lock file.
+    #[arg(long)]
+    data_dir: PathBuf,
+    /// Query cache capacity in items (0 disables it).
+    #[arg(long, default_value_t = 100_000)]
+    cache_entries: usize,
+    /// Milliseconds before a request to a back-end times out.
+    #[arg(long, default_value_t = 3000)]
+    request_timeout_ms: u64,
+    /// Most memcached connections at once.
+    #[arg(long, default_value_t = 4096)]
+    max_connections: usize,
+    /// Seconds an idle memcached connection is kept (0 = forever).
+    #[arg(long, default_value_t = 0)]
+    idle_timeout_secs: u64,
+    /// Largest value accepted, in bytes.
+    #[arg(long, default_value_t = fawn_ds::limits::VALUE_BYTES_MAX)]
+    value_bytes_max: usize,
+}
+
+impl FrontendArgs {
+    pub async fn run(self) -> anyhow::Result<()> {
+        let options = FrontendOptions {
+            id: self.id,
+            manager: self.manager,
+            native_advertise: self.advertise.unwrap_or_else(|| self.listen.clone()),
+            memcache_advertise: self.memcached.clone(),
+            cache_entries: self.cache_entries,
+            request_timeout: Duration::from_millis(self.request_timeout_ms),
+        };
+        let mc = memcache_config(self.max_connections, self.idle_timeout_secs, self.value_bytes_max);
+        run::frontend(options, &self.data_dir, &self.listen, &self.memcached, mc, run::shutdown_on_signals())
+            .await
+    }
+}
+
+fn memcache_config(
+    max_connections: usize,
+    idle_secs: u64,
+    value_bytes_max: usize,
+) -> fawn_kv::memcache::MemcacheConfig {
+    let mut config = fawn_kv::memcache::MemcacheConfig {
+        max_connections,
+        idle_timeout: (idle_secs > 0).then(|| Duration::from_secs(idle_secs)),
+        ..Default::default()
+    };
+    config.limits.max_value = value_bytes_max;
+    config
+}
+
+#[derive(Args, Debug)]
+pub struct StatusArgs {
+    /// The manager's address.
+    #[arg(long, default_value = "127.0.0.1:7400")]
+    pub manager: String,
+}

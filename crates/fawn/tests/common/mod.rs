@@ -1,0 +1,260 @@
+//! Shared helpers for multi-process cluster tests: a `fawn up` cluster on loopback with
+//! free ports and a temporary data directory, stopped (SIGTERM, then SIGKILL) on drop.
+
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use fawn_client::{Client, ClientOptions};
+use fawn_proto::native::ClusterConfig;
+
+/// A running `fawn up`.
+pub struct Cluster {
+    child: Option<Child>,
+    pub dir: PathBuf,
+    pub base_port: u16,
+    pub memcached_port: u16,
+    pub frontends: u32,
+    args: Vec<String>,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+/// Shape of a test cluster.
+#[derive(Clone, Debug)]
+pub struct Shape {
+    pub backends: u32,
+    pub frontends: u32,
+    pub replicas: u32,
+    pub vnodes: u32,
+}
+
+impl Default for Shape {
+    fn default() -> Self {
+        Shape { backends: 3, frontends: 1, replicas: 3, vnodes: 2 }
+    }
+}
+
+fn port_free(port: u16) -> bool {
+    TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
+/// A base port with the manager, back-end, front-end and memcached ports all free.
+fn free_base(shape: &Shape) -> u16 {
+    let seed = std::process::id() as u64 ^ Instant::now().elapsed().as_nanos() as u64;
+    for attempt in 0..200u64 {
+        let base = 20_000 + ((seed.wrapping_mul(7919) + attempt * 331) % 30_000) as u16;
+        let mut ports = vec![base, base + 200];
+        ports.extend((0..shape.backends as u16).map(|i| base + 1 + i));
+        ports.extend((0..shape.frontends as u16).map(|i| base + 100 + i));
+        ports.extend((0..shape.frontends as u16).map(|i| base + 200 + i));
+        if ports.iter().all(|p| port_free(*p)) {
+            return base;
+        }
+    }
+    panic!("no free port range found");
+}
+
+impl Cluster {
+    /// Starts a cluster in a fresh temporary directory.
+    pub fn start(shape: Shape) -> Cluster {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().join("data");
+        let mut c = Cluster::start_in(&dir, shape, None);
+        c._tmp = Some(tmp);
+        c
+    }
+
+    /// Starts (or restarts) a cluster on `dir`, reusing `base_port` if given.
+    pub fn start_in(dir: &Path, shape: Shape, base_port: Option<u16>) -> Cluster {
+        let base = base_port.unwrap_or_else(|| free_base(&shape));
+        let memcached_port = base + 200;
+        let args = vec![
+            "up".to_string(),
+            "--data-dir".into(),
+            dir.display().to_string(),
+            "--base-port".into(),
+            base.to_string(),
+            "--memcached".into(),
+            format!("127.0.0.1:{memcached_port}"),
+            "--backends".into(),
+            shape.backends.to_string(),
+            "--frontends".into(),
+            shape.frontends.to_string(),
+            "--replicas".into(),
+            shape.replicas.to_string(),
+            "--vnodes".into(),
+            shape.vnodes.to_string(),
+        ];
+        let mut cluster = Cluster {
+            child: None,
+            dir: dir.to_path_buf(),
+            base_port: base,
+            memcached_port,
+            frontends: shape.frontends,
+            args,
+            _tmp: None,
+        };
+        cluster.spawn();
+        cluster
+    }
+
+    fn spawn(&mut self) {
+        std::fs::create_dir_all(&self.dir).expect("data dir");
+        let log = std::fs::File::create(self.dir.join("up.log")).expect("log");
+        let child = Command::new(env!("CARGO_BIN_EXE_fawn"))
+            .args(&self.args)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn fawn up");
+        self.child = Some(child);
+        self.wait_ready();
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        loop {
+            let log = std::fs::read_to_string(self.dir.join("up.log")).unwrap_or_default();
+            if log.contains("cluster ready") {
+                return;
+            }
+            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+                panic!("fawn up exited with {status} during start-up:\n{log}\n{}", self.role_logs());
+            }
+            assert!(Instant::now() < deadline, "cluster not ready in time:\n{log}\n{}", self.role_logs());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Every role's log, for failure messages.
+    pub fn role_logs(&self) -> String {
+        let mut out = String::new();
+        if let Ok(entries) = std::fs::read_dir(&self.dir) {
+            for e in entries.flatten() {
+                let p = e.path();
+                if p.extension().is_some_and(|x| x == "log") {
+                    let text = std::fs::read_to_string(&p).unwrap_or_default();
+                    let tail: Vec<&str> = text.lines().rev().take(30).collect();
+                    out += &format!("--- {} (last lines)\n", p.display());
+                    for l in tail.into_iter().rev() {
+                        out += l;
+                        out.push('\n');
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Graceful stop (SIGTERM to `fawn up`, which stops its roles), waiting for exit.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            // SAFETY: signalling our own child.
+            unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while Instant::now() < deadline {
+                if child.try_wait().ok().flatten().is_some() {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Stops and starts again on the same directory and ports.
+    pub fn restart(&mut self) {
+        self.stop();
+        self.spawn();
+    }
+
+    pub fn manager_addr(&self) -> String {
+        format!("127.0.0.1:{}", self.base_port)
+    }
+
+    pub fn frontend_native(&self, i: u32) -> String {
+        format!("127.0.0.1:{}", self.base_port + 100 + i as u16)
+    }
+
+    pub fn frontend_memcached(&self, i: u32) -> String {
+        format!("127.0.0.1:{}", self.memcached_port + i as u16)
+    }
+
+    /// A ring-aware Rust client.
+    pub async fn client(&self) -> std::sync::Arc<Client> {
+        Client::connect(&[self.frontend_native(0)], ClientOptions::default()).await.expect("client connects")
+    }
+
+    /// The configuration as the manager has it.
+    pub async fn config(&self) -> ClusterConfig {
+        let pool = fawn_client::pool::Pool::new(Duration::from_secs(2));
+        match pool
+            .call(&self.manager_addr(), fawn_proto::native::Request::GetConfig, Duration::from_secs(2))
+            .await
+        {
+            Ok(fawn_proto::native::Response::Config(c)) => c,
+            other => panic!("config: {other:?}"),
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A tiny blocking memcached text-protocol client for tests.
+pub struct Memcached {
+    stream: std::io::BufReader<std::net::TcpStream>,
+}
+
+impl Memcached {
+    pub fn connect(addr: &str) -> Memcached {
+        let s = std::net::TcpStream::connect(addr).expect("connect memcached");
+        s.set_read_timeout(Some(Duration::from_secs(10))).expect("timeout");
+        Memcached { stream: std::io::BufReader::new(s) }
+    }
+
+    fn line(&mut self) -> String {
+        use std::io::BufRead;
+        let mut l = String::new();
+        self.stream.read_line(&mut l).expect("read line");
+        l
+    }
+
+    fn send(&mut self, bytes: &[u8]) {
+        use std::io::Write;
+        self.stream.get_mut().write_all(bytes).expect("write");
+    }
+
+    /// `set`; returns the reply line.
+    pub fn set(&mut self, key: &str, value: &[u8]) -> String {
+        let mut req = format!("set {key} 0 0 {}\r\n", value.len()).into_bytes();
+        req.extend_from_slice(value);
+        req.extend_from_slice(b"\r\n");
+        self.send(&req);
+        self.line()
+    }
+
+    /// `get`; returns the value if any.
+    pub fn get(&mut self, key: &str) -> Option<Vec<u8>> {
+        use std::io::Read;
+        self.send(format!("get {key}\r\n").as_bytes());
+        let first = self.line();
+        if first == "END\r\n" {
+            return None;
+        }
+        let len: usize = first.trim_end().rsplit(' ').next().and_then(|n| n.parse().ok()).expect(&first);
+        let mut buf = vec![0; len + 2];
+        self.stream.read_exact(&mut buf).expect("value");
+        buf.truncate(len);
+        assert_eq!(self.line(), "END\r\n");
+        Some(buf)
+    }
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it. Works on a fresh Debian machine: installs what it needs.
+#   1. system packages (memcached, libmemcached-tools for memccapable, python venv)
+#   2. cargo fmt --check, cargo clippy --all-targets -D warnings
+#   3. cargo test --workspace (unit, property, crash, ENOSPC, multi-process cluster tests)
+#   4. memcached compatibility: memccapable -a and pymemcache's integration tests against `fawn up`
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "installing system packages (if missing)"
+need=()
+command -v memcached >/dev/null || need+=(memcached)
+command -v memccapable >/dev/null || need+=(libmemcached-tools)
+command -v redis-server >/dev/null || need+=(redis-server)
+python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy --all-targets -- -D warnings"
+cargo clippy --workspace --all-targets -- -D warnings
+
+step "cargo test --workspace"
+cargo test --workspace 2>&1 | tee target/cargo-test.log
+summary=$(grep -E '^test result:' target/cargo-test.log | awk '{p+=$4; f+=$6} END {print p" passed, "f" failed"}')
+
+step "memcached compatibility (memccapable, pymemcache) against fawn up"
+cargo build --release -p fawn
+scripts/memcached-compat.sh --against fawn
+
+step "summary"
+echo "cargo: $summary"
