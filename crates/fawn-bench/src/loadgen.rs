@@ -4,7 +4,9 @@
 //!
 //! Latency is measured from a request's *intended* start: in closed loop that is when it is
 //! issued; in open loop it is its scheduled time, so a server that falls behind is charged for
-//! the queueing it causes (no coordinated omission).
+//! the queueing it causes (no coordinated omission). Open-loop send times come from a pacer
+//! thread (see [`spawn_pacer`]) because tokio's timer only has 1 ms granularity, which would
+//! batch sends into bursts and charge the server for the generator's own slop.
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -92,8 +94,8 @@ struct RunCtx {
     start: Instant,
     warmup_end: Instant,
     end: Instant,
-    /// Open loop: time between two requests of one connection.
-    interval: Option<Duration>,
+    /// Open loop (a pacer thread hands out send times) or closed loop.
+    open_loop: bool,
     counters: Arc<Counters>,
 }
 
@@ -179,7 +181,19 @@ pub async fn run(
 ) -> Result<LoadStats> {
     let ctx = Arc::new(make_ctx(addr, proto, w)?);
     let bar = progress::spawn(label.to_string(), ctx.counters.clone(), ctx.warmup_end, ctx.end, quiet);
-    let conns: Vec<_> = (0..w.connections).map(|c| tokio::spawn(run_conn(ctx.clone(), c))).collect();
+    let (senders, mut receivers): (Vec<_>, Vec<_>) = (0..w.connections)
+        .map(|_| {
+            let (tx, rx) = mpsc::unbounded_channel();
+            (tx, Some(rx))
+        })
+        .unzip();
+    let pacer = if ctx.open_loop { Some(spawn_pacer(w.rate, ctx.start, ctx.end, senders)?) } else { None };
+    let conns: Vec<_> = (0..w.connections)
+        .map(|c| {
+            let tokens = if ctx.open_loop { receivers[c].take() } else { None };
+            tokio::spawn(run_conn(ctx.clone(), c, tokens))
+        })
+        .collect();
     tokio::time::sleep_until(ctx.warmup_end).await;
     let cpu0 = server_pid.and_then(crate::servers::cpu_seconds);
     tokio::time::sleep_until(ctx.end).await;
@@ -192,6 +206,9 @@ pub async fn run(
     if let Some(b) = bar {
         let _ = b.await;
     }
+    if let Some(p) = pacer {
+        let _ = p.join();
+    }
     total.window = ctx.end - ctx.warmup_end;
     total.server_cpu_s = cpu0.zip(cpu1).map(|(a, b)| b - a);
     Ok(total)
@@ -201,7 +218,6 @@ fn make_ctx(addr: SocketAddr, proto: Protocol, w: &Workload) -> Result<RunCtx> {
     let keys = KeyChooser::new(w.keys, w.distribution, w.zipf_theta)?;
     let start = Instant::now();
     let warmup_end = start + w.warmup;
-    let interval = (w.rate > 0.0).then(|| Duration::from_secs_f64(w.connections as f64 / w.rate));
     Ok(RunCtx {
         addr,
         proto,
@@ -211,16 +227,20 @@ fn make_ctx(addr: SocketAddr, proto: Protocol, w: &Workload) -> Result<RunCtx> {
         start,
         warmup_end,
         end: warmup_end + w.duration,
-        interval,
+        open_loop: w.rate > 0.0,
         counters: Arc::new(Counters::default()),
     })
 }
 
-async fn run_conn(ctx: Arc<RunCtx>, conn: usize) -> Result<LoadStats> {
+async fn run_conn(
+    ctx: Arc<RunCtx>,
+    conn: usize,
+    tokens: Option<mpsc::UnboundedReceiver<Instant>>,
+) -> Result<LoadStats> {
     let (r, wr) = connect(ctx.addr).await?.into_split();
     let (tx, rx) = mpsc::unbounded_channel(); // bounded in practice by the semaphore
     let sem = Arc::new(Semaphore::new(ctx.w.pipeline));
-    let writer = tokio::spawn(write_loop(ctx.clone(), wr, tx, sem.clone(), conn));
+    let writer = tokio::spawn(write_loop(ctx.clone(), wr, tx, sem.clone(), conn, tokens));
     match read_loop(&ctx, r, rx, &sem).await {
         Ok(stats) => {
             writer.await.context("writer task panicked")??;
@@ -240,20 +260,17 @@ async fn write_loop(
     tx: mpsc::UnboundedSender<InFlight>,
     sem: Arc<Semaphore>,
     conn: usize,
+    mut tokens: Option<mpsc::UnboundedReceiver<Instant>>,
 ) -> Result<()> {
     let mut rng = SmallRng::seed_from_u64(ctx.w.seed ^ (conn as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let (mut buf, mut key) = (Vec::with_capacity(WRITE_BUF_FLUSH), Vec::new());
-    // Stagger connections across one interval so the offered load is smooth, not bursty.
-    let mut next_at = ctx.interval.map(|iv| ctx.start + iv.mul_f64(conn as f64 / ctx.w.connections as f64));
     loop {
-        let scheduled = match (ctx.interval, next_at.as_mut()) {
-            (Some(iv), Some(at)) => {
-                let t = *at;
-                *at += iv;
-                tokio::time::sleep_until(t).await;
-                Some(t)
-            }
-            _ => None,
+        let scheduled = match tokens.as_mut() {
+            Some(rx) => match rx.recv().await {
+                Some(t) => Some(t),
+                None => break, // the pacer stopped: the run is over
+            },
+            None => None,
         };
         if Instant::now() >= ctx.end {
             break;
@@ -271,11 +288,44 @@ async fn write_loop(
         if tx.send(InFlight { is_get, intended }).is_err() {
             break; // the reader failed; its error is the one reported
         }
-        if ctx.interval.is_some() || buf.len() >= WRITE_BUF_FLUSH {
+        if ctx.open_loop || buf.len() >= WRITE_BUF_FLUSH {
             flush(&mut wr, &mut buf).await?;
         }
     }
     flush(&mut wr, &mut buf).await
+}
+
+/// Hand out send times at `rate` per second in total, round-robin over the connections, from a
+/// dedicated thread that sleeps with the OS's ~50-100 µs precision instead of tokio's 1 ms.
+/// Each token is the request's scheduled start; latency is charged from it. Stops at `end`.
+fn spawn_pacer(
+    rate: f64,
+    start: Instant,
+    end: Instant,
+    conns: Vec<mpsc::UnboundedSender<Instant>>,
+) -> Result<std::thread::JoinHandle<()>> {
+    let (start, end) = (start.into_std(), end.into_std());
+    let step = Duration::from_secs_f64(1.0 / rate);
+    std::thread::Builder::new()
+        .name("bench-pacer".into())
+        .spawn(move || {
+            let mut k: u64 = 0;
+            loop {
+                let now = std::time::Instant::now();
+                if now >= end {
+                    break;
+                }
+                // Send every token that is due (several if we overslept).
+                let mut next = start + step.mul_f64(k as f64);
+                while next <= now {
+                    let _ = conns[(k % conns.len() as u64) as usize].send(Instant::from_std(next));
+                    k += 1;
+                    next = start + step.mul_f64(k as f64);
+                }
+                std::thread::sleep(next.saturating_duration_since(std::time::Instant::now()));
+            }
+        })
+        .context("starting the pacer thread")
 }
 
 /// Take one in-flight permit; if none is free, first send what is buffered (the responses that
