@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# memcached drop-in compatibility: runs Debian's `memccapable -a` (libmemcached-tools; ASCII
+# protocol tests only) and pymemcache 4.0's own integration tests against a memcached-protocol
+# server.
+#
+#   scripts/memcached-compat.sh [--against memcached|double|fawn] [--no-install]
+#
+#   --against memcached  Debian's memcached 1.6 (`memcached -t 1`): validates this script.
+#   --against double     FAWN's memcached front-end over an in-memory test double
+#                        (cargo test ... memcache_standalone -- --ignored).
+#   --against fawn       a real `fawn up` cluster with its memcached front-end (default).
+#   --no-install         skip apt-get / pip (the machine already has them).
+#
+# $FAWN_MEMCACHED_ADDR (host:port, default 127.0.0.1:22122) is where the server listens.
+#
+# Excluded, because they test memcached-internal commands that a FAWN cluster does not have:
+#   pymemcache test_integration.py::test_misc — `stats cachedump <slab> <n>` (dumps slab-class
+#   contents) and `cache_memlimit <MB>` (resizes memcached's slab memory at run time).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+AGAINST=fawn
+INSTALL=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --against) AGAINST=$2; shift 2 ;;
+        --against=*) AGAINST=${1#*=}; shift ;;
+        --no-install) INSTALL=0; shift ;;
+        *) echo "usage: $0 [--against memcached|double|fawn] [--no-install]" >&2; exit 2 ;;
+    esac
+done
+ADDR=${FAWN_MEMCACHED_ADDR:-127.0.0.1:22122}
+HOST=${ADDR%:*}
+PORT=${ADDR##*:}
+WORK=$(mktemp -d)
+SERVER_PID=
+
+log() { echo "== $*" >&2; }
+
+install_deps() {
+    if ! command -v memccapable >/dev/null || ! command -v memcached >/dev/null; then
+        log "installing libmemcached-tools memcached"
+        local sudo=; [ "$(id -u)" -eq 0 ] || sudo=sudo
+        $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libmemcached-tools memcached
+    fi
+    if [ ! -x "$ROOT/.venv/bin/python" ]; then
+        log "creating $ROOT/.venv"
+        python3 -m venv "$ROOT/.venv"
+    fi
+    "$ROOT/.venv/bin/pip" install -q pymemcache==4.0.0 pytest
+}
+
+# --- server start functions: each starts a server on $HOST:$PORT in the background and
+# --- sets SERVER_PID. Swap or add one to test another server.
+
+start_memcached() {
+    memcached -p "$PORT" -U 0 -l "$HOST" -t 1 -u "$(id -un)" &
+    SERVER_PID=$!
+}
+
+start_double() {
+    (cd "$ROOT" && cargo test -q -p fawn-kv --test memcache_standalone --no-run)
+    (cd "$ROOT" && FAWN_MEMCACHED_ADDR="$ADDR" exec cargo test -q -p fawn-kv \
+        --test memcache_standalone -- --ignored --nocapture serve_standalone) &
+    SERVER_PID=$!
+}
+
+start_fawn() {
+    (cd "$ROOT" && cargo build -q --release -p fawn)
+    "$ROOT/target/release/fawn" up --data-dir "$WORK/data" --memcached "$ADDR" &
+    SERVER_PID=$!
+}
+
+stop_server() {
+    if [ -n "$SERVER_PID" ]; then
+        # The server and any children it started (cargo test runs the binary as a child).
+        pkill -TERM -P "$SERVER_PID" 2>/dev/null || true
+        kill -TERM "$SERVER_PID" 2>/dev/null || true
+        wait "$SERVER_PID" 2>/dev/null || true
+    fi
+    rm -rf "$WORK"
+}
+trap stop_server EXIT
+
+wait_for_port() {
+    for _ in $(seq 1 600); do
+        if "$ROOT/.venv/bin/python" - "$HOST" "$PORT" <<'PY' 2>/dev/null; then return 0; fi
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1)
+s.sendall(b"version\r\n")
+assert s.recv(100).startswith(b"VERSION ")
+PY
+        sleep 0.2
+    done
+    echo "server on $ADDR did not come up" >&2
+    return 1
+}
+
+[ "$INSTALL" -eq 1 ] && install_deps
+case "$AGAINST" in
+    memcached) start_memcached ;;
+    double) start_double ;;
+    fawn) start_fawn ;;
+    *) echo "unknown --against $AGAINST" >&2; exit 2 ;;
+esac
+wait_for_port
+
+log "memccapable -a against $AGAINST at $ADDR"
+memccapable -h "$HOST" -p "$PORT" -a
+
+log "pymemcache 4.0 integration tests against $AGAINST at $ADDR"
+TESTS=$("$ROOT/.venv/bin/python" -c 'import os, pymemcache.test as t; print(os.path.dirname(t.__file__))')
+"$ROOT/.venv/bin/python" -m pytest -q -p no:cacheprovider -W ignore::pytest.PytestUnknownMarkWarning \
+    "$TESTS/test_integration.py" --server "$HOST" --port "$PORT" \
+    -k "not test_misc"
+
+log "all compatibility checks passed against $AGAINST"
