@@ -22,6 +22,8 @@ const WORDS_PER_BUCKET: usize = WORDS_PER_SLOT * SLOTS_PER_BUCKET;
 const MAX_KICKS: usize = 256;
 /// Old-table buckets migrated per write during growth.
 pub(crate) const MIGRATE_BUCKETS_PER_STEP: u64 = 8;
+/// Stash entries tolerated before the table grows (each costs a compare per lookup).
+const STASH_GROW_AT: usize = 16;
 /// Smallest table (buckets).
 const MIN_BUCKETS: u64 = 64;
 /// Stash bucket value meaning "bucket unknown": matches on fragment alone.
@@ -313,8 +315,8 @@ impl Index {
     /// Insert a key that is not present. Starts growth when the table is full.
     pub fn insert(&mut self, kh: KeyHash, units: u32) {
         self.cur.insert(kh, units);
-        let full = self.cur.entries() as f64 >= INDEX_MAX_LOAD * self.cur.capacity() as f64;
-        if self.old.is_none() && (full || !self.cur.stash.is_empty()) {
+        let full = self.cur.entries() as f64 > INDEX_MAX_LOAD * self.cur.capacity() as f64;
+        if self.old.is_none() && (full || self.cur.stash.len() > STASH_GROW_AT) {
             let bigger = Table::with_buckets(self.cur.buckets * 2);
             let old = std::mem::replace(&mut self.cur, bigger);
             self.old = Some(Migration { table: old, next: 0 });
