@@ -17,12 +17,17 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
+pub mod ds;
 pub mod keydist;
 pub mod loadgen;
 pub mod netbench;
 pub mod output;
+mod par;
 mod progress;
 pub mod proto;
+mod raw;
+#[cfg(feature = "rocksdb")]
+mod rocks;
 pub mod servers;
 pub mod workload;
 
@@ -49,6 +54,8 @@ pub enum BenchCommand {
     /// Start memcached and redis-server on loopback and run the same workload against each
     /// (and against a FAWN endpoint given with --fawn); report ratios to memcached.
     Peers(netbench::PeersArgs),
+    /// FAWN-DS engine benchmarks beside their baselines (raw I/O, RocksDB with --rocksdb).
+    Ds(ds::DsArgs),
 }
 
 /// Run `fawn bench` with parsed arguments.
@@ -67,6 +74,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             let rt = runtime(p.workload.client_threads)?;
             netbench::run_peers(&rt, p, args.quiet, &mut rep)
         }
+        BenchCommand::Ds(d) => ds::run(d, args.quiet, &mut rep),
     }
 }
 

@@ -1,0 +1,102 @@
+//! Raw file I/O baselines on the same file system: sequential writes with a given sync policy,
+//! O_DIRECT random 4 KiB reads, and page-cache eviction.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use fawn_ds::SyncPolicy;
+use rand::Rng;
+
+use crate::par::{self, ParResult, Until};
+
+/// Block size of the raw random reads (a flash page / the OS page).
+pub const BLOCK: usize = 4096;
+
+/// Write `count` chunks of `chunk` bytes sequentially to a new file at `path`, one write per chunk
+/// (as the store appends one record per write), syncing as `sync` says. Returns the time taken.
+pub fn seq_write(path: &Path, chunk: usize, count: u64, sync: SyncPolicy) -> Result<Duration> {
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .open(path)
+        .with_context(|| format!("creating {}", path.display()))?;
+    let buf: Vec<u8> = (0..chunk).map(|i| (i % 251) as u8).collect();
+    let start = Instant::now();
+    let mut last_sync = start;
+    let mut off = 0u64;
+    for _ in 0..count {
+        f.write_all_at(&buf, off).with_context(|| format!("writing {}", path.display()))?;
+        off += chunk as u64;
+        let due = match sync {
+            SyncPolicy::Never => false,
+            SyncPolicy::Always => true,
+            SyncPolicy::Interval(every) => last_sync.elapsed() >= every,
+        };
+        if due {
+            f.sync_data().context("fdatasync")?;
+            last_sync = Instant::now();
+        }
+    }
+    if sync != SyncPolicy::Never {
+        f.sync_data().context("fdatasync")?;
+    }
+    Ok(start.elapsed())
+}
+
+/// Drop the cached pages of `path` (after syncing it, since dirty pages cannot be dropped), so the
+/// next reads go to the device. Per-file `posix_fadvise(DONTNEED)` rather than `drop_caches`:
+/// it does not disturb the other processes of a shared machine.
+pub fn evict(path: &Path) -> Result<()> {
+    let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    f.sync_all().with_context(|| format!("syncing {}", path.display()))?;
+    // SAFETY: a valid open fd; offset 0 / len 0 means the whole file.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    if rc != 0 {
+        bail!("posix_fadvise(DONTNEED) on {} failed: errno {rc}", path.display());
+    }
+    Ok(())
+}
+
+/// A 4 KiB buffer aligned for O_DIRECT.
+struct Aligned {
+    buf: Vec<u8>,
+    off: usize,
+}
+
+impl Aligned {
+    fn new() -> Aligned {
+        let buf = vec![0u8; 2 * BLOCK];
+        let off = buf.as_ptr().align_offset(BLOCK);
+        Aligned { buf, off }
+    }
+
+    fn block(&mut self) -> &mut [u8] {
+        &mut self.buf[self.off..self.off + BLOCK]
+    }
+}
+
+/// `count` O_DIRECT random 4 KiB reads of `path` from `threads` threads.
+pub fn direct_random_reads(path: &Path, threads: usize, count: u64, seed: u64) -> Result<ParResult> {
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+        .with_context(|| format!("opening {} with O_DIRECT (unsupported on tmpfs)", path.display()))?;
+    let blocks = f.metadata().context("stat")?.len() / BLOCK as u64;
+    if blocks == 0 {
+        bail!("{} is smaller than one block", path.display());
+    }
+    par::run(threads, Until::Count(count), seed, |rng| {
+        thread_local! { static BUF: std::cell::RefCell<Aligned> = std::cell::RefCell::new(Aligned::new()); }
+        let off = rng.gen_range(0..blocks) * BLOCK as u64;
+        BUF.with(|b| {
+            let mut b = b.borrow_mut();
+            f.read_exact_at(b.block(), off).with_context(|| format!("O_DIRECT read at {off}"))
+        })
+    })
+}
