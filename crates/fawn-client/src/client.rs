@@ -26,10 +26,7 @@ pub struct ClientOptions {
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        ClientOptions {
-            connect_timeout: Duration::from_secs(2),
-            request_timeout: Duration::from_secs(5),
-        }
+        ClientOptions { connect_timeout: Duration::from_secs(2), request_timeout: Duration::from_secs(5) }
     }
 }
 
@@ -58,10 +55,7 @@ pub struct Client {
 
 impl Client {
     /// Connects through any of `bootstrap` (front-end or manager native addresses).
-    pub async fn connect(
-        bootstrap: &[String],
-        options: ClientOptions,
-    ) -> Result<Arc<Client>, ClientError> {
+    pub async fn connect(bootstrap: &[String], options: ClientOptions) -> Result<Arc<Client>, ClientError> {
         let client = Arc::new(Client {
             bootstrap: bootstrap.to_vec(),
             config: RwLock::new(ClusterConfig::default()),
@@ -82,20 +76,10 @@ impl Client {
     /// Re-fetches the configuration from the bootstrap addresses or known front-ends.
     pub async fn refresh(&self) -> Result<(), ClientError> {
         let mut candidates = self.bootstrap.clone();
-        candidates.extend(
-            self.config
-                .read()
-                .frontends
-                .iter()
-                .map(|f| f.native_addr.clone()),
-        );
+        candidates.extend(self.config.read().frontends.iter().map(|f| f.native_addr.clone()));
         let mut last = ClientError::NoFrontend;
         for addr in candidates {
-            match self
-                .pool
-                .call(&addr, Request::GetConfig, self.options.request_timeout)
-                .await
-            {
+            match self.pool.call(&addr, Request::GetConfig, self.options.request_timeout).await {
                 Ok(Response::Config(c)) if !c.frontends.is_empty() => {
                     let mut cur = self.config.write();
                     if c.epoch >= cur.epoch {
@@ -112,25 +96,15 @@ impl Client {
 
     fn frontend_for(&self, key: &[u8]) -> Result<(String, u64), ClientError> {
         let config = self.config.read();
-        let n = config.frontends.len() as u32;
-        if n == 0 {
-            return Err(ClientError::NoFrontend);
-        }
-        let idx = wedge_of(key_id(key), n);
-        Ok((config.frontends[idx].native_addr.clone(), config.epoch))
+        let wedge = wedge_of(key_id(key), config.frontends_expected.max(1)) as u32;
+        let frontend = config.frontends.iter().find(|f| f.id == wedge).ok_or(ClientError::NoFrontend)?;
+        Ok((frontend.native_addr.clone(), config.epoch))
     }
 
     /// Reads a key; `None` if absent, deleted, expired or flushed.
     pub async fn get(&self, key: &[u8]) -> Result<Option<Item>, ClientError> {
         let resp = self
-            .with_retries(
-                |epoch| Request::Get {
-                    epoch,
-                    key: key.to_vec(),
-                    forwarded: false,
-                },
-                key,
-            )
+            .with_retries(|epoch| Request::Get { epoch, key: key.to_vec(), forwarded: false }, key)
             .await?;
         match resp {
             Response::Get(item) => Ok(item),
@@ -140,19 +114,11 @@ impl Client {
 
     /// Applies any update (set, add, cas, incr, delete, ...).
     pub async fn update(&self, update: Update) -> Result<Outcome, ClientError> {
-        let req = ReqId {
-            client: self.client_id,
-            seq: self.next_req.fetch_add(1, Ordering::Relaxed),
-        };
+        let req = ReqId { client: self.client_id, seq: self.next_req.fetch_add(1, Ordering::Relaxed) };
         let key = update.key.clone();
         let resp = self
             .with_retries(
-                |epoch| Request::Update {
-                    epoch,
-                    req,
-                    update: update.clone(),
-                    forwarded: false,
-                },
+                |epoch| Request::Update { epoch, req, update: update.clone(), forwarded: false },
                 &key,
             )
             .await?;
@@ -164,13 +130,8 @@ impl Client {
 
     /// Unconditional store; returns the new item's cas unique.
     pub async fn put(&self, key: &[u8], value: &[u8]) -> Result<u64, ClientError> {
-        let update = Update {
-            key: key.to_vec(),
-            mutation: Mutation::Set,
-            value: value.to_vec(),
-            flags: 0,
-            expiry: 0,
-        };
+        let update =
+            Update { key: key.to_vec(), mutation: Mutation::Set, value: value.to_vec(), flags: 0, expiry: 0 };
         match self.update(update).await? {
             Outcome::Stored { cas } => Ok(cas),
             other => Err(ClientError::Unexpected(format!("{other:?}"))),
@@ -179,13 +140,8 @@ impl Client {
 
     /// Deletes a key; true if it existed.
     pub async fn delete(&self, key: &[u8]) -> Result<bool, ClientError> {
-        let update = Update {
-            key: key.to_vec(),
-            mutation: Mutation::Delete,
-            value: Vec::new(),
-            flags: 0,
-            expiry: 0,
-        };
+        let update =
+            Update { key: key.to_vec(), mutation: Mutation::Delete, value: Vec::new(), flags: 0, expiry: 0 };
         match self.update(update).await? {
             Outcome::Deleted => Ok(true),
             Outcome::NotFound => Ok(false),
@@ -193,11 +149,7 @@ impl Client {
         }
     }
 
-    async fn with_retries(
-        &self,
-        make: impl Fn(u64) -> Request,
-        key: &[u8],
-    ) -> Result<Response, ClientError> {
+    async fn with_retries(&self, make: impl Fn(u64) -> Request, key: &[u8]) -> Result<Response, ClientError> {
         let mut backoff = BACKOFF_START;
         let mut attempt = 0;
         loop {
@@ -218,17 +170,9 @@ impl Client {
         }
     }
 
-    async fn try_once(
-        &self,
-        make: &impl Fn(u64) -> Request,
-        key: &[u8],
-    ) -> Result<Response, ClientError> {
+    async fn try_once(&self, make: &impl Fn(u64) -> Request, key: &[u8]) -> Result<Response, ClientError> {
         let (addr, epoch) = self.frontend_for(key)?;
-        match self
-            .pool
-            .call(&addr, make(epoch), self.options.request_timeout)
-            .await?
-        {
+        match self.pool.call(&addr, make(epoch), self.options.request_timeout).await? {
             Response::Error(e) => Err(ClientError::Cluster(e)),
             resp => Ok(resp),
         }

@@ -26,11 +26,7 @@ pub struct FrameReader<R> {
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
     pub fn new(inner: R) -> Self {
-        FrameReader {
-            inner,
-            buf: Vec::with_capacity(READ_CHUNK_BYTES),
-            pos: 0,
-        }
+        FrameReader { inner, buf: Vec::with_capacity(READ_CHUNK_BYTES), pos: 0 }
     }
 
     /// The next frame; `Ok(None)` on a clean end of stream between frames.
@@ -49,11 +45,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             let n = self.inner.read(&mut self.buf[start..]).await?;
             self.buf.truncate(start + n);
             if n == 0 {
-                return if self.buf.is_empty() {
-                    Ok(None)
-                } else {
-                    Err(ReadError::Truncated)
-                };
+                return if self.buf.is_empty() { Ok(None) } else { Err(ReadError::Truncated) };
             }
         }
     }

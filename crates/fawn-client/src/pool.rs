@@ -17,10 +17,7 @@ pub struct Pool {
 
 impl Pool {
     pub fn new(connect_timeout: Duration) -> Pool {
-        Pool {
-            conns: Mutex::new(HashMap::new()),
-            connect_timeout,
-        }
+        Pool { conns: Mutex::new(HashMap::new()), connect_timeout }
     }
 
     /// A live connection to `addr`, connecting if needed.
@@ -43,12 +40,7 @@ impl Pool {
     }
 
     /// One call on the pooled connection to `addr`.
-    pub async fn call(
-        &self,
-        addr: &str,
-        request: Request,
-        timeout: Duration,
-    ) -> Result<Response, RpcError> {
+    pub async fn call(&self, addr: &str, request: Request, timeout: Duration) -> Result<Response, RpcError> {
         let conn = self.get(addr).await?;
         conn.call(request, timeout).await
     }

@@ -44,17 +44,12 @@ pub struct Connection {
 impl Connection {
     /// Connects within `timeout`.
     pub async fn connect(addr: &str, timeout: Duration) -> Result<Arc<Connection>, RpcError> {
-        let connect_err = |reason: String| RpcError::Connect {
-            addr: addr.to_string(),
-            reason,
-        };
+        let connect_err = |reason: String| RpcError::Connect { addr: addr.to_string(), reason };
         let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
             .await
             .map_err(|_| connect_err("timed out".into()))?
             .map_err(|e| connect_err(e.to_string()))?;
-        stream
-            .set_nodelay(true)
-            .map_err(|e| connect_err(e.to_string()))?;
+        stream.set_nodelay(true).map_err(|e| connect_err(e.to_string()))?;
         let (reader, writer) = stream.into_split();
         let (outbox, rx) = mpsc::channel(CONNECTION_QUEUE_FRAMES_MAX);
         let pending: Pending = Arc::default();
@@ -92,10 +87,7 @@ impl Connection {
         let (tx, rx) = oneshot::channel();
         self.pending.lock().insert(id, tx);
         let result = tokio::time::timeout(timeout, async {
-            self.outbox
-                .send(frame)
-                .await
-                .map_err(|_| RpcError::Closed(self.addr.clone()))?;
+            self.outbox.send(frame).await.map_err(|_| RpcError::Closed(self.addr.clone()))?;
             rx.await.map_err(|_| RpcError::Closed(self.addr.clone()))
         })
         .await;
@@ -132,11 +124,7 @@ async fn write_loop(
     alive.store(false, Ordering::Relaxed);
 }
 
-async fn read_loop(
-    reader: tokio::net::tcp::OwnedReadHalf,
-    pending: Pending,
-    alive: Arc<AtomicBool>,
-) {
+async fn read_loop(reader: tokio::net::tcp::OwnedReadHalf, pending: Pending, alive: Arc<AtomicBool>) {
     let mut frames = FrameReader::new(reader);
     while let Ok(Some((id, Message::Response(resp)))) = frames.next().await {
         if let Some(tx) = pending.lock().remove(&id) {

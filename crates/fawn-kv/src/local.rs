@@ -101,6 +101,8 @@ impl LocalCluster {
             d("manager"),
             "--backends".into(),
             self.backends.to_string(),
+            "--frontends".into(),
+            self.frontends.to_string(),
             "--replicas".into(),
             self.replicas.to_string(),
             "--vnodes".into(),

@@ -158,8 +158,11 @@ pub struct ClusterConfig {
     pub vnodes: u32,
     /// Back-ends the ring is formed from, sorted by node id.
     pub backends: Vec<BackendInfo>,
-    /// Front-ends, sorted by id; front-end `i` owns wedge `i`.
+    /// Front-ends registered so far, sorted by id; front-end `i` owns wedge `i` of
+    /// `frontends_expected` wedges.
     pub frontends: Vec<FrontendInfo>,
+    /// How many front-ends (wedges) the cluster has.
+    pub frontends_expected: u32,
     /// `flush_all`: items whose sequence number (microseconds) is below
     /// `flush_at_unix * 1e6` are invisible once `now >= flush_at_unix`. 0 = never flushed.
     pub flush_at_unix: u32,

@@ -160,6 +160,9 @@ pub struct ManagerArgs {
     /// Back-ends the ring is formed from.
     #[arg(long, default_value_t = 3)]
     backends: usize,
+    /// Front-ends (wedges of the key space); ids 0..N.
+    #[arg(long, default_value_t = 1)]
+    frontends: u32,
     /// Replicas per key (chain length R).
     #[arg(long, default_value_t = 3)]
     replicas: u32,
@@ -173,6 +176,7 @@ impl ManagerArgs {
         let options = ManagerOptions {
             data_dir: self.data_dir,
             expected_backends: self.backends,
+            expected_frontends: self.frontends,
             replicas: self.replicas,
             vnodes: self.vnodes,
         };

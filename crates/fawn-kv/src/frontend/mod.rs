@@ -124,13 +124,15 @@ impl Frontend {
 
     /// The front-end owning `key`'s wedge, if not this one.
     fn owner_elsewhere(&self, view: &View, key: &[u8]) -> Option<String> {
-        let n = view.config.frontends.len() as u32;
+        let n = view.config.frontends_expected;
         if n <= 1 {
             return None;
         }
         let w = wedge_of(key_id(key), n) as u32;
-        (w != self.options.id)
-            .then(|| view.config.frontends.get(w as usize).map(|f| f.native_addr.clone()))?
+        if w == self.options.id {
+            return None;
+        }
+        view.config.frontends.iter().find(|f| f.id == w).map(|f| f.native_addr.clone())
     }
 
     /// Reads `key` as the cluster's linearizable view (cache, or the chain's tail).
@@ -374,7 +376,9 @@ async fn register(pool: &Pool, options: &FrontendOptions) -> anyhow::Result<Clus
     let mut logged = false;
     loop {
         match pool.call(&options.manager, request.clone(), Duration::from_secs(5)).await {
-            Ok(Response::Config(c)) if c.formed => return Ok(c),
+            Ok(Response::Config(c)) if c.formed && c.frontends.len() as u32 == c.frontends_expected => {
+                return Ok(c)
+            }
             Ok(Response::Config(_)) => {}
             Ok(Response::Error(e)) => anyhow::bail!("the manager refused front-end {}: {e}", options.id),
             Ok(other) => anyhow::bail!("unexpected manager answer {other:?}"),

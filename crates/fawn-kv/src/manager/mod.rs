@@ -25,6 +25,8 @@ pub struct ManagerOptions {
     pub expected_backends: usize,
     pub replicas: u32,
     pub vnodes: u32,
+    /// Front-ends (wedges) of the cluster.
+    pub expected_frontends: u32,
 }
 
 /// The running manager.
@@ -42,7 +44,7 @@ impl Manager {
         let config = match file.load()? {
             Some(c) => c,
             None => {
-                let c = state::initial(options.replicas, options.vnodes);
+                let c = state::initial(options.replicas, options.vnodes, options.expected_frontends);
                 file.save(&c)?;
                 c
             }

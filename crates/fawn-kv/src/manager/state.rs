@@ -16,14 +16,15 @@ pub const VNODES_MAX: u32 = 64;
 pub enum Refused {
     #[error("the ring is formed with {have} back-ends; adding node {node} needs the join protocol, which this version does not have yet")]
     RingFormed { node: NodeId, have: usize },
-    #[error("front-end ids must be registered in order: expected {expected}, got {got}")]
-    FrontendOrder { expected: u32, got: u32 },
+    #[error("front-end id {got} is out of range: the cluster has {expected} front-ends (ids 0..{expected})")]
+    FrontendId { expected: u32, got: u32 },
 }
 
-/// A fresh configuration for a cluster that expects `backends` back-ends.
-pub fn initial(replicas: u32, vnodes: u32) -> ClusterConfig {
+/// A fresh configuration for a cluster of `frontends` front-ends.
+pub fn initial(replicas: u32, vnodes: u32, frontends: u32) -> ClusterConfig {
     ClusterConfig {
         epoch: 1,
+        frontends_expected: frontends.max(1),
         replicas: replicas.clamp(1, REPLICAS_MAX),
         vnodes: vnodes.clamp(1, VNODES_MAX),
         ..ClusterConfig::default()
@@ -61,15 +62,17 @@ pub fn register_frontend(
 ) -> Result<Option<ClusterConfig>, Refused> {
     let info =
         FrontendInfo { id, native_addr: native_addr.to_string(), memcache_addr: memcache_addr.to_string() };
+    if id >= config.frontends_expected {
+        return Err(Refused::FrontendId { expected: config.frontends_expected, got: id });
+    }
     let mut next = config.clone();
-    let count = next.frontends.len();
     match next.frontends.iter_mut().find(|f| f.id == id) {
         Some(f) if *f == info => return Ok(None),
         Some(f) => *f = info,
-        None if id as usize != count => {
-            return Err(Refused::FrontendOrder { expected: count as u32, got: id })
+        None => {
+            next.frontends.push(info);
+            next.frontends.sort_by_key(|f| f.id);
         }
-        None => next.frontends.push(info),
     }
     next.epoch += 1;
     Ok(Some(next))
@@ -89,7 +92,7 @@ mod tests {
 
     #[test]
     fn ring_forms_at_expected_count_and_then_refuses_new_nodes() {
-        let c = initial(3, 2);
+        let c = initial(3, 2, 1);
         let c = register_backend(&c, 2, 1, "a:1").unwrap().unwrap();
         assert!(!c.formed);
         let c = register_backend(&c, 2, 2, "a:2").unwrap().unwrap();
@@ -102,10 +105,11 @@ mod tests {
     }
 
     #[test]
-    fn frontends_register_in_order() {
-        let c = initial(3, 2);
-        assert!(register_frontend(&c, 1, "n", "m").is_err());
-        let c = register_frontend(&c, 0, "n", "m").unwrap().unwrap();
-        assert_eq!(c.frontends.len(), 1);
+    fn frontends_register_in_any_order_within_the_expected_count() {
+        let c = initial(3, 2, 2);
+        assert!(register_frontend(&c, 2, "n", "m").is_err());
+        let c = register_frontend(&c, 1, "n1", "m1").unwrap().unwrap();
+        let c = register_frontend(&c, 0, "n0", "m0").unwrap().unwrap();
+        assert_eq!(c.frontends.iter().map(|f| f.id).collect::<Vec<_>>(), vec![0, 1]);
     }
 }
