@@ -110,7 +110,7 @@ impl Backend {
                 continue;
             }
             let dir = self.options.data_dir.join("ranges").join(range.id_string());
-            let options = DsOptions { sync: self.options.sync.clone(), ..DsOptions::default() };
+            let options = DsOptions { sync: self.options.sync, ..DsOptions::default() };
             let store = DataStore::open(&dir, options)
                 .map_err(|e| anyhow::anyhow!("opening datastore {}: {e}", dir.display()))?;
             let report = store.recovery_report();

@@ -7,7 +7,7 @@
 //! newer value.
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hash, Hasher};
+use std::hash::BuildHasher;
 
 use fawn_proto::op::Item;
 use parking_lot::Mutex;
@@ -43,9 +43,7 @@ impl QueryCache {
     }
 
     fn hash(&self, key: &[u8]) -> usize {
-        let mut h = self.hasher.build_hasher();
-        key.hash(&mut h);
-        h.finish() as usize
+        self.hasher.hash_one(key) as usize
     }
 
     /// The cached item, if any.
