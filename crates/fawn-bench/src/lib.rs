@@ -34,6 +34,9 @@ pub mod workload;
 /// Arguments of `fawn bench`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct BenchArgs {
+    /// Append the JSON result lines to this file instead of printing them on stdout.
+    #[arg(long, global = true)]
+    pub out: Option<PathBuf>,
     /// Also append every result to this CSV file (header written if the file is new).
     #[arg(long, global = true)]
     pub csv: Option<PathBuf>,
@@ -60,7 +63,7 @@ pub enum BenchCommand {
 
 /// Run `fawn bench` with parsed arguments.
 pub fn run(args: BenchArgs) -> Result<()> {
-    let mut rep = output::Reporter::new(args.csv.clone())?;
+    let mut rep = output::Reporter::new(args.out.clone(), args.csv.clone())?;
     match &args.command {
         BenchCommand::Memcached(t) => {
             let rt = runtime(t.workload.client_threads)?;

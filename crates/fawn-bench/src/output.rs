@@ -1,4 +1,5 @@
-//! Result lines: JSON lines on stdout (one object per measurement) and an optional CSV file.
+//! Result lines: JSON lines on stdout or in a file (one object per measurement) and an optional
+//! CSV file.
 //!
 //! Every line has at least `scenario, system, metric, value, unit` (DESIGN.md §8) so scripts can
 //! join runs; `params` carries the workload that produced it.
@@ -24,6 +25,8 @@ pub struct ResultLine {
 
 /// Where results go. Collects every line so that callers can compute ratios afterwards.
 pub struct Reporter {
+    /// JSON lines go here instead of stdout when set.
+    out: Option<PathBuf>,
     csv: Option<PathBuf>,
     lines: Vec<ResultLine>,
 }
@@ -31,8 +34,9 @@ pub struct Reporter {
 const CSV_HEADER: &str = "scenario,system,metric,value,unit,params";
 
 impl Reporter {
-    /// A reporter that also appends to `csv` (writing the header if the file is new or empty).
-    pub fn new(csv: Option<PathBuf>) -> Result<Reporter> {
+    /// A reporter that prints JSON lines to stdout, or appends them to `out` if given, and also
+    /// appends to `csv` (writing the header if the file is new or empty).
+    pub fn new(out: Option<PathBuf>, csv: Option<PathBuf>) -> Result<Reporter> {
         if let Some(path) = &csv {
             let mut f = open_append(path)?;
             let empty = f.metadata().map(|m| m.len() == 0).unwrap_or(true);
@@ -40,15 +44,21 @@ impl Reporter {
                 writeln!(f, "{CSV_HEADER}").with_context(|| format!("writing {}", path.display()))?;
             }
         }
-        Ok(Reporter { csv, lines: Vec::new() })
+        Ok(Reporter { out, csv, lines: Vec::new() })
     }
 
     /// Emit one measurement: print it as a JSON line now (so a crash later loses nothing).
     pub fn emit(&mut self, line: ResultLine) -> Result<()> {
         let json = serde_json::to_string(&line).context("encoding result line")?;
-        let mut out = std::io::stdout().lock();
-        writeln!(out, "{json}").context("writing result to stdout")?;
-        out.flush().context("flushing stdout")?;
+        match &self.out {
+            Some(path) => writeln!(open_append(path)?, "{json}")
+                .with_context(|| format!("writing {}", path.display()))?,
+            None => {
+                let mut out = std::io::stdout().lock();
+                writeln!(out, "{json}").context("writing result to stdout")?;
+                out.flush().context("flushing stdout")?;
+            }
+        }
         if let Some(path) = &self.csv {
             let mut f = open_append(path)?;
             writeln!(f, "{}", csv_row(&line)).with_context(|| format!("writing {}", path.display()))?;
@@ -97,7 +107,7 @@ fn open_append(path: &PathBuf) -> Result<std::fs::File> {
         .create(true)
         .append(true)
         .open(path)
-        .with_context(|| format!("opening CSV output {}", path.display()))
+        .with_context(|| format!("opening output file {}", path.display()))
 }
 
 /// RFC 4180 quoting: wrap in quotes and double inner quotes when needed.

@@ -52,23 +52,27 @@ pub(super) async fn fetch<S: KvService>(
     Ok(live)
 }
 
-/// `gat`: touch at the chain head, then read. Not atomic across the two steps: a concurrent
-/// update between them is what the read returns.
-async fn touch_and_fetch<S: KvService>(
+/// `gat`: read, then touch a hit at the chain head, as memcached does (so `gat -1` returns the
+/// value once). The reply carries the item as touched (new expiry and cas unique). Not atomic
+/// across the two steps: an update in between is overwritten only in its expiry.
+pub(super) async fn touch_and_fetch<S: KvService>(
     ctx: &mut Ctx<'_, S>,
     key: &[u8],
     exptime: i32,
 ) -> Result<Option<Item>, crate::service::ServiceError> {
     let counters = &ctx.stats().counters;
     Stats::incr(&counters.cmd_touch);
-    let expiry = absolute_expiry(exptime, now());
-    let update = bare_update(key.to_vec(), Mutation::Touch, expiry);
-    let outcome = ctx.service().update(update).await?;
-    if !matches!(outcome, Outcome::Touched { .. }) {
+    let item = ctx.service().get(key).await?;
+    let Some(mut item) = item.filter(|item| !is_expired(item.expiry, now())) else {
         Stats::incr(&counters.touch_misses);
         return Ok(None);
+    };
+    let expiry = absolute_expiry(exptime, now());
+    let update = bare_update(key.to_vec(), Mutation::Touch, expiry);
+    if let Outcome::Touched { cas } = ctx.service().update(update).await? {
+        item.expiry = expiry;
+        item.cas = cas;
     }
     Stats::incr(&counters.touch_hits);
-    let item = ctx.service().get(key).await?;
-    Ok(item.filter(|item| !is_expired(item.expiry, now())))
+    Ok(Some(item))
 }

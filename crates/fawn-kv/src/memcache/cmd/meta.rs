@@ -54,12 +54,12 @@ fn ttl(expiry: UnixSeconds) -> i64 {
     }
 }
 
-/// `mg`: with `T`, touch first (as `gat`), then read.
+/// `mg`: with `T`, the hit is also touched (as `gat`).
 pub(super) async fn get<S: KvService>(ctx: &mut Ctx<'_, S>, mg: MetaGet) {
     Stats::incr(&ctx.stats().counters.cmd_meta);
     let item = match mg.meta.ttl {
         None => get::fetch(ctx, &mg.key).await,
-        Some(exptime) => touch_then_read(ctx, &mg.key, exptime).await,
+        Some(exptime) => get::touch_and_fetch(ctx, &mg.key, exptime).await,
     };
     let item = match item {
         Ok(item) => item,
@@ -79,19 +79,6 @@ pub(super) async fn get<S: KvService>(ctx: &mut Ctx<'_, S>, mg: MetaGet) {
         ctx.out.extend_from_slice(b"\r\n");
     } else {
         header(ctx.out, reply::META_HD, &mg.meta, &mg.key, Some(&info));
-    }
-}
-
-async fn touch_then_read<S: KvService>(
-    ctx: &mut Ctx<'_, S>,
-    key: &[u8],
-    exptime: i32,
-) -> Result<Option<Item>, ServiceError> {
-    Stats::incr(&ctx.stats().counters.cmd_touch);
-    let update = bare_update(key.to_vec(), Mutation::Touch, absolute_expiry(exptime, now()));
-    match ctx.service().update(update).await? {
-        Outcome::Touched { .. } => get::fetch(ctx, key).await,
-        _ => Ok(None),
     }
 }
 
