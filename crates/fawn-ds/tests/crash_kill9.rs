@@ -35,7 +35,7 @@ fn mix(mut z: u64) -> u64 {
 fn op(base: u64, seq: u64) -> (u64, bool) {
     let t = (seq - base) % THREADS;
     let h = mix(seq);
-    (t + THREADS * ((h >> 8) % KEYS_PER_THREAD), h % 5 == 0)
+    (t + THREADS * ((h >> 8) % KEYS_PER_THREAD), h.is_multiple_of(5))
 }
 
 fn key_bytes(k: u64) -> Vec<u8> {
