@@ -8,6 +8,6 @@
 //! **Architecture Invariant:** this crate does no I/O. Decoders take bytes and say "incomplete",
 //! "invalid" or return a frame; they never panic on any input.
 
-pub mod native;
 pub mod memcache;
+pub mod native;
 pub mod op;

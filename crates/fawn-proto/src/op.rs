@@ -113,12 +113,7 @@ pub fn is_expired(expiry: UnixSeconds, now: UnixSeconds) -> bool {
 ///
 /// Deviation from memcached, by design: `touch` writes a put, so the item gets `new_cas`
 /// (memcached keeps the cas on touch); a cas token taken before a touch is then stale.
-pub fn decide(
-    update: &Update,
-    current: Option<&Item>,
-    now: UnixSeconds,
-    new_cas: u64,
-) -> (Outcome, Effect) {
+pub fn decide(update: &Update, current: Option<&Item>, now: UnixSeconds, new_cas: u64) -> (Outcome, Effect) {
     let live = current.filter(|item| !is_expired(item.expiry, now));
     match update.mutation {
         Mutation::Set => store(update, new_cas),
@@ -157,11 +152,7 @@ fn not_stored() -> (Outcome, Effect) {
 }
 
 fn store(update: &Update, new_cas: u64) -> (Outcome, Effect) {
-    let effect = Effect::Put {
-        value: update.value.clone(),
-        flags: update.flags,
-        expiry: update.expiry,
-    };
+    let effect = Effect::Put { value: update.value.clone(), flags: update.flags, expiry: update.expiry };
     (Outcome::Stored { cas: new_cas }, effect)
 }
 
@@ -175,20 +166,12 @@ fn concat(update: &Update, item: &Item, new_cas: u64) -> (Outcome, Effect) {
         value.extend_from_slice(&update.value);
         value.extend_from_slice(&item.value);
     }
-    let effect = Effect::Put {
-        value,
-        flags: item.flags,
-        expiry: item.expiry,
-    };
+    let effect = Effect::Put { value, flags: item.flags, expiry: item.expiry };
     (Outcome::Stored { cas: new_cas }, effect)
 }
 
 fn touch(update: &Update, item: &Item, new_cas: u64) -> (Outcome, Effect) {
-    let effect = Effect::Put {
-        value: item.value.clone(),
-        flags: item.flags,
-        expiry: update.expiry,
-    };
+    let effect = Effect::Put { value: item.value.clone(), flags: item.flags, expiry: update.expiry };
     (Outcome::Touched { cas: new_cas }, effect)
 }
 
@@ -201,18 +184,9 @@ fn arith(live: Option<&Item>, new_cas: u64, apply: impl Fn(u64) -> u64) -> (Outc
         return (Outcome::NonNumeric, Effect::None);
     };
     let value = apply(old);
-    let effect = Effect::Put {
-        value: value.to_string().into_bytes(),
-        flags: item.flags,
-        expiry: item.expiry,
-    };
-    (
-        Outcome::Counter {
-            value,
-            cas: new_cas,
-        },
-        effect,
-    )
+    let effect =
+        Effect::Put { value: value.to_string().into_bytes(), flags: item.flags, expiry: item.expiry };
+    (Outcome::Counter { value, cas: new_cas }, effect)
 }
 
 /// Parses a stored counter the way memcached's `safe_strtoull` does: optional leading spaces,
@@ -221,10 +195,7 @@ fn arith(live: Option<&Item>, new_cas: u64, apply: impl Fn(u64) -> u64) -> (Outc
 pub fn parse_counter(value: &[u8]) -> Option<u64> {
     let start = value.iter().position(|b| *b != b' ')?;
     let rest = &value[start..];
-    let digits_end = rest
-        .iter()
-        .position(|b| !b.is_ascii_digit())
-        .unwrap_or(rest.len());
+    let digits_end = rest.iter().position(|b| !b.is_ascii_digit()).unwrap_or(rest.len());
     if digits_end == 0 {
         return None;
     }
@@ -243,30 +214,15 @@ mod decide_tests {
     const NEW: u64 = 77;
 
     fn item(value: &[u8], flags: u32, expiry: UnixSeconds, cas: u64) -> Item {
-        Item {
-            value: value.to_vec(),
-            flags,
-            expiry,
-            cas,
-        }
+        Item { value: value.to_vec(), flags, expiry, cas }
     }
 
     fn upd(mutation: Mutation, value: &[u8], flags: u32, expiry: UnixSeconds) -> Update {
-        Update {
-            key: b"k".to_vec(),
-            mutation,
-            value: value.to_vec(),
-            flags,
-            expiry,
-        }
+        Update { key: b"k".to_vec(), mutation, value: value.to_vec(), flags, expiry }
     }
 
     fn put(value: &[u8], flags: u32, expiry: UnixSeconds) -> Effect {
-        Effect::Put {
-            value: value.to_vec(),
-            flags,
-            expiry,
-        }
+        Effect::Put { value: value.to_vec(), flags, expiry }
     }
 
     fn live() -> Item {
@@ -288,10 +244,7 @@ mod decide_tests {
     #[test]
     fn add_only_when_absent_or_expired() {
         let u = upd(Mutation::Add, b"v", 3, 0);
-        assert_eq!(
-            decide(&u, Some(&live()), NOW, NEW),
-            (Outcome::NotStored, Effect::None)
-        );
+        assert_eq!(decide(&u, Some(&live()), NOW, NEW), (Outcome::NotStored, Effect::None));
         let stored = (Outcome::Stored { cas: NEW }, put(b"v", 3, 0));
         assert_eq!(decide(&u, None, NOW, NEW), stored);
         assert_eq!(decide(&u, Some(&expired()), NOW, NEW), stored);
@@ -300,14 +253,8 @@ mod decide_tests {
     #[test]
     fn replace_only_when_live() {
         let u = upd(Mutation::Replace, b"v", 3, 0);
-        assert_eq!(
-            decide(&u, None, NOW, NEW),
-            (Outcome::NotStored, Effect::None)
-        );
-        assert_eq!(
-            decide(&u, Some(&expired()), NOW, NEW),
-            (Outcome::NotStored, Effect::None)
-        );
+        assert_eq!(decide(&u, None, NOW, NEW), (Outcome::NotStored, Effect::None));
+        assert_eq!(decide(&u, Some(&expired()), NOW, NEW), (Outcome::NotStored, Effect::None));
         let stored = (Outcome::Stored { cas: NEW }, put(b"v", 3, 0));
         assert_eq!(decide(&u, Some(&live()), NOW, NEW), stored);
     }
@@ -321,14 +268,8 @@ mod decide_tests {
         let p = upd(Mutation::Prepend, b"-", 99, 1);
         let stored = (Outcome::Stored { cas: NEW }, put(b"-mid", 5, NOW + 10));
         assert_eq!(decide(&p, Some(&cur), NOW, NEW), stored);
-        assert_eq!(
-            decide(&a, None, NOW, NEW),
-            (Outcome::NotStored, Effect::None)
-        );
-        assert_eq!(
-            decide(&p, Some(&expired()), NOW, NEW),
-            (Outcome::NotStored, Effect::None)
-        );
+        assert_eq!(decide(&a, None, NOW, NEW), (Outcome::NotStored, Effect::None));
+        assert_eq!(decide(&p, Some(&expired()), NOW, NEW), (Outcome::NotStored, Effect::None));
     }
 
     #[test]
@@ -337,31 +278,16 @@ mod decide_tests {
         let stale = upd(Mutation::Cas { unique: 8 }, b"v", 1, 0);
         let stored = (Outcome::Stored { cas: NEW }, put(b"v", 1, 0));
         assert_eq!(decide(&ok, Some(&live()), NOW, NEW), stored);
-        assert_eq!(
-            decide(&stale, Some(&live()), NOW, NEW),
-            (Outcome::Exists, Effect::None)
-        );
-        assert_eq!(
-            decide(&ok, None, NOW, NEW),
-            (Outcome::NotFound, Effect::None)
-        );
-        assert_eq!(
-            decide(&ok, Some(&expired()), NOW, NEW),
-            (Outcome::NotFound, Effect::None)
-        );
+        assert_eq!(decide(&stale, Some(&live()), NOW, NEW), (Outcome::Exists, Effect::None));
+        assert_eq!(decide(&ok, None, NOW, NEW), (Outcome::NotFound, Effect::None));
+        assert_eq!(decide(&ok, Some(&expired()), NOW, NEW), (Outcome::NotFound, Effect::None));
     }
 
     #[test]
     fn incr_adds_wraps_and_keeps_flags_expiry() {
         let cur = item(b"10", 4, NOW + 5, 1);
         let u = upd(Mutation::Incr { delta: 5 }, b"", 0, 0);
-        let want = (
-            Outcome::Counter {
-                value: 15,
-                cas: NEW,
-            },
-            put(b"15", 4, NOW + 5),
-        );
+        let want = (Outcome::Counter { value: 15, cas: NEW }, put(b"15", 4, NOW + 5));
         assert_eq!(decide(&u, Some(&cur), NOW, NEW), want);
         let max = item(u64::MAX.to_string().as_bytes(), 0, 0, 1);
         let u = upd(Mutation::Incr { delta: 2 }, b"", 0, 0);
@@ -383,20 +309,11 @@ mod decide_tests {
     #[test]
     fn arith_missing_and_non_numeric() {
         let u = upd(Mutation::Incr { delta: 1 }, b"", 0, 0);
-        assert_eq!(
-            decide(&u, None, NOW, NEW),
-            (Outcome::NotFound, Effect::None)
-        );
-        assert_eq!(
-            decide(&u, Some(&expired()), NOW, NEW),
-            (Outcome::NotFound, Effect::None)
-        );
+        assert_eq!(decide(&u, None, NOW, NEW), (Outcome::NotFound, Effect::None));
+        assert_eq!(decide(&u, Some(&expired()), NOW, NEW), (Outcome::NotFound, Effect::None));
         for bad in [&b"abc"[..], b"", b"-1", b"1x", b"18446744073709551616"] {
             let cur = item(bad, 0, 0, 1);
-            assert_eq!(
-                decide(&u, Some(&cur), NOW, NEW),
-                (Outcome::NonNumeric, Effect::None)
-            );
+            assert_eq!(decide(&u, Some(&cur), NOW, NEW), (Outcome::NonNumeric, Effect::None));
         }
         let padded = item(b"7  ", 0, 0, 1);
         let want = (Outcome::Counter { value: 8, cas: NEW }, put(b"8", 0, 0));
@@ -408,31 +325,16 @@ mod decide_tests {
         let u = upd(Mutation::Touch, b"", 0, NOW + 100);
         let want = (Outcome::Touched { cas: NEW }, put(b"old", 5, NOW + 100));
         assert_eq!(decide(&u, Some(&live()), NOW, NEW), want);
-        assert_eq!(
-            decide(&u, None, NOW, NEW),
-            (Outcome::NotFound, Effect::None)
-        );
-        assert_eq!(
-            decide(&u, Some(&expired()), NOW, NEW),
-            (Outcome::NotFound, Effect::None)
-        );
+        assert_eq!(decide(&u, None, NOW, NEW), (Outcome::NotFound, Effect::None));
+        assert_eq!(decide(&u, Some(&expired()), NOW, NEW), (Outcome::NotFound, Effect::None));
     }
 
     #[test]
     fn delete_only_live() {
         let u = upd(Mutation::Delete, b"", 0, 0);
-        assert_eq!(
-            decide(&u, Some(&live()), NOW, NEW),
-            (Outcome::Deleted, Effect::Delete)
-        );
-        assert_eq!(
-            decide(&u, None, NOW, NEW),
-            (Outcome::NotFound, Effect::None)
-        );
-        assert_eq!(
-            decide(&u, Some(&expired()), NOW, NEW),
-            (Outcome::NotFound, Effect::None)
-        );
+        assert_eq!(decide(&u, Some(&live()), NOW, NEW), (Outcome::Deleted, Effect::Delete));
+        assert_eq!(decide(&u, None, NOW, NEW), (Outcome::NotFound, Effect::None));
+        assert_eq!(decide(&u, Some(&expired()), NOW, NEW), (Outcome::NotFound, Effect::None));
     }
 
     #[test]
