@@ -10,6 +10,7 @@ pub mod local;
 pub mod lockfile;
 pub mod manager;
 pub mod memcache;
+pub mod metrics;
 pub mod run;
 pub mod server;
 pub mod service;

@@ -32,6 +32,9 @@ pub struct LocalCluster {
     pub vnodes: u32,
     /// Sync policy for back-end datastores (`always`, `never`, `interval:MS`).
     pub sync: String,
+    /// Serve `/metrics` on every role: manager BASE+300, back-end i BASE+301+i,
+    /// front-end i BASE+400+i.
+    pub metrics: bool,
     /// Extra flags for every role (e.g. log format).
     pub extra_args: Vec<String>,
 }
@@ -83,6 +86,14 @@ impl LocalCluster {
         let outcome = match started {
             Ok(()) => {
                 print_ready(&addrs, &self.data_dir);
+                if self.metrics {
+                    println!(
+                        "  metrics            http://{}:{}..{}/metrics",
+                        self.host,
+                        self.base_port + 300,
+                        self.base_port + 400 + self.frontends as u16 - 1
+                    );
+                }
                 supervise(&mut roles, &mut shutdown).await
             }
             Err(e) => Err(e),
@@ -108,7 +119,7 @@ impl LocalCluster {
             "--vnodes".into(),
             self.vnodes.to_string(),
         ];
-        roles.push(self.spawn("manager", manager_args)?);
+        roles.push(self.spawn("manager", self.with_metrics(manager_args, 300))?);
         for (i, addr) in addrs.backends.iter().enumerate() {
             let args = vec![
                 "backend".into(),
@@ -123,7 +134,7 @@ impl LocalCluster {
                 "--sync".into(),
                 self.sync.clone(),
             ];
-            roles.push(self.spawn(&format!("backend-{i}"), args)?);
+            roles.push(self.spawn(&format!("backend-{i}"), self.with_metrics(args, 301 + i as u32))?);
         }
         for i in 0..self.frontends as usize {
             let args = vec![
@@ -139,9 +150,18 @@ impl LocalCluster {
                 "--data-dir".into(),
                 d(&format!("frontend-{i}")),
             ];
-            roles.push(self.spawn(&format!("frontend-{i}"), args)?);
+            roles.push(self.spawn(&format!("frontend-{i}"), self.with_metrics(args, 400 + i as u32))?);
         }
         wait_ready(&addrs.frontends_memcached, roles).await
+    }
+
+    /// Adds `--metrics HOST:BASE+offset` when metrics are on.
+    fn with_metrics(&self, mut args: Vec<String>, offset: u32) -> Vec<String> {
+        if self.metrics {
+            args.push("--metrics".into());
+            args.push(format!("{}:{}", self.host, u32::from(self.base_port) + offset));
+        }
+        args
     }
 
     fn spawn(&self, name: &str, mut args: Vec<String>) -> anyhow::Result<Role> {

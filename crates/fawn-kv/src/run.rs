@@ -31,6 +31,20 @@ pub fn shutdown_on_signals() -> watch::Receiver<bool> {
     rx
 }
 
+/// Starts the `/metrics` listener if an address was given.
+async fn start_metrics(
+    listen: Option<&str>,
+    source: Arc<dyn crate::metrics::Exposition>,
+    shutdown: &watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    if let Some(addr) = listen {
+        let listener = bind(addr, "metrics").await?;
+        info!(listen = %listener.local_addr()?, "metrics at /metrics");
+        tokio::spawn(crate::metrics::serve(listener, source, shutdown.clone()));
+    }
+    Ok(())
+}
+
 async fn bind(addr: &str, what: &str) -> anyhow::Result<TcpListener> {
     TcpListener::bind(addr).await.with_context(|| format!("binding the {what} listener to {addr}"))
 }
@@ -39,12 +53,14 @@ async fn bind(addr: &str, what: &str) -> anyhow::Result<TcpListener> {
 pub async fn manager(
     options: ManagerOptions,
     listen: &str,
+    metrics: Option<&str>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let _lock = DirLock::acquire(&options.data_dir)?;
     let listener = bind(listen, "manager").await?;
     let manager = Manager::open(options).context("opening the manager state")?;
     info!(listen = %listener.local_addr()?, "manager listening");
+    start_metrics(metrics, manager.clone(), &shutdown).await?;
     manager.serve(listener, shutdown).await;
     Ok(())
 }
@@ -53,6 +69,7 @@ pub async fn manager(
 pub async fn backend(
     options: BackendOptions,
     listen: &str,
+    metrics: Option<&str>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let _lock = DirLock::acquire(&options.data_dir)?;
@@ -61,6 +78,7 @@ pub async fn backend(
     info!(listen = %listener.local_addr()?, node = options.node, "back-end listening; registering");
     let backend = Backend::start(options).await?;
     info!("back-end serving");
+    start_metrics(metrics, backend.clone(), &shutdown).await?;
     backend.serve(listener, shutdown).await;
     Ok(())
 }
@@ -72,6 +90,7 @@ pub async fn frontend(
     listen: &str,
     memcache_listen: &str,
     memcache_config: crate::memcache::MemcacheConfig,
+    metrics: Option<&str>,
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let _lock = DirLock::acquire(data_dir)?;
@@ -79,6 +98,7 @@ pub async fn frontend(
     let memcache = bind(memcache_listen, "memcached").await?;
     let frontend: Arc<Frontend> = Frontend::start(options).await?;
     info!(native = %native.local_addr()?, memcached = %memcache.local_addr()?, "front-end serving");
+    start_metrics(metrics, frontend.clone(), &shutdown).await?;
     let mut memcache_shutdown = shutdown.clone();
     let mc = tokio::spawn(crate::memcache::serve(memcache, frontend.clone(), memcache_config, async move {
         let _ = memcache_shutdown.wait_for(|v| *v).await;

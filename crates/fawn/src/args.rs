@@ -122,6 +122,9 @@ pub struct UpArgs {
     /// Datastore sync policy: always, never or interval:MS.
     #[arg(long, default_value = "interval:100", value_parser = parse_sync)]
     sync: SyncPolicy,
+    /// Serve Prometheus /metrics on every role (manager BASE+300, back-ends BASE+301.., front-ends BASE+400..).
+    #[arg(long)]
+    metrics: bool,
 }
 
 impl UpArgs {
@@ -143,6 +146,7 @@ impl UpArgs {
             replicas: self.replicas,
             vnodes: self.vnodes,
             sync,
+            metrics: self.metrics,
             extra_args: Vec::new(),
         };
         cluster.run(run::shutdown_on_signals()).await
@@ -160,6 +164,9 @@ pub struct ManagerArgs {
     /// Back-ends the ring is formed from.
     #[arg(long, default_value_t = 3)]
     backends: usize,
+    /// Serve Prometheus metrics at http://ADDR/metrics.
+    #[arg(long)]
+    metrics: Option<String>,
     /// Front-ends (wedges of the key space); ids 0..N.
     #[arg(long, default_value_t = 1)]
     frontends: u32,
@@ -180,7 +187,7 @@ impl ManagerArgs {
             replicas: self.replicas,
             vnodes: self.vnodes,
         };
-        run::manager(options, &self.listen, run::shutdown_on_signals()).await
+        run::manager(options, &self.listen, self.metrics.as_deref(), run::shutdown_on_signals()).await
     }
 }
 
@@ -204,6 +211,9 @@ pub struct BackendArgs {
     /// Datastore sync policy: always, never or interval:MS.
     #[arg(long, default_value = "interval:100", value_parser = parse_sync)]
     sync: SyncPolicy,
+    /// Serve Prometheus metrics at http://ADDR/metrics.
+    #[arg(long)]
+    metrics: Option<String>,
     /// Milliseconds the head waits for the tail's ack before answering "timeout".
     #[arg(long, default_value_t = 2000)]
     chain_timeout_ms: u64,
@@ -219,7 +229,7 @@ impl BackendArgs {
             sync: self.sync,
             chain_timeout: Duration::from_millis(self.chain_timeout_ms),
         };
-        run::backend(options, &self.listen, run::shutdown_on_signals()).await
+        run::backend(options, &self.listen, self.metrics.as_deref(), run::shutdown_on_signals()).await
     }
 }
 
@@ -243,6 +253,9 @@ pub struct FrontendArgs {
     /// Directory for the front-end's lock file.
     #[arg(long)]
     data_dir: PathBuf,
+    /// Serve Prometheus metrics at http://ADDR/metrics.
+    #[arg(long)]
+    metrics: Option<String>,
     /// Query cache capacity in items (0 disables it).
     #[arg(long, default_value_t = 100_000)]
     cache_entries: usize,
@@ -271,8 +284,9 @@ impl FrontendArgs {
             request_timeout: Duration::from_millis(self.request_timeout_ms),
         };
         let mc = memcache_config(self.max_connections, self.idle_timeout_secs, self.value_bytes_max);
-        run::frontend(options, &self.data_dir, &self.listen, &self.memcached, mc, run::shutdown_on_signals())
-            .await
+        let metrics = self.metrics.as_deref();
+        let shutdown = run::shutdown_on_signals();
+        run::frontend(options, &self.data_dir, &self.listen, &self.memcached, mc, metrics, shutdown).await
     }
 }
 

@@ -38,6 +38,11 @@ pub struct Links {
 }
 
 impl Links {
+    /// Messages queued on all links.
+    pub fn queued(&self) -> u64 {
+        self.senders.lock().values().map(|tx| (tx.max_capacity() - tx.capacity()) as u64).sum()
+    }
+
     /// The queue of the link to `peer`, starting its task on first use.
     pub fn to<O: LinkOwner>(&self, owner: &Arc<O>, peer: NodeId) -> mpsc::Sender<ChainMsg> {
         let mut senders = self.senders.lock();

@@ -21,6 +21,7 @@ use parking_lot::RwLock;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
+use crate::metrics::{self, Exposition, Histogram};
 use crate::server::{self, Handler};
 use crate::view::{fetch_config, View};
 use fawn_client::pool::Pool;
@@ -54,6 +55,8 @@ struct Counters {
     acks: AtomicU64,
     stale_epoch: AtomicU64,
     resend_requests: AtomicU64,
+    get_latency: Histogram,
+    update_latency: Histogram,
 }
 
 /// A running back-end.
@@ -344,6 +347,36 @@ impl Backend {
     }
 }
 
+impl Exposition for Backend {
+    fn metrics(&self) -> String {
+        let mut out = String::new();
+        let node = format!("node=\"{}\",", self.options.node);
+        let c = &self.counters;
+        for (name, v) in [
+            ("fawn_backend_gets_total", &c.gets),
+            ("fawn_backend_updates_total", &c.updates),
+            ("fawn_backend_replicated_total", &c.replicated),
+            ("fawn_backend_acks_total", &c.acks),
+            ("fawn_backend_stale_epoch_total", &c.stale_epoch),
+            ("fawn_backend_resend_requests_total", &c.resend_requests),
+        ] {
+            metrics::line(&mut out, name, &node, v.load(Ordering::Relaxed));
+        }
+        c.get_latency.render(&mut out, "fawn_backend_get_seconds", &node);
+        c.update_latency.render(&mut out, "fawn_backend_update_seconds", &node);
+        metrics::line(&mut out, "fawn_backend_chain_queue_depth", &node, self.links.queued());
+        for r in self.replicas.read().values() {
+            let s = r.store.stats();
+            let labels = format!("{node}range=\"{}\",", r.range.id_string());
+            metrics::line(&mut out, "fawn_datastore_live_keys", &labels, s.live_keys);
+            metrics::line(&mut out, "fawn_datastore_log_bytes", &labels, s.log_bytes);
+            metrics::line(&mut out, "fawn_datastore_index_bytes", &labels, s.index_bytes);
+            metrics::line(&mut out, "fawn_datastore_unacked_updates", &labels, r.unacked_len() as u64);
+        }
+        out
+    }
+}
+
 impl LinkOwner for Backend {
     fn peer_addr(&self, peer: NodeId) -> Option<String> {
         self.current().config.backends.iter().find(|b| b.node == peer).map(|b| b.addr.clone())
@@ -374,8 +407,18 @@ impl LinkOwner for Backend {
 impl Handler for Backend {
     async fn request(self: Arc<Self>, request: Request) -> Response {
         let result = match request {
-            Request::Get { epoch, key, .. } => self.get(epoch, &key).await,
-            Request::Update { epoch, req, update, .. } => self.update(epoch, req, update).await,
+            Request::Get { epoch, key, .. } => {
+                let start = Instant::now();
+                let r = self.get(epoch, &key).await;
+                self.counters.get_latency.record(start.elapsed());
+                r
+            }
+            Request::Update { epoch, req, update, .. } => {
+                let start = Instant::now();
+                let r = self.update(epoch, req, update).await;
+                self.counters.update_latency.record(start.elapsed());
+                r
+            }
             Request::ItemStats => Ok(self.item_stats()),
             Request::RangeDigest { range, after_key, limit } => self.digest(range, after_key, limit),
             Request::Status => Ok(self.status()),

@@ -188,6 +188,11 @@ impl RangeReplica {
         self.unacked.lock().insert(seq, msg);
     }
 
+    /// Number of updates forwarded but not yet acknowledged.
+    pub fn unacked_len(&self) -> usize {
+        self.unacked.lock().len()
+    }
+
     /// Updates forwarded but not acknowledged, in order (resent after a reconnect).
     pub fn unacked(&self) -> Vec<ChainMsg> {
         self.unacked.lock().values().cloned().collect()

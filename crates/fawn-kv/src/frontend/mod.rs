@@ -17,6 +17,7 @@ use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::clock::{flushed, unix_now};
+use crate::metrics::{self, Exposition, Histogram};
 use crate::server::{self, Handler};
 use crate::service::{ItemStats, KvService, ServiceError};
 use crate::view::{fetch_config, View};
@@ -52,6 +53,8 @@ struct Counters {
     updates: AtomicU64,
     forwarded: AtomicU64,
     retries: AtomicU64,
+    get_latency: Histogram,
+    update_latency: Histogram,
 }
 
 /// A running front-end.
@@ -323,13 +326,40 @@ fn service_error(e: WireError) -> ServiceError {
     }
 }
 
+impl Exposition for Frontend {
+    fn metrics(&self) -> String {
+        let mut out = String::new();
+        let labels = format!("frontend=\"{}\",", self.options.id);
+        let c = &self.counters;
+        for (name, v) in [
+            ("fawn_frontend_gets_total", &c.gets),
+            ("fawn_frontend_cache_hits_total", &c.cache_hits),
+            ("fawn_frontend_updates_total", &c.updates),
+            ("fawn_frontend_forwarded_total", &c.forwarded),
+            ("fawn_frontend_retries_total", &c.retries),
+        ] {
+            metrics::line(&mut out, name, &labels, v.load(Ordering::Relaxed));
+        }
+        c.get_latency.render(&mut out, "fawn_frontend_get_seconds", &labels);
+        c.update_latency.render(&mut out, "fawn_frontend_update_seconds", &labels);
+        metrics::line(&mut out, "fawn_frontend_epoch", &labels, self.current().config.epoch);
+        out
+    }
+}
+
 impl KvService for Frontend {
     async fn get(&self, key: &[u8]) -> Result<Option<Item>, ServiceError> {
-        self.route_get(key, false).await.map_err(service_error)
+        let start = Instant::now();
+        let r = self.route_get(key, false).await.map_err(service_error);
+        self.counters.get_latency.record(start.elapsed());
+        r
     }
 
     async fn update(&self, update: Update) -> Result<Outcome, ServiceError> {
-        self.route_update(self.new_req(), update, false).await.map_err(service_error)
+        let start = Instant::now();
+        let r = self.route_update(self.new_req(), update, false).await.map_err(service_error);
+        self.counters.update_latency.record(start.elapsed());
+        r
     }
 
     async fn flush_all(&self, at_unix: u32) -> Result<(), ServiceError> {

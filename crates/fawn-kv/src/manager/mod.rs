@@ -90,6 +90,17 @@ impl Manager {
     }
 }
 
+impl crate::metrics::Exposition for Manager {
+    fn metrics(&self) -> String {
+        let c = self.config();
+        let mut out = String::new();
+        crate::metrics::line(&mut out, "fawn_manager_epoch", "", c.epoch);
+        crate::metrics::line(&mut out, "fawn_manager_backends", "", c.backends.len() as u64);
+        crate::metrics::line(&mut out, "fawn_manager_frontends", "", c.frontends.len() as u64);
+        out
+    }
+}
+
 impl Handler for Manager {
     async fn request(self: Arc<Self>, request: Request) -> Response {
         match request {
