@@ -104,6 +104,8 @@ pub async fn serve<S: KvService>(
             },
         }
     }
+    // Stop listening at once: connections queued in the backlog would never be served.
+    drop(listener);
     let _ = stop_tx.send(true);
     drop(done_tx);
     let _ = done_rx.recv().await;

@@ -1,25 +1,36 @@
 //! `get`, `gets`, `gat`, `gats`: one `VALUE` block per hit, then `END`.
 
 use fawn_proto::memcache::{absolute_expiry, reply, GetCommand};
-use fawn_proto::op::{is_expired, Item, Mutation, Outcome};
+use fawn_proto::op::{is_expired, Item, Mutation, Outcome, Update};
 
 use super::{bare_update, now, Ctx};
 use crate::memcache::stats::Stats;
-use crate::service::KvService;
+use crate::service::{KvService, ServiceError};
+
+/// Reads of one multi-get in flight at once (each may be a round trip to another chain's tail).
+const READ_FAN_OUT: usize = 64;
+
+type ReadResult = Result<Option<Item>, ServiceError>;
 
 pub(super) async fn run<S: KvService>(ctx: &mut Ctx<'_, S>, get: GetCommand) {
-    // Replies for earlier keys are kept in a side buffer so that a failure part-way replaces
-    // the whole reply with one SERVER_ERROR line, rather than a truncated VALUE list.
+    let items = match get.touch {
+        None => read_all(ctx, &get.keys).await,
+        Some(exptime) => {
+            let mut items = Vec::with_capacity(get.keys.len());
+            for key in &get.keys {
+                items.push(touch_and_fetch(ctx, key, exptime).await);
+            }
+            items
+        }
+    };
+    // The reply is built aside so that a failure part-way replaces it with one SERVER_ERROR
+    // line, rather than a truncated VALUE list.
     let mut values = Vec::new();
-    for key in get.keys {
-        let item = match get.touch {
-            None => fetch(ctx, &key).await,
-            Some(exptime) => touch_and_fetch(ctx, &key, exptime).await,
-        };
+    for (key, item) in get.keys.iter().zip(items) {
         match item {
             Ok(Some(item)) => {
                 let cas = get.cas.then_some(item.cas);
-                reply::value(&mut values, &key, item.flags, &item.value, cas);
+                reply::value(&mut values, key, item.flags, &item.value, cas);
             }
             Ok(None) => {}
             Err(error) => return ctx.server_error(&error, false),
@@ -29,15 +40,45 @@ pub(super) async fn run<S: KvService>(ctx: &mut Ctx<'_, S>, get: GetCommand) {
     ctx.reply(reply::END);
 }
 
-/// Reads a key, counting a hit or miss. An item the service returns already expired (its
-/// clock may lag ours) is a miss, as memcached counts it: `get_expired`.
-pub(super) async fn fetch<S: KvService>(
-    ctx: &mut Ctx<'_, S>,
-    key: &[u8],
-) -> Result<Option<Item>, crate::service::ServiceError> {
-    let counters = &ctx.stats().counters;
-    Stats::incr(&counters.cmd_get);
+/// Reads every key, concurrently when there are several, results in key order.
+async fn read_all<S: KvService>(ctx: &Ctx<'_, S>, keys: &[Vec<u8>]) -> Vec<ReadResult> {
+    if let [key] = keys {
+        return vec![fetch(ctx, key).await];
+    }
+    let mut results = Vec::with_capacity(keys.len());
+    for batch in keys.chunks(READ_FAN_OUT) {
+        let mut tasks = tokio::task::JoinSet::new();
+        for (i, key) in batch.iter().enumerate() {
+            let service = ctx.shared.service.clone();
+            let key = key.clone();
+            tasks.spawn(async move { (i, service.get(&key).await) });
+        }
+        let mut batch_results: Vec<Option<ReadResult>> = vec![None; batch.len()];
+        while let Some(joined) = tasks.join_next().await {
+            if let Ok((i, result)) = joined {
+                batch_results[i] = Some(result);
+            }
+        }
+        for result in batch_results {
+            // A read task can only be missing if it panicked inside the service.
+            let result = result.unwrap_or_else(|| Err(ServiceError::Backend("read failed".into())));
+            results.push(result.map(|item| count_read(ctx.stats(), item)));
+        }
+    }
+    results
+}
+
+/// Reads a key, counting a hit or miss.
+pub(super) async fn fetch<S: KvService>(ctx: &Ctx<'_, S>, key: &[u8]) -> ReadResult {
     let item = ctx.service().get(key).await?;
+    Ok(count_read(ctx.stats(), item))
+}
+
+/// Counts one key of a read. An item the service returns already expired (its clock may lag
+/// ours) is a miss, as memcached counts it: `get_expired`.
+fn count_read(stats: &Stats, item: Option<Item>) -> Option<Item> {
+    let counters = &stats.counters;
+    Stats::incr(&counters.cmd_get);
     let live = match item {
         Some(item) if is_expired(item.expiry, now()) => {
             Stats::incr(&counters.get_expired);
@@ -49,30 +90,66 @@ pub(super) async fn fetch<S: KvService>(
         Some(_) => &counters.get_hits,
         None => &counters.get_misses,
     });
-    Ok(live)
+    live
 }
 
-/// `gat`: read, then touch a hit at the chain head, as memcached does (so `gat -1` returns the
-/// value once). The reply carries the item as touched (new expiry and cas unique). Not atomic
-/// across the two steps: an update in between is overwritten only in its expiry.
+/// Attempts of an atomic `gat` before falling back to a plain touch.
+const GAT_ATTEMPTS: usize = 3;
+
+/// `gat`: read the item, then write it back with the new expiry as a compare-and-set against
+/// the version read, so the reply's value and cas unique belong together even if another
+/// client updates the key in between (then it is re-read). Like memcached, the item read is
+/// returned even if the new exptime expires it at once (`gat -1`).
 pub(super) async fn touch_and_fetch<S: KvService>(
     ctx: &mut Ctx<'_, S>,
     key: &[u8],
     exptime: i32,
-) -> Result<Option<Item>, crate::service::ServiceError> {
+) -> ReadResult {
     let counters = &ctx.stats().counters;
     Stats::incr(&counters.cmd_touch);
-    let item = ctx.service().get(key).await?;
-    let Some(mut item) = item.filter(|item| !is_expired(item.expiry, now())) else {
+    let expiry = absolute_expiry(exptime, now());
+    for _ in 0..GAT_ATTEMPTS {
+        let Some(mut item) = live(ctx.service().get(key).await?) else {
+            Stats::incr(&counters.touch_misses);
+            return Ok(None);
+        };
+        let update = Update {
+            key: key.to_vec(),
+            mutation: Mutation::Cas { unique: item.cas },
+            value: item.value.clone(),
+            flags: item.flags,
+            expiry,
+        };
+        match ctx.service().update(update).await? {
+            Outcome::Stored { cas } => {
+                Stats::incr(&counters.touch_hits);
+                item.expiry = expiry;
+                item.cas = cas;
+                return Ok(Some(item));
+            }
+            // Changed since read: read again.
+            Outcome::Exists => continue,
+            _ => {
+                Stats::incr(&counters.touch_misses);
+                return Ok(None);
+            }
+        }
+    }
+    fallback_touch(ctx, key, expiry).await
+}
+
+/// Under heavy contention: a plain touch, then a read of whatever is current.
+async fn fallback_touch<S: KvService>(ctx: &mut Ctx<'_, S>, key: &[u8], expiry: u32) -> ReadResult {
+    let counters = &ctx.stats().counters;
+    let outcome = ctx.service().update(bare_update(key.to_vec(), Mutation::Touch, expiry)).await?;
+    if !matches!(outcome, Outcome::Touched { .. }) {
         Stats::incr(&counters.touch_misses);
         return Ok(None);
-    };
-    let expiry = absolute_expiry(exptime, now());
-    let update = bare_update(key.to_vec(), Mutation::Touch, expiry);
-    if let Outcome::Touched { cas } = ctx.service().update(update).await? {
-        item.expiry = expiry;
-        item.cas = cas;
     }
     Stats::incr(&counters.touch_hits);
-    Ok(Some(item))
+    Ok(live(ctx.service().get(key).await?))
+}
+
+fn live(item: Option<Item>) -> Option<Item> {
+    item.filter(|item| !is_expired(item.expiry, now()))
 }
