@@ -26,7 +26,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ds = DataStore::open(&dir, opts.clone())?;
     let t = Instant::now();
     for i in 0..n {
-        ds.store(format!("user:{i:012}").as_bytes(), &i.to_le_bytes(), Meta { seq: i + 1, ..Meta::default() })?;
+        ds.store(
+            format!("user:{i:012}").as_bytes(),
+            &i.to_le_bytes(),
+            Meta { seq: i + 1, ..Meta::default() },
+        )?;
     }
     let insert_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
@@ -48,13 +52,21 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     drop(ds);
     let t = Instant::now();
     let ds = DataStore::open(&dir, opts.clone())?;
-    println!("restart_without_checkpoint_s={:.2} replayed={}", t.elapsed().as_secs_f64(), ds.recovery_report().records_replayed);
+    println!(
+        "restart_without_checkpoint_s={:.2} replayed={}",
+        t.elapsed().as_secs_f64(),
+        ds.recovery_report().records_replayed
+    );
     let t = Instant::now();
     ds.close()?;
     println!("checkpoint_s={:.2}", t.elapsed().as_secs_f64());
     let t = Instant::now();
     let ds = DataStore::open(&dir, opts)?;
-    println!("restart_with_checkpoint_s={:.2} from_checkpoint={}", t.elapsed().as_secs_f64(), ds.recovery_report().from_checkpoint);
+    println!(
+        "restart_with_checkpoint_s={:.2} from_checkpoint={}",
+        t.elapsed().as_secs_f64(),
+        ds.recovery_report().from_checkpoint
+    );
     drop(ds);
     std::fs::remove_dir_all(&dir)?;
     Ok(())

@@ -13,7 +13,7 @@
 //! needs its key id, read from the log). Lookups probe both tables until the old one is
 //! empty. No operation ever rehashes the whole table.
 
-use crate::limits::{INDEX_MAX_LOAD, SLOTS_PER_BUCKET};
+use crate::limits::{INDEX_MAX_LOAD, INDEX_SIZING_LOAD, SLOTS_PER_BUCKET};
 
 /// Words (u16) per slot: offset low, offset high, fragment.
 const WORDS_PER_SLOT: usize = 3;
@@ -97,7 +97,7 @@ impl Table {
     }
 
     pub fn for_keys(keys: u64) -> Table {
-        let slots = (keys as f64 / INDEX_MAX_LOAD).ceil() as u64;
+        let slots = (keys as f64 / INDEX_SIZING_LOAD).ceil() as u64;
         Table::with_buckets(slots.div_ceil(SLOTS_PER_BUCKET as u64))
     }
 
@@ -343,8 +343,10 @@ impl Index {
 
     /// Move a batch: `rehashed[i]` is the primary hash of `batch.entries[i]` (None when its
     /// record could not be read: it then goes to the stash and matches on fragment alone).
-    pub fn apply_migration(&mut self, batch: &MigrationBatch, rehashed: &[Option<u64>]) {
-        let Some(m) = self.old.as_mut() else { return };
+    /// Returns the emptied old table when migration is complete: freeing tens of MB takes
+    /// milliseconds, so the caller frees it outside the locks.
+    pub fn apply_migration(&mut self, batch: &MigrationBatch, rehashed: &[Option<u64>]) -> Option<Table> {
+        let m = self.old.as_mut()?;
         let from = m.next as usize * SLOTS_PER_BUCKET;
         for slot in from..(batch.upto as usize * SLOTS_PER_BUCKET) {
             if m.table.get(slot).0 != 0 {
@@ -360,8 +362,9 @@ impl Index {
             }
         }
         if done {
-            self.old = None;
+            return self.old.take().map(|m| m.table);
         }
+        None
     }
 }
 
@@ -506,7 +509,7 @@ mod tests {
             idx.insert(k, i as u32 + 2);
             if let Some(batch) = idx.migration_batch(MIGRATE_BUCKETS_PER_STEP) {
                 let re: Vec<_> = batch.entries.iter().map(|(_, u)| hashes.get(u).copied()).collect();
-                idx.apply_migration(&batch, &re);
+                let _ = idx.apply_migration(&batch, &re);
             }
         }
         assert_eq!(idx.live(), n);

@@ -263,9 +263,12 @@ impl Inner {
         };
         let start = Instant::now();
         let rehashed = self.rehash(&batch);
-        self.index.write().apply_migration(&batch, &rehashed);
+        let finished = self.index.write().apply_migration(&batch, &rehashed);
         let us = start.elapsed().as_micros() as u64;
         self.counters.growth_step_max_us.fetch_max(us, Ordering::Relaxed);
+        if let Some(old) = finished {
+            free_in_background(old);
+        }
     }
 
     fn rehash(&self, batch: &MigrationBatch) -> Vec<Option<u64>> {
@@ -341,11 +344,18 @@ impl Inner {
     }
 }
 
+/// Drop a large allocation on a short-lived thread, so no writer pays for the munmap.
+fn free_in_background<T: Send + 'static>(garbage: T) {
+    // If no thread can be started, the closure (and the garbage) is dropped right here.
+    let _ = std::thread::Builder::new().name("fawn-ds-free".into()).spawn(move || drop(garbage));
+}
+
 /// The interval sync thread: wakes every `every`, syncs if there are unsynced appends.
 fn spawn_interval_sync(inner: &Arc<Inner>, every: Duration) -> Result<Background, Error> {
     let stop = Arc::new((Mutex::new(false), Condvar::new()));
     let weak = Arc::downgrade(inner);
     let stop2 = Arc::clone(&stop);
+    let every = every.max(Duration::from_millis(1));
     let handle = std::thread::Builder::new()
         .name("fawn-ds-sync".into())
         .spawn(move || loop {

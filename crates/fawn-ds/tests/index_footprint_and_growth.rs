@@ -19,7 +19,12 @@ fn key(i: u64) -> Vec<u8> {
 fn presized_index_meets_bytes_per_key_and_extra_read_targets() {
     const N: u64 = 200_000;
     let dir = scratch();
-    let opts = Options { sync: SyncPolicy::Never, expected_keys: N, checkpoint_every_bytes: 0, ..Options::default() };
+    let opts = Options {
+        sync: SyncPolicy::Never,
+        expected_keys: N,
+        checkpoint_every_bytes: 0,
+        ..Options::default()
+    };
     let ds = DataStore::open(dir.path(), opts).unwrap();
     for i in 0..N {
         ds.store(&key(i), &i.to_le_bytes(), Meta { seq: i + 1, ..Meta::default() }).unwrap();
@@ -38,7 +43,10 @@ fn presized_index_meets_bytes_per_key_and_extra_read_targets() {
     }
     let st = ds.stats();
     let per_1000 = st.extra_reads as f64 * 1000.0 / st.lookups as f64;
-    eprintln!("{} lookups (half misses): {} extra reads = {per_1000:.3} per 1000", st.lookups, st.extra_reads);
+    eprintln!(
+        "{} lookups (half misses): {} extra reads = {per_1000:.3} per 1000",
+        st.lookups, st.extra_reads
+    );
     assert!(per_1000 <= 1.0);
 }
 
