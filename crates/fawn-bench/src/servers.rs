@@ -129,8 +129,32 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// User + system CPU seconds a process has used so far, from /proc/<pid>/stat (Linux).
+/// User + system CPU seconds used so far by process `pid` and all its descendants (a FAWN
+/// cluster from `fawn up` is one process per role), from /proc (Linux).
 pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    let mut total = own_cpu_seconds(pid)?;
+    let mut frontier = vec![pid];
+    while let Some(parent) = frontier.pop() {
+        for child in children(parent) {
+            total += own_cpu_seconds(child).unwrap_or(0.0);
+            frontier.push(child);
+        }
+    }
+    Some(total)
+}
+
+/// Direct children of `pid`, from /proc/<pid>/task/*/children.
+fn children(pid: u32) -> Vec<u32> {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };
+    tasks
+        .filter_map(|t| t.ok())
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|s| s.split_whitespace().filter_map(|p| p.parse().ok()).collect::<Vec<u32>>())
+        .collect()
+}
+
+/// User + system CPU seconds of one process (all its threads), from /proc/<pid>/stat.
+fn own_cpu_seconds(pid: u32) -> Option<f64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may contain spaces; fields after the last ')' are safe to split.
     let rest = &stat[stat.rfind(')')? + 1..];
