@@ -19,9 +19,11 @@ use crate::log::LogFile;
 use crate::record::{self, Header};
 use crate::{Entry, Meta, Options, RecordKind, RecoveryReport, Stats, SyncPolicy};
 
-/// Bytes a lookup reads first: enough for header + key + value at the design point
-/// (values up to ~1.7 KiB) in one `pread`; longer records take a second read.
-const LOOKUP_READ_GUESS: usize = 2048;
+/// A lookup's first `pread` runs to the end of the 4 KiB page holding the record start
+/// (never touching a second page it may not need); if that is less than this, it takes the
+/// next page too. Records longer than the first read take a second one.
+const LOOKUP_READ_MIN: usize = 512;
+const PAGE: u64 = 4096;
 /// Bytes enough for any header + key (key comparisons on the write path).
 const KEY_READ_BYTES: usize = RECORD_HEADER_BYTES + KEY_BYTES_MAX;
 
@@ -154,7 +156,11 @@ impl Inner {
 
     /// Read and fully check the record at `offset`.
     pub fn read_record(&self, offset: u64) -> Result<(Header, Vec<u8>), Error> {
-        let mut buf = vec![0u8; LOOKUP_READ_GUESS];
+        let mut first = (PAGE - offset % PAGE) as usize;
+        if first < LOOKUP_READ_MIN {
+            first += PAGE as usize;
+        }
+        let mut buf = vec![0u8; first];
         let n = self.log.read_at(&mut buf, offset)?;
         let header = record::parse_header(&buf[..n], offset)?;
         let total = header.total_len();
