@@ -129,6 +129,7 @@ pub fn run(args: &DsArgs, quiet: bool, rep: &mut Reporter) -> Result<()> {
     let keys = if args.full { FULL_KEYS } else { args.keys };
     ensure!(keys >= 1, "--keys must be at least 1");
     let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
     let base = tempfile::Builder::new()
         .prefix("fawn-bench-ds-")
         .tempdir_in(&parent)
