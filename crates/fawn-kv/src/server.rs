@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use fawn_client::framed::FrameReader;
 use fawn_proto::native::{encode_frame, ChainMsg, Message, Request, Response, WireError};
+use fawn_ring::NodeId;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
@@ -24,9 +25,10 @@ pub trait Handler: Send + Sync + 'static {
     /// Answers one request. Called concurrently.
     fn request(self: Arc<Self>, request: Request) -> impl Future<Output = Response> + Send;
 
-    /// Handles one chain message. Messages of one connection are handled one at a time, in order.
-    fn chain(self: Arc<Self>, msg: ChainMsg) -> impl Future<Output = ()> + Send {
-        let _ = msg;
+    /// Handles one chain message from back-end `from` (as named by the connection's `Hello`).
+    /// Messages of one connection are handled one at a time, in order.
+    fn chain(self: Arc<Self>, from: NodeId, msg: ChainMsg) -> impl Future<Output = ()> + Send {
+        let _ = (from, msg);
         async {}
     }
 }
@@ -65,6 +67,7 @@ async fn connection<H: Handler>(stream: TcpStream, handler: Arc<H>, mut shutdown
     let writer_task = tokio::spawn(write_responses(writer, rx));
     let in_flight = Arc::new(Semaphore::new(CONNECTION_REQUESTS_IN_FLIGHT_MAX));
     let mut frames = FrameReader::new(reader);
+    let mut from: Option<NodeId> = None;
     loop {
         let next = tokio::select! {
             n = frames.next() => n,
@@ -80,7 +83,14 @@ async fn connection<H: Handler>(stream: TcpStream, handler: Arc<H>, mut shutdown
                     drop(permit);
                 });
             }
-            Ok(Some((_, Message::Chain(msg)))) => handler.clone().chain(msg).await,
+            Ok(Some((_, Message::Chain(ChainMsg::Hello { from: node })))) => from = Some(node),
+            Ok(Some((_, Message::Chain(msg)))) => match from {
+                Some(node) => handler.clone().chain(node, msg).await,
+                None => {
+                    debug!("chain message before Hello; closing");
+                    break;
+                }
+            },
             Ok(Some((id, Message::Response(_)))) => {
                 let err = WireError::Invalid("unexpected response frame".into());
                 let _ = tx.send((id, Response::Error(err))).await;

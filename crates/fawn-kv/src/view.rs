@@ -1,31 +1,29 @@
-//! A configuration and the ring computed from it: what every process routes by.
+//! A configuration as every process routes by it.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use fawn_client::pool::Pool;
-use fawn_proto::native::{ClusterConfig, Request, Response};
-use fawn_ring::{Chain, Range, Ring};
+use fawn_proto::native::{ClusterConfig, RangeConfig, Request, Response};
+use fawn_ring::key_id;
 
-/// One epoch's configuration with its ring.
+/// One epoch's configuration.
 pub struct View {
     pub config: ClusterConfig,
-    pub ring: Ring,
-    pub(crate) chains: HashMap<Range, Chain>,
 }
 
 impl View {
     pub fn new(config: ClusterConfig) -> View {
-        let nodes: Vec<_> = config.backends.iter().map(|b| b.node).collect();
-        let ring = Ring::new(&nodes, config.vnodes, config.replicas);
-        let chains =
-            ring.ranges().iter().map(|(range, owner)| (*range, ring.chain_for_range(owner))).collect();
-        View { config, ring, chains }
+        View { config }
+    }
+
+    /// The range (and chain) holding `key`.
+    pub fn range_for_key(&self, key: &[u8]) -> Option<&RangeConfig> {
+        self.config.range_of(key_id(key))
     }
 
     /// Native address of a back-end.
     pub fn backend_addr(&self, node: fawn_ring::NodeId) -> Option<&str> {
-        self.config.backends.iter().find(|b| b.node == node).map(|b| b.addr.as_str())
+        self.config.backend_addr(node)
     }
 }
 

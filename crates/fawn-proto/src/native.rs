@@ -61,6 +61,10 @@ pub enum Request {
     GetConfig,
     /// A back-end announces itself to the manager.
     RegisterBackend { node: NodeId, addr: String },
+    /// A syncing back-end has caught up on a range (to the manager).
+    SyncDone { node: NodeId, range: Range },
+    /// Begin a graceful leave of a back-end (to the manager).
+    Leave { node: NodeId },
     /// A front-end announces itself to the manager.
     RegisterFrontend { id: u32, native_addr: String, memcache_addr: String },
     /// Manager: set the flush time (`flush_all`).
@@ -118,9 +122,30 @@ pub enum WireError {
 pub enum ChainMsg {
     /// First frame of a chain connection: who is sending.
     Hello { from: NodeId },
+    /// A syncing replica asks the last in-sync replica for a snapshot of the range.
+    SyncRequest { epoch: Epoch, range: Range },
+    /// Start of a snapshot; the receiver empties its copy of the range.
+    SnapshotBegin { epoch: Epoch, range: Range },
+    /// One record of a snapshot, in the sender's log order.
+    SnapshotRecord { range: Range, seq: u64, key: Vec<u8>, effect: ReplEffect },
+    /// End of a snapshot: it held every update up to `upto_seq`.
+    SnapshotEnd { epoch: Epoch, range: Range, upto_seq: u64 },
+    /// Answer to `Resend`: every update the sender had when it handled the resend was sent
+    /// before this message.
+    CaughtUp { epoch: Epoch, range: Range, seq: u64 },
     /// An update the head ordered, travelling head → tail. `prev_seq` is the sequence number
     /// of the range's previous update, so a receiver can tell a gap from a duplicate.
-    Replicate { epoch: Epoch, range: Range, seq: u64, prev_seq: u64, key: Vec<u8>, effect: ReplEffect },
+    Replicate {
+        epoch: Epoch,
+        range: Range,
+        seq: u64,
+        prev_seq: u64,
+        key: Vec<u8>,
+        effect: ReplEffect,
+        /// The client request and its outcome, so every replica can deduplicate a retry
+        /// after the head changes.
+        origin: Option<(ReqId, Outcome)>,
+    },
     /// A receiver found a gap: resend every update of `range` after `after_seq`; travels
     /// downstream → upstream.
     Resend { epoch: Epoch, range: Range, after_seq: u64 },
@@ -140,6 +165,60 @@ pub enum ReplEffect {
 pub struct BackendInfo {
     pub node: NodeId,
     pub addr: String,
+    pub state: NodeState,
+}
+
+/// Membership state of a back-end.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum NodeState {
+    /// Serving; eligible for chains.
+    Alive,
+    /// Declared failed by the manager (missed heartbeats); removed from every chain.
+    Failed,
+    /// Leaving gracefully: replacements are synced, then it is removed from its chains.
+    Leaving,
+    /// Left: in no chain.
+    Left,
+}
+
+/// One range of the key space and the back-ends replicating it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RangeConfig {
+    pub range: Range,
+    /// In-sync replicas, head first, tail last. Puts enter at the head, gets go to the tail.
+    pub chain: Vec<NodeId>,
+    /// Replicas being added behind the tail: they receive every update the tail stores and a
+    /// snapshot of the range, but do not ack or serve gets until they report `SyncDone`.
+    pub syncing: Vec<NodeId>,
+}
+
+impl RangeConfig {
+    /// The forwarding path: chain then syncing replicas.
+    pub fn path(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.chain.iter().chain(self.syncing.iter()).copied()
+    }
+
+    /// The node before `node` on the forwarding path.
+    pub fn predecessor(&self, node: NodeId) -> Option<NodeId> {
+        let path: Vec<NodeId> = self.path().collect();
+        let i = path.iter().position(|n| *n == node)?;
+        i.checked_sub(1).map(|j| path[j])
+    }
+
+    /// The node after `node` on the forwarding path.
+    pub fn successor(&self, node: NodeId) -> Option<NodeId> {
+        let path: Vec<NodeId> = self.path().collect();
+        let i = path.iter().position(|n| *n == node)?;
+        path.get(i + 1).copied()
+    }
+
+    pub fn head(&self) -> Option<NodeId> {
+        self.chain.first().copied()
+    }
+
+    pub fn tail(&self) -> Option<NodeId> {
+        self.chain.last().copied()
+    }
 }
 
 /// One front-end process as the manager knows it.
@@ -166,8 +245,10 @@ pub struct ClusterConfig {
     /// `flush_all`: items whose sequence number (microseconds) is below
     /// `flush_at_unix * 1e6` are invisible once `now >= flush_at_unix`. 0 = never flushed.
     pub flush_at_unix: u32,
-    /// True once the expected number of back-ends registered and the ring is fixed.
+    /// True once the expected number of back-ends registered and the ranges are fixed.
     pub formed: bool,
+    /// Every range with its chain, sorted by `range.end_inclusive`; empty until formed.
+    pub ranges: Vec<RangeConfig>,
 }
 
 /// Health and counters of one process.
@@ -187,6 +268,23 @@ pub struct DigestEntry {
     pub seq: u64,
     /// CRC32C of the value, or `None` for a delete record.
     pub value_crc: Option<u32>,
+}
+
+impl ClusterConfig {
+    /// The range holding key id `id`, if the cluster is formed.
+    pub fn range_of(&self, id: fawn_ring::KeyId) -> Option<&RangeConfig> {
+        if self.ranges.len() == 1 {
+            return self.ranges.first();
+        }
+        let i = self.ranges.partition_point(|r| r.range.end_inclusive < id);
+        // Past the last end: wraps to the first range.
+        self.ranges.get(i).or_else(|| self.ranges.first())
+    }
+
+    /// The back-end's address.
+    pub fn backend_addr(&self, node: NodeId) -> Option<&str> {
+        self.backends.iter().find(|b| b.node == node).map(|b| b.addr.as_str())
+    }
 }
 
 /// Why a byte stream could not be decoded. Framing is lost: close the connection.

@@ -40,6 +40,8 @@ pub enum Command {
     Frontend(FrontendArgs),
     /// Print the ring, the chains and each process's health.
     Status(StatusArgs),
+    /// Gracefully remove a back-end: its ranges are re-replicated elsewhere first.
+    Leave(LeaveArgs),
     /// Load generation, engine benchmarks and the paper's evaluation.
     Bench(fawn_bench::BenchArgs),
 }
@@ -170,6 +172,12 @@ pub struct ManagerArgs {
     /// Front-ends (wedges of the key space); ids 0..N.
     #[arg(long, default_value_t = 1)]
     frontends: u32,
+    /// Milliseconds between heartbeats to each back-end (t_hb).
+    #[arg(long, default_value_t = 200)]
+    heartbeat_ms: u64,
+    /// Missed heartbeats in a row after which a back-end is declared failed.
+    #[arg(long, default_value_t = 10)]
+    fd_threshold: u32,
     /// Replicas per key (chain length R).
     #[arg(long, default_value_t = 3)]
     replicas: u32,
@@ -184,6 +192,8 @@ impl ManagerArgs {
             data_dir: self.data_dir,
             expected_backends: self.backends,
             expected_frontends: self.frontends,
+            heartbeat: Duration::from_millis(self.heartbeat_ms),
+            fd_threshold: self.fd_threshold,
             replicas: self.replicas,
             vnodes: self.vnodes,
         };
@@ -302,6 +312,16 @@ fn memcache_config(
     };
     config.limits.max_value = value_bytes_max;
     config
+}
+
+#[derive(Args, Debug)]
+pub struct LeaveArgs {
+    /// The back-end to remove.
+    #[arg(long)]
+    pub node: u32,
+    /// The manager's address.
+    #[arg(long, default_value = "127.0.0.1:7400")]
+    pub manager: String,
 }
 
 #[derive(Args, Debug)]

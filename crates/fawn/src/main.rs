@@ -34,6 +34,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Backend(a) => a.run().await,
         Command::Frontend(a) => a.run().await,
         Command::Status(a) => status::run(a).await,
+        Command::Leave(a) => status::leave(a).await,
         Command::Bench(a) => tokio::task::spawn_blocking(move || fawn_bench::run(a)).await?,
     }
 }

@@ -5,9 +5,8 @@ use std::time::Duration;
 use anyhow::Context;
 use fawn_client::pool::Pool;
 use fawn_proto::native::{ClusterConfig, Request, Response};
-use fawn_ring::Ring;
 
-use crate::args::StatusArgs;
+use crate::args::{LeaveArgs, StatusArgs};
 
 const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -29,7 +28,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     println!("\nprocesses:");
     println!("  manager      {:<22} {}", args.manager, health(&pool, &args.manager).await);
     for b in &config.backends {
-        println!("  backend-{:<3} {:<22} {}", b.node, b.addr, health(&pool, &b.addr).await);
+        println!("  backend-{:<3} {:<22} {:?}: {}", b.node, b.addr, b.state, health(&pool, &b.addr).await);
     }
     for f in &config.frontends {
         println!(
@@ -56,20 +55,37 @@ async fn health(pool: &Pool, addr: &str) -> String {
 }
 
 fn print_chains(config: &ClusterConfig) {
-    let nodes: Vec<_> = config.backends.iter().map(|b| b.node).collect();
-    if nodes.is_empty() {
+    if config.ranges.is_empty() {
+        println!("\nranges: none yet (waiting for back-ends to register)");
         return;
     }
-    let ring = Ring::new(&nodes, config.vnodes, config.replicas);
-    println!("\nranges (start, end] -> chain head ... tail:");
-    for (range, owner) in ring.ranges() {
-        let chain = ring.chain_for_range(&owner);
-        let nodes: Vec<String> = chain.nodes.iter().map(|n| format!("backend-{n}")).collect();
+    println!("\nranges (start, end] -> chain head ... tail [syncing]:");
+    for rc in &config.ranges {
+        let chain: Vec<String> = rc.chain.iter().map(|n| format!("backend-{n}")).collect();
+        let syncing: Vec<String> = rc.syncing.iter().map(|n| format!("backend-{n}")).collect();
+        let extra =
+            if syncing.is_empty() { String::new() } else { format!("   [syncing: {}]", syncing.join(", ")) };
+        let short = if rc.chain.len() < config.replicas as usize { "   UNDER-REPLICATED" } else { "" };
         println!(
-            "  ({:032x}, {:032x}]  {}",
-            range.start_exclusive.0,
-            range.end_inclusive.0,
-            nodes.join(" -> ")
+            "  ({:032x}, {:032x}]  {}{extra}{short}",
+            rc.range.start_exclusive.0,
+            rc.range.end_inclusive.0,
+            chain.join(" -> ")
         );
+    }
+}
+
+/// `fawn leave`: asks the manager to move a back-end's replicas elsewhere, then to drop it.
+pub async fn leave(args: LeaveArgs) -> anyhow::Result<()> {
+    let pool = Pool::new(STATUS_TIMEOUT);
+    match pool.call(&args.manager, Request::Leave { node: args.node }, STATUS_TIMEOUT).await {
+        Ok(Response::Config(c)) => {
+            println!("back-end {} is leaving (epoch {}); its replacements are syncing.", args.node, c.epoch);
+            println!("Watch `fawn status`; stop the process once its state is Left.");
+            Ok(())
+        }
+        Ok(Response::Error(e)) => anyhow::bail!("the manager refused: {e}"),
+        Ok(other) => anyhow::bail!("unexpected manager answer: {other:?}"),
+        Err(e) => Err(e).with_context(|| format!("asking the manager at {}", args.manager)),
     }
 }

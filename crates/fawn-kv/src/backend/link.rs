@@ -28,7 +28,7 @@ pub trait LinkOwner: Send + Sync + 'static {
     fn node_id(&self) -> NodeId;
     /// Messages to send first on a fresh connection: unacked updates for ranges whose
     /// successor is `peer`, the latest acks for ranges whose predecessor is `peer`.
-    fn on_connected(&self, peer: NodeId) -> Vec<ChainMsg>;
+    fn on_connected(&self, peer: NodeId) -> impl std::future::Future<Output = Vec<ChainMsg>> + Send;
 }
 
 /// The links of one back-end.
@@ -63,7 +63,7 @@ async fn run_link<O: LinkOwner>(owner: Weak<O>, peer: NodeId, mut rx: mpsc::Rece
         let Some(stream) = connect(&owner, peer).await else { return };
         let Some(o) = owner.upgrade() else { return };
         let mut first = vec![ChainMsg::Hello { from: o.node_id() }];
-        first.extend(o.on_connected(peer));
+        first.extend(o.on_connected(peer).await);
         drop(o);
         info!(peer, resent = first.len() - 1, "chain link up");
         match pump(stream, first, &mut rx).await {

@@ -1,5 +1,5 @@
-//! The back-end: hosts one datastore per range it replicates and plays head, middle or tail
-//! of each range's chain (paper §3.4.3).
+//! The back-end: hosts one datastore per range it replicates and plays head, middle, tail or
+//! syncing replica of each range's chain (paper §3.4.3–3.4.4).
 
 mod link;
 mod range;
@@ -7,31 +7,34 @@ mod range;
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use fawn_client::pool::Pool;
 use fawn_ds::{DataStore, Options as DsOptions, SyncPolicy};
 use fawn_proto::native::{
-    ChainMsg, ClusterConfig, DigestEntry, Epoch, NodeStatus, ReqId, Request, Response, WireError,
-    DIGEST_PAGE_ENTRIES_MAX,
+    ChainMsg, ClusterConfig, DigestEntry, Epoch, NodeState, NodeStatus, RangeConfig, ReqId, Request,
+    Response, WireError, DIGEST_PAGE_ENTRIES_MAX,
 };
 use fawn_proto::op::Update;
-use fawn_ring::{key_id, Chain, NodeId, Range};
+use fawn_ring::{key_id, NodeId, Range};
 use parking_lot::RwLock;
-use tokio::sync::watch;
+use tokio::sync::{mpsc, watch};
 use tracing::{error, info, warn};
 
 use crate::metrics::{self, Exposition, Histogram};
 use crate::server::{self, Handler};
 use crate::view::{fetch_config, View};
-use fawn_client::pool::Pool;
 use link::{LinkOwner, Links};
-use range::{Applied, Ordered, RangeReplica};
+use range::{LinkTo, Ordered, RangeReplica, Route};
 
-/// How often a back-end polls the manager for a newer configuration.
-pub const CONFIG_POLL_INTERVAL: Duration = Duration::from_millis(500);
-/// Least time between two resend requests for one range.
-const RESEND_REQUEST_INTERVAL: Duration = Duration::from_millis(500);
+/// How often a back-end polls the manager for a newer configuration (and renews its lease).
+pub const CONFIG_POLL_INTERVAL: Duration = Duration::from_millis(250);
+/// A back-end that has not reached the manager for this long stops serving clients: by then
+/// the manager may have declared it failed and handed its role to another node.
+pub const MANAGER_LEASE: Duration = Duration::from_millis(1500);
+/// How often replicas retry sync requests and catch-up confirmations.
+const TICK_INTERVAL: Duration = Duration::from_millis(300);
 
 /// Back-end settings.
 #[derive(Clone, Debug)]
@@ -54,7 +57,8 @@ struct Counters {
     replicated: AtomicU64,
     acks: AtomicU64,
     stale_epoch: AtomicU64,
-    resend_requests: AtomicU64,
+    lease_refusals: AtomicU64,
+    syncs_completed: AtomicU64,
     get_latency: Histogram,
     update_latency: Histogram,
 }
@@ -64,31 +68,35 @@ pub struct Backend {
     options: BackendOptions,
     view: RwLock<Arc<View>>,
     replicas: RwLock<HashMap<Range, Arc<RangeReplica>>>,
+    install_lock: tokio::sync::Mutex<()>,
     links: Links,
     pool: Pool,
     started: Instant,
+    last_manager_contact: parking_lot::Mutex<Instant>,
     counters: Counters,
-    last_resend: parking_lot::Mutex<HashMap<Range, Instant>>,
+    me: Weak<Backend>,
 }
 
 impl Backend {
-    /// Registers with the manager, waits for the ring to form, opens this node's datastores.
+    /// Registers with the manager, waits for the ranges to form, opens this node's datastores.
     pub async fn start(options: BackendOptions) -> anyhow::Result<Arc<Backend>> {
         let pool = Pool::new(Duration::from_secs(2));
         let config = register(&pool, &options).await?;
-        let view = Arc::new(View::new(config));
-        let backend = Arc::new(Backend {
+        let backend = Arc::new_cyclic(|me| Backend {
             options,
-            view: RwLock::new(view.clone()),
+            view: RwLock::new(Arc::new(View::new(ClusterConfig::default()))),
             replicas: RwLock::new(HashMap::new()),
+            install_lock: tokio::sync::Mutex::new(()),
             links: Links::default(),
             pool,
             started: Instant::now(),
+            last_manager_contact: parking_lot::Mutex::new(Instant::now()),
             counters: Counters::default(),
-            last_resend: parking_lot::Mutex::new(HashMap::new()),
+            me: me.clone(),
         });
-        backend.open_ranges(&view)?;
+        backend.install(config).await?;
         tokio::spawn(poll_config(Arc::downgrade(&backend)));
+        tokio::spawn(tick(Arc::downgrade(&backend)));
         Ok(backend)
     }
 
@@ -106,47 +114,91 @@ impl Backend {
         }
     }
 
-    fn open_ranges(&self, view: &View) -> anyhow::Result<()> {
-        let me = self.options.node;
-        for (range, _) in view.ring.ranges_of_node(me) {
-            if self.replicas.read().contains_key(&range) {
-                continue;
-            }
-            let dir = self.options.data_dir.join("ranges").join(range.id_string());
-            let options = DsOptions { sync: self.options.sync, ..DsOptions::default() };
-            let store = DataStore::open(&dir, options)
-                .map_err(|e| anyhow::anyhow!("opening datastore {}: {e}", dir.display()))?;
-            let report = store.recovery_report();
-            info!(range = %range.id_string(), records = report.records_replayed,
-                truncated_bytes = report.truncated_bytes, "datastore open");
-            self.replicas.write().insert(range, Arc::new(RangeReplica::new(range, store)));
+    fn range_dir(&self, range: &Range) -> PathBuf {
+        self.options.data_dir.join("ranges").join(range.id_string())
+    }
+
+    fn open_store(&self, range: &Range, fresh: bool) -> anyhow::Result<DataStore> {
+        let dir = self.range_dir(range);
+        if fresh && dir.exists() {
+            std::fs::remove_dir_all(&dir).map_err(|e| anyhow::anyhow!("emptying {}: {e}", dir.display()))?;
         }
-        Ok(())
+        let options = DsOptions { sync: self.options.sync, ..DsOptions::default() };
+        let store = DataStore::open(&dir, options)
+            .map_err(|e| anyhow::anyhow!("opening datastore {}: {e}", dir.display()))?;
+        let report = store.recovery_report();
+        info!(range = %range.id_string(), fresh, records = report.records_replayed,
+            truncated_bytes = report.truncated_bytes, "datastore open");
+        Ok(store)
     }
 
     fn current(&self) -> Arc<View> {
         self.view.read().clone()
     }
 
-    fn install(&self, config: ClusterConfig) {
+    /// Installs a newer configuration: opens, re-wires or drops this node's replicas.
+    async fn install(&self, config: ClusterConfig) -> anyhow::Result<()> {
+        let _serial = self.install_lock.lock().await;
         if config.epoch <= self.current().config.epoch {
-            return;
+            return Ok(());
         }
-        let view = Arc::new(View::new(config));
-        if let Err(e) = self.open_ranges(&view) {
-            error!(error = %e, "cannot open datastores of the new configuration");
-            return;
+        let me = self.options.node;
+        let epoch = config.epoch;
+        for rc in &config.ranges {
+            if rc.path().any(|n| n == me) {
+                self.install_range(epoch, rc).await?;
+            } else if let Some(old) = self.replicas.write().remove(&rc.range) {
+                info!(range = %old.range.id_string(), "no longer a replica of this range; freeing it");
+                let dir = self.range_dir(&rc.range);
+                drop(old);
+                let _ = std::fs::remove_dir_all(dir);
+            }
         }
-        info!(epoch = view.config.epoch, "configuration installed");
-        *self.view.write() = view;
+        info!(epoch, "configuration installed");
+        *self.view.write() = Arc::new(View::new(config));
+        Ok(())
+    }
+
+    async fn install_range(&self, epoch: Epoch, rc: &RangeConfig) -> anyhow::Result<()> {
+        let route = Route { epoch, me: self.options.node, rc: rc.clone() };
+        let existing = self.replicas.read().get(&rc.range).cloned();
+        let fresh_sync = match (&existing, route.is_syncing()) {
+            (_, false) => false,
+            (None, true) => true,
+            // Re-sync from scratch when the source changed or the copy was an old in-sync one.
+            (Some(r), true) => {
+                r.sync_status().await.is_none_or(|(src, _, _)| Some(src) != route.predecessor())
+            }
+        };
+        match existing {
+            Some(r) if !fresh_sync => r.install(route, &self.linker()).await,
+            _ => {
+                if fresh_sync {
+                    info!(range = %rc.range.id_string(), from = ?route.predecessor(), "syncing a fresh copy of the range");
+                }
+                let store = self.open_store(&rc.range, fresh_sync)?;
+                let replica = Arc::new(RangeReplica::new(store, route));
+                self.replicas.write().insert(rc.range, replica);
+            }
+        }
+        Ok(())
+    }
+
+    fn linker(&self) -> Linker {
+        Linker(self.me.upgrade())
     }
 
     /// The view matching a request's epoch, refreshing from the manager if the request is newer.
     async fn view_for(&self, epoch: Epoch) -> Result<Arc<View>, WireError> {
-        let view = self.current();
-        if epoch > view.config.epoch {
+        if self.last_manager_contact.lock().elapsed() > MANAGER_LEASE {
+            self.counters.lease_refusals.fetch_add(1, Ordering::Relaxed);
+            return Err(WireError::Unavailable("back-end lease expired: cannot reach the manager".into()));
+        }
+        if epoch > self.current().config.epoch {
             if let Ok(config) = fetch_config(&self.pool, &self.options.manager).await {
-                self.install(config);
+                if let Err(e) = self.install(config).await {
+                    error!(error = %e, "cannot install configuration");
+                }
             }
         }
         let view = self.current();
@@ -161,44 +213,39 @@ impl Backend {
         self.replicas.read().get(range).cloned()
     }
 
-    fn my_chain(&self, view: &View, key: &[u8]) -> Result<(Chain, Arc<RangeReplica>), WireError> {
-        let chain = view
-            .ring
-            .try_chain(key_id(key))
-            .ok_or_else(|| WireError::Unavailable("the ring has no back-ends".into()))?;
-        let replica = self.replica(&chain.range).ok_or_else(|| {
+    fn replica_for_key<'v>(
+        &self,
+        view: &'v View,
+        key: &[u8],
+    ) -> Result<(&'v RangeConfig, Arc<RangeReplica>), WireError> {
+        let rc = view
+            .config
+            .range_of(key_id(key))
+            .ok_or_else(|| WireError::Unavailable("the cluster has not formed".into()))?;
+        let replica = self.replica(&rc.range).ok_or_else(|| {
             WireError::WrongNode(format!("node {} holds no replica of this key", self.options.node))
         })?;
-        Ok((chain, replica))
+        Ok((rc, replica))
     }
 
     async fn get(&self, epoch: Epoch, key: &[u8]) -> Result<Response, WireError> {
         let view = self.view_for(epoch).await?;
-        let (chain, replica) = self.my_chain(&view, key)?;
-        if !chain.is_tail(self.options.node) {
+        let (rc, replica) = self.replica_for_key(&view, key)?;
+        if rc.tail() != Some(self.options.node) {
             return Err(WireError::WrongNode(format!("node {} is not the tail", self.options.node)));
+        }
+        if !replica.readable() {
+            return Err(WireError::Unavailable("new tail is catching up".into()));
         }
         self.counters.gets.fetch_add(1, Ordering::Relaxed);
         Ok(Response::Get(replica.read(key, view.config.flush_at_unix)?))
     }
 
-    async fn update(
-        self: &Arc<Self>,
-        epoch: Epoch,
-        req: ReqId,
-        update: Update,
-    ) -> Result<Response, WireError> {
+    async fn update(&self, epoch: Epoch, req: ReqId, update: Update) -> Result<Response, WireError> {
         let view = self.view_for(epoch).await?;
-        let (chain, replica) = self.my_chain(&view, &update.key)?;
-        let me = self.options.node;
-        if !chain.is_head(me) {
-            return Err(WireError::WrongNode(format!("node {me} is not the head")));
-        }
+        let (_, replica) = self.replica_for_key(&view, &update.key)?;
         self.counters.updates.fetch_add(1, Ordering::Relaxed);
-        let link = chain.successor(me).map(|s| self.links.to(self, s));
-        let ordered = replica
-            .order_update(view.config.epoch, req, &update, view.config.flush_at_unix, link.as_ref())
-            .await?;
+        let ordered = replica.order_update(req, &update, view.config.flush_at_unix, &self.linker()).await?;
         match ordered {
             Ordered::Reply(outcome) => Ok(Response::Update(outcome)),
             Ordered::AwaitAck { seq, outcome } => {
@@ -212,8 +259,8 @@ impl Backend {
         let view = self.current();
         let me = self.options.node;
         let (mut curr_items, mut bytes) = (0, 0);
-        for (range, chain) in view.ring.ranges_of_node(me) {
-            if let (true, Some(r)) = (chain.is_tail(me), self.replica(&range)) {
+        for rc in view.config.ranges.iter().filter(|rc| rc.tail() == Some(me)) {
+            if let Some(r) = self.replica(&rc.range) {
                 let stats = r.store.stats();
                 curr_items += stats.live_keys;
                 bytes += stats.log_bytes;
@@ -249,19 +296,21 @@ impl Backend {
             ("gets".to_string(), c.gets.load(Ordering::Relaxed)),
             ("updates".to_string(), c.updates.load(Ordering::Relaxed)),
             ("replicated".to_string(), c.replicated.load(Ordering::Relaxed)),
-            ("acks".to_string(), c.acks.load(Ordering::Relaxed)),
             ("stale_epoch".to_string(), c.stale_epoch.load(Ordering::Relaxed)),
-            ("resend_requests".to_string(), c.resend_requests.load(Ordering::Relaxed)),
+            ("lease_refusals".to_string(), c.lease_refusals.load(Ordering::Relaxed)),
+            ("syncs_completed".to_string(), c.syncs_completed.load(Ordering::Relaxed)),
             ("ranges".to_string(), replicas.len() as u64),
         ];
-        let (mut keys, mut log_bytes) = (0, 0);
+        let (mut keys, mut log_bytes, mut unacked) = (0, 0, 0);
         for r in replicas.values() {
             let s = r.store.stats();
             keys += s.live_keys;
             log_bytes += s.log_bytes;
+            unacked += r.unacked_len() as u64;
         }
         counters.push(("live_keys".into(), keys));
         counters.push(("log_bytes".into(), log_bytes));
+        counters.push(("unacked".into(), unacked));
         Response::Status(NodeStatus {
             role: format!("backend {}", self.options.node),
             epoch: self.current().config.epoch,
@@ -270,79 +319,119 @@ impl Backend {
         })
     }
 
-    async fn on_replicate(self: &Arc<Self>, msg: ChainMsg) {
-        let ChainMsg::Replicate { epoch, range, seq, prev_seq, ref key, ref effect } = msg else { return };
-        let (Some(replica), Some(chain)) = (self.replica(&range), self.current().chain_of(&range)) else {
-            warn!(range = %range.id_string(), "replicated update for a range not held here");
-            return;
-        };
-        let me = self.options.node;
-        let Some(pred) = chain.predecessor(me) else { return };
-        match replica.apply_replicate(seq, prev_seq, key, effect).await {
-            Applied::Stored => {
+    /// A chain message for a range this node does not (yet) hold: maybe a newer configuration
+    /// exists; fetch it so the sender's retry finds us ready.
+    fn maybe_behind(&self, epoch: Epoch) {
+        if epoch > self.current().config.epoch {
+            if let Some(b) = self.me.upgrade() {
+                tokio::spawn(async move {
+                    if let Ok(config) = fetch_config(&b.pool, &b.options.manager).await {
+                        let _ = b.install(config).await;
+                    }
+                });
+            }
+        }
+    }
+
+    async fn on_chain(&self, from: NodeId, msg: ChainMsg) -> Result<(), WireError> {
+        let links = self.linker();
+        let Some(range) = chain_range(&msg) else { return Ok(()) };
+        if let Some(epoch) = chain_epoch(&msg) {
+            self.maybe_behind(epoch);
+        }
+        let Some(replica) = self.replica(&range) else { return Ok(()) };
+        match msg {
+            m @ ChainMsg::Replicate { .. } => {
                 self.counters.replicated.fetch_add(1, Ordering::Relaxed);
-                match chain.successor(me) {
-                    None => {
-                        replica.on_ack(seq);
-                        let _ = self.links.to(self, pred).send(ChainMsg::Ack { epoch, range, seq }).await;
-                    }
-                    Some(succ) => {
-                        replica.remember_forwarded(seq, msg.clone());
-                        let _ = self.links.to(self, succ).send(msg).await;
-                    }
+                replica.on_replicate(from, m, &links).await?;
+            }
+            ChainMsg::Ack { seq, .. } => {
+                self.counters.acks.fetch_add(1, Ordering::Relaxed);
+                replica.on_ack(from, seq, &links).await;
+            }
+            ChainMsg::Resend { after_seq, .. } => replica.on_resend(from, after_seq, &links).await?,
+            ChainMsg::CaughtUp { .. } => replica.on_caught_up(from, &links).await,
+            ChainMsg::SyncRequest { .. } => replica.on_sync_request(from, &links).await,
+            ChainMsg::SnapshotBegin { .. } => replica.on_snapshot_begin(from).await,
+            ChainMsg::SnapshotRecord { seq, key, effect, .. } => {
+                replica.on_snapshot_record(from, seq, &key, &effect).await?
+            }
+            ChainMsg::SnapshotEnd { upto_seq, .. } => {
+                let followups = replica.on_snapshot_end(from, upto_seq, &links).await?;
+                if followups.sync_done {
+                    self.counters.syncs_completed.fetch_add(1, Ordering::Relaxed);
+                    self.report_sync_done(range).await;
                 }
             }
-            Applied::Duplicate { have } => {
-                if chain.is_tail(me) {
-                    let _ = self.links.to(self, pred).send(ChainMsg::Ack { epoch, range, seq: have }).await;
+            ChainMsg::Hello { .. } => {}
+        }
+        Ok(())
+    }
+
+    async fn report_sync_done(&self, range: Range) {
+        let req = Request::SyncDone { node: self.options.node, range };
+        match self.pool.call(&self.options.manager, req, Duration::from_secs(2)).await {
+            Ok(Response::Config(c)) => {
+                if let Err(e) = self.install(c).await {
+                    error!(error = %e, "cannot install configuration");
                 }
             }
-            Applied::Gap { have } => self.request_resend(range, epoch, have, pred).await,
-            Applied::Failed(e) => {
-                error!(range = %range.id_string(), error = %e, "cannot apply replicated update")
-            }
+            Ok(other) => warn!(?other, "manager did not accept sync completion; will retry"),
+            Err(e) => warn!(error = %e, "cannot report sync completion; will retry"),
         }
     }
 
-    async fn request_resend(self: &Arc<Self>, range: Range, epoch: Epoch, have: u64, pred: NodeId) {
-        {
-            let mut last = self.last_resend.lock();
-            let now = Instant::now();
-            if last.get(&range).is_some_and(|t| now.duration_since(*t) < RESEND_REQUEST_INTERVAL) {
-                return;
-            }
-            last.insert(range, now);
-        }
-        self.counters.resend_requests.fetch_add(1, Ordering::Relaxed);
-        warn!(range = %range.id_string(), after = have, "gap in replicated updates; asking for a resend");
-        let _ = self.links.to(self, pred).send(ChainMsg::Resend { epoch, range, after_seq: have }).await;
-    }
-
-    async fn on_ack(self: &Arc<Self>, epoch: Epoch, range: Range, seq: u64) {
-        let (Some(replica), Some(chain)) = (self.replica(&range), self.current().chain_of(&range)) else {
-            return;
-        };
-        self.counters.acks.fetch_add(1, Ordering::Relaxed);
-        replica.on_ack(seq);
-        if let Some(pred) = chain.predecessor(self.options.node) {
-            let _ = self.links.to(self, pred).send(ChainMsg::Ack { epoch, range, seq }).await;
-        }
-    }
-
-    async fn on_resend(self: &Arc<Self>, epoch: Epoch, range: Range, after_seq: u64) {
-        let (Some(replica), Some(chain)) = (self.replica(&range), self.current().chain_of(&range)) else {
-            return;
-        };
-        let Some(succ) = chain.successor(self.options.node) else { return };
-        match replica.updates_after(epoch, after_seq) {
-            Ok(msgs) => {
-                info!(range = %range.id_string(), after_seq, count = msgs.len(), "resending updates");
-                let link = self.links.to(self, succ);
-                for m in msgs {
-                    let _ = link.send(m).await;
+    /// Periodic work: replica retries, and re-reporting syncs the manager has not recorded.
+    async fn on_tick(&self) {
+        let links = self.linker();
+        let replicas: Vec<_> = self.replicas.read().values().cloned().collect();
+        for r in replicas {
+            r.tick(&links).await;
+            if let Some((_, _, true)) = r.sync_status().await {
+                if r.route().await.is_syncing() {
+                    self.report_sync_done(r.range).await;
                 }
             }
-            Err(e) => error!(error = %e, "cannot read updates to resend"),
+        }
+    }
+}
+
+fn chain_range(msg: &ChainMsg) -> Option<Range> {
+    match msg {
+        ChainMsg::Hello { .. } => None,
+        ChainMsg::Replicate { range, .. }
+        | ChainMsg::Ack { range, .. }
+        | ChainMsg::Resend { range, .. }
+        | ChainMsg::CaughtUp { range, .. }
+        | ChainMsg::SyncRequest { range, .. }
+        | ChainMsg::SnapshotBegin { range, .. }
+        | ChainMsg::SnapshotRecord { range, .. }
+        | ChainMsg::SnapshotEnd { range, .. } => Some(*range),
+    }
+}
+
+fn chain_epoch(msg: &ChainMsg) -> Option<Epoch> {
+    match msg {
+        ChainMsg::Replicate { epoch, .. }
+        | ChainMsg::Ack { epoch, .. }
+        | ChainMsg::Resend { epoch, .. }
+        | ChainMsg::CaughtUp { epoch, .. }
+        | ChainMsg::SyncRequest { epoch, .. }
+        | ChainMsg::SnapshotBegin { epoch, .. }
+        | ChainMsg::SnapshotEnd { epoch, .. } => Some(*epoch),
+        ChainMsg::Hello { .. } | ChainMsg::SnapshotRecord { .. } => None,
+    }
+}
+
+/// Hands replicas the links of their back-end.
+struct Linker(Option<Arc<Backend>>);
+
+impl LinkTo for Linker {
+    fn link(&self, peer: NodeId) -> mpsc::Sender<ChainMsg> {
+        match &self.0 {
+            Some(b) => b.links.to(b, peer),
+            // The back-end is shutting down: a closed queue drops the message.
+            None => mpsc::channel(1).0,
         }
     }
 }
@@ -358,13 +447,15 @@ impl Exposition for Backend {
             ("fawn_backend_replicated_total", &c.replicated),
             ("fawn_backend_acks_total", &c.acks),
             ("fawn_backend_stale_epoch_total", &c.stale_epoch),
-            ("fawn_backend_resend_requests_total", &c.resend_requests),
+            ("fawn_backend_lease_refusals_total", &c.lease_refusals),
+            ("fawn_backend_syncs_completed_total", &c.syncs_completed),
         ] {
             metrics::line(&mut out, name, &node, v.load(Ordering::Relaxed));
         }
         c.get_latency.render(&mut out, "fawn_backend_get_seconds", &node);
         c.update_latency.render(&mut out, "fawn_backend_update_seconds", &node);
         metrics::line(&mut out, "fawn_backend_chain_queue_depth", &node, self.links.queued());
+        metrics::line(&mut out, "fawn_backend_epoch", &node, self.current().config.epoch);
         for r in self.replicas.read().values() {
             let s = r.store.stats();
             let labels = format!("{node}range=\"{}\",", r.range.id_string());
@@ -379,26 +470,18 @@ impl Exposition for Backend {
 
 impl LinkOwner for Backend {
     fn peer_addr(&self, peer: NodeId) -> Option<String> {
-        self.current().config.backends.iter().find(|b| b.node == peer).map(|b| b.addr.clone())
+        self.current().config.backend_addr(peer).map(str::to_string)
     }
 
     fn node_id(&self) -> NodeId {
         self.options.node
     }
 
-    fn on_connected(&self, peer: NodeId) -> Vec<ChainMsg> {
-        let view = self.current();
-        let me = self.options.node;
+    async fn on_connected(&self, peer: NodeId) -> Vec<ChainMsg> {
+        let replicas: Vec<_> = self.replicas.read().values().cloned().collect();
         let mut out = Vec::new();
-        for (range, chain) in view.ring.ranges_of_node(me) {
-            let Some(replica) = self.replica(&range) else { continue };
-            if chain.successor(me) == Some(peer) {
-                out.extend(replica.unacked());
-            }
-            if chain.predecessor(me) == Some(peer) {
-                let seq = if chain.is_tail(me) { replica.store.max_seq() } else { replica.acked() };
-                out.push(ChainMsg::Ack { epoch: view.config.epoch, range, seq });
-            }
+        for r in replicas {
+            out.extend(r.resend_on_connect(peer).await);
         }
         out
     }
@@ -429,17 +512,14 @@ impl Handler for Backend {
         result.unwrap_or_else(Response::Error)
     }
 
-    async fn chain(self: Arc<Self>, msg: ChainMsg) {
-        match msg {
-            ChainMsg::Hello { .. } => {}
-            m @ ChainMsg::Replicate { .. } => self.on_replicate(m).await,
-            ChainMsg::Ack { epoch, range, seq } => self.on_ack(epoch, range, seq).await,
-            ChainMsg::Resend { epoch, range, after_seq } => self.on_resend(epoch, range, after_seq).await,
+    async fn chain(self: Arc<Self>, from: NodeId, msg: ChainMsg) {
+        if let Err(e) = self.on_chain(from, msg).await {
+            error!(from, error = %e, "chain message failed");
         }
     }
 }
 
-/// Registers with the manager until it answers, then waits until the ring is formed.
+/// Registers with the manager until it answers, then waits until the ranges are formed.
 async fn register(pool: &Pool, options: &BackendOptions) -> anyhow::Result<ClusterConfig> {
     let request = Request::RegisterBackend { node: options.node, addr: options.advertise.clone() };
     let mut logged = false;
@@ -459,19 +539,33 @@ async fn register(pool: &Pool, options: &BackendOptions) -> anyhow::Result<Clust
     }
 }
 
-async fn poll_config(backend: std::sync::Weak<Backend>) {
+async fn poll_config(backend: Weak<Backend>) {
     loop {
         tokio::time::sleep(CONFIG_POLL_INTERVAL).await;
         let Some(b) = backend.upgrade() else { return };
-        if let Ok(config) = fetch_config(&b.pool, &b.options.manager).await {
-            b.install(config);
+        let Ok(config) = fetch_config(&b.pool, &b.options.manager).await else { continue };
+        *b.last_manager_contact.lock() = Instant::now();
+        let me = config.backends.iter().find(|x| x.node == b.options.node).map(|x| x.state);
+        if me == Some(NodeState::Failed) {
+            warn!("the manager declared this back-end failed; registering again to rejoin");
+            match register(&b.pool, &b.options).await {
+                Ok(c) => {
+                    let _ = b.install(c).await;
+                }
+                Err(e) => error!(error = %e, "rejoin refused"),
+            }
+            continue;
+        }
+        if let Err(e) = b.install(config).await {
+            error!(error = %e, "cannot install configuration");
         }
     }
 }
 
-impl View {
-    /// The chain of one of the ring's ranges.
-    pub fn chain_of(&self, range: &Range) -> Option<Chain> {
-        self.chains.get(range).cloned()
+async fn tick(backend: Weak<Backend>) {
+    loop {
+        tokio::time::sleep(TICK_INTERVAL).await;
+        let Some(b) = backend.upgrade() else { return };
+        b.on_tick().await;
     }
 }

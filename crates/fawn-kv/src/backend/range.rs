@@ -1,34 +1,81 @@
 //! One replicated range on one back-end: its datastore and its place in the range's chain.
 //!
-//! The head orders updates (assigns sequence numbers and decides conditional mutations);
-//! every node keeps the updates it forwarded until the tail's ack comes back ("sent" list).
+//! Every write-side step of a range — the head ordering an update, a replica applying one,
+//! a configuration change re-wiring the chain, the snapshot cut for a syncing replica — runs
+//! under the range's one `state` lock, so each happens entirely before or after the others.
+//! Messages to neighbours are queued while holding it, so each link carries a range's updates
+//! in sequence order.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use fawn_ds::{DataStore, Meta};
-use fawn_proto::native::{ChainMsg, Epoch, ReplEffect, ReqId, WireError};
+use fawn_ds::{DataStore, Meta, RecordKind};
+use fawn_proto::native::{ChainMsg, Epoch, RangeConfig, ReplEffect, ReqId, WireError};
 use fawn_proto::op::{decide, Effect, Item, Outcome, Update};
-use fawn_ring::Range;
+use fawn_ring::{NodeId, Range};
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
+use tracing::{info, warn};
 
 use crate::clock::{flushed, next_seq, unix_now};
 
 /// Request ids remembered per range for retried-update deduplication.
 pub const DEDUP_ENTRIES_MAX: usize = 65_536;
+/// Updates a syncing replica buffers while its snapshot streams in.
+pub const SYNC_BUFFER_MESSAGES_MAX: usize = 1_000_000;
 
-/// Head-side ordering state.
-#[derive(Default)]
-struct Order {
+/// Where a link to a peer back-end can be had.
+pub trait LinkTo: Send + Sync {
+    fn link(&self, peer: NodeId) -> mpsc::Sender<ChainMsg>;
+}
+
+/// This node's place in one range's chain, in one epoch.
+#[derive(Clone, Debug)]
+pub struct Route {
+    pub epoch: Epoch,
+    pub me: NodeId,
+    pub rc: RangeConfig,
+}
+
+impl Route {
+    pub fn is_head(&self) -> bool {
+        self.rc.head() == Some(self.me)
+    }
+    /// Last in-sync replica: commits updates and serves gets.
+    pub fn is_tail(&self) -> bool {
+        self.rc.tail() == Some(self.me)
+    }
+    pub fn is_syncing(&self) -> bool {
+        self.rc.syncing.contains(&self.me)
+    }
+    pub fn predecessor(&self) -> Option<NodeId> {
+        self.rc.predecessor(self.me)
+    }
+    pub fn successor(&self) -> Option<NodeId> {
+        self.rc.successor(self.me)
+    }
+}
+
+/// Progress of a syncing replica.
+#[derive(Debug, Default)]
+pub struct SyncProgress {
+    pub source: NodeId,
+    pub started: bool,
+    pub done: bool,
+    buffer: Vec<ChainMsg>,
+}
+
+struct WriteState {
+    route: Route,
     last_seq: u64,
     recent: HashMap<ReqId, (u64, Outcome)>,
     recent_order: VecDeque<ReqId>,
+    sync: Option<SyncProgress>,
 }
 
-impl Order {
+impl WriteState {
     fn remember(&mut self, req: ReqId, seq: u64, outcome: Outcome) {
         if self.recent.insert(req, (seq, outcome)).is_none() {
             self.recent_order.push_back(req);
@@ -43,31 +90,50 @@ impl Order {
 
 /// What the head must do after ordering an update.
 pub enum Ordered {
-    /// Reply now (nothing to write, and nothing earlier is uncommitted).
+    /// Reply now.
     Reply(Outcome),
     /// Wait until `seq` is acknowledged by the tail, then reply.
     AwaitAck { seq: u64, outcome: Outcome },
+}
+
+/// Requests a replica wants its back-end to make (they involve the manager or timers).
+#[derive(Debug, Default)]
+pub struct Followups {
+    /// Tell the manager this syncing replica caught up.
+    pub sync_done: bool,
 }
 
 /// One range's replica.
 pub struct RangeReplica {
     pub range: Range,
     pub store: Arc<DataStore>,
-    order: tokio::sync::Mutex<Order>,
-    apply: tokio::sync::Mutex<()>,
+    state: tokio::sync::Mutex<WriteState>,
     acked: AtomicU64,
+    /// A tail that was syncing serves gets only after its predecessor confirmed it caught up.
+    readable: AtomicBool,
     waiters: Mutex<BTreeMap<u64, Vec<oneshot::Sender<()>>>>,
     unacked: Mutex<BTreeMap<u64, ChainMsg>>,
 }
 
 impl RangeReplica {
-    pub fn new(range: Range, store: DataStore) -> RangeReplica {
+    /// A replica in `route`; `fresh_sync` when it starts empty as a syncing replica.
+    pub fn new(store: DataStore, route: Route) -> RangeReplica {
         let last = store.max_seq();
+        let sync = route.is_syncing().then(|| SyncProgress {
+            source: route.predecessor().unwrap_or(route.me),
+            ..SyncProgress::default()
+        });
         RangeReplica {
-            range,
+            range: route.rc.range,
             store: Arc::new(store),
-            order: tokio::sync::Mutex::new(Order { last_seq: last, ..Order::default() }),
-            apply: tokio::sync::Mutex::new(()),
+            readable: AtomicBool::new(!route.is_syncing()),
+            state: tokio::sync::Mutex::new(WriteState {
+                route,
+                last_seq: last,
+                recent: HashMap::new(),
+                recent_order: VecDeque::new(),
+                sync,
+            }),
             acked: AtomicU64::new(last),
             waiters: Mutex::new(BTreeMap::new()),
             unacked: Mutex::new(BTreeMap::new()),
@@ -85,48 +151,77 @@ impl RangeReplica {
         }))
     }
 
-    /// Head: decide and append an update, and hand it to the link to the successor
-    /// (`None` when the head is also the tail). Sending happens under the ordering lock, so
-    /// the successor receives the range's updates in sequence order.
+    /// Tail: may gets be served here now?
+    pub fn readable(&self) -> bool {
+        self.readable.load(Ordering::Acquire)
+    }
+
+    /// The route as of now.
+    pub async fn route(&self) -> Route {
+        self.state.lock().await.route.clone()
+    }
+
+    /// Sync progress, if syncing: (source, started, done).
+    pub async fn sync_status(&self) -> Option<(NodeId, bool, bool)> {
+        self.state.lock().await.sync.as_ref().map(|s| (s.source, s.started, s.done))
+    }
+
+    /// Head: decide and append an update, and queue it to the successor.
     pub async fn order_update(
         &self,
-        epoch: Epoch,
         req: ReqId,
         update: &Update,
         flush_at: u32,
-        successor: Option<&mpsc::Sender<ChainMsg>>,
+        links: &dyn LinkTo,
     ) -> Result<Ordered, WireError> {
-        let mut order = self.order.lock().await;
-        if let Some((seq, outcome)) = order.recent.get(&req) {
+        let mut st = self.state.lock().await;
+        if !st.route.is_head() {
+            return Err(WireError::WrongNode(format!("node {} is not the head", st.route.me)));
+        }
+        if let Some((seq, outcome)) = st.recent.get(&req) {
             return Ok(Ordered::AwaitAck { seq: *seq, outcome: outcome.clone() });
         }
         let current = self.read(&update.key, flush_at)?;
-        let seq = next_seq(order.last_seq.max(self.store.max_seq()));
+        let seq = next_seq(st.last_seq.max(self.store.max_seq()));
         let (outcome, effect) = decide(update, current.as_ref(), unix_now(), seq);
         let effect = match effect {
             Effect::None => {
                 // A failed condition was judged against the head's state, which may hold
                 // updates not yet committed: reply only once they are.
-                let pending = order.last_seq;
-                return Ok(Ordered::AwaitAck { seq: pending, outcome });
+                return Ok(Ordered::AwaitAck { seq: st.last_seq, outcome });
             }
             Effect::Put { value, flags, expiry } => ReplEffect::Put { value, flags, expiry },
             Effect::Delete => ReplEffect::Delete,
         };
-        let prev_seq = order.last_seq;
+        let prev_seq = st.last_seq;
         self.write(&update.key, &effect, seq)?;
-        order.last_seq = seq;
-        order.remember(req, seq, outcome.clone());
-        let Some(successor) = successor else {
-            self.on_ack(seq);
-            return Ok(Ordered::Reply(outcome));
+        st.last_seq = seq;
+        st.remember(req, seq, outcome.clone());
+        let msg = ChainMsg::Replicate {
+            epoch: st.route.epoch,
+            range: self.range,
+            seq,
+            prev_seq,
+            key: update.key.clone(),
+            effect,
+            origin: Some((req, outcome.clone())),
         };
-        let msg =
-            ChainMsg::Replicate { epoch, range: self.range, seq, prev_seq, key: update.key.clone(), effect };
-        self.unacked.lock().insert(seq, msg.clone());
-        // A dead link keeps the message in `unacked`; the link resends it on reconnect.
-        let _ = successor.send(msg).await;
+        self.forward(&st.route, seq, msg, links).await;
+        if st.route.is_tail() {
+            self.on_ack_local(seq);
+            return Ok(Ordered::Reply(outcome));
+        }
         Ok(Ordered::AwaitAck { seq, outcome })
+    }
+
+    /// Queues an update to the successor (if any), remembering it until acknowledged.
+    async fn forward(&self, route: &Route, seq: u64, msg: ChainMsg, links: &dyn LinkTo) {
+        let Some(succ) = route.successor() else { return };
+        if !route.is_tail() {
+            self.unacked.lock().insert(seq, msg.clone());
+        }
+        // A dead link keeps the message in `unacked`; it is resent after a reconnect.
+        let _ = links.link(succ).send(msg).await;
     }
 
     /// Waits until `seq` is acknowledged by the tail.
@@ -146,46 +241,271 @@ impl RangeReplica {
         }
     }
 
-    /// Records that everything up to `seq` is stored at the tail.
-    pub fn on_ack(&self, seq: u64) {
+    /// Records that everything up to `seq` is committed.
+    fn on_ack_local(&self, seq: u64) {
         self.acked.fetch_max(seq, Ordering::AcqRel);
-        let mut unacked = self.unacked.lock();
-        let rest = unacked.split_off(&(seq + 1));
-        *unacked = rest;
-        drop(unacked);
-        let mut waiters = self.waiters.lock();
-        let rest = waiters.split_off(&(seq + 1));
-        let done = std::mem::replace(&mut *waiters, rest);
-        drop(waiters);
+        {
+            let mut unacked = self.unacked.lock();
+            let rest = unacked.split_off(&(seq + 1));
+            *unacked = rest;
+        }
+        let done = {
+            let mut waiters = self.waiters.lock();
+            let rest = waiters.split_off(&(seq + 1));
+            std::mem::replace(&mut *waiters, rest)
+        };
         for tx in done.into_values().flatten() {
             let _ = tx.send(());
         }
     }
 
-    /// Highest sequence number known stored at the tail.
-    pub fn acked(&self) -> u64 {
-        self.acked.load(Ordering::Acquire)
+    /// An ack from downstream: commit locally and pass it upstream.
+    pub async fn on_ack(&self, from: NodeId, seq: u64, links: &dyn LinkTo) {
+        let st = self.state.lock().await;
+        if st.route.successor() != Some(from) {
+            return;
+        }
+        self.on_ack_local(seq);
+        if let Some(pred) = st.route.predecessor() {
+            let ack = ChainMsg::Ack { epoch: st.route.epoch, range: self.range, seq };
+            let _ = links.link(pred).send(ack).await;
+        }
     }
 
-    /// Mid or tail: apply one replicated update. Returns what to do next.
-    pub async fn apply_replicate(&self, seq: u64, prev_seq: u64, key: &[u8], effect: &ReplEffect) -> Applied {
-        let _serial = self.apply.lock().await;
+    /// A replicated update from upstream.
+    pub async fn on_replicate(
+        &self,
+        from: NodeId,
+        msg: ChainMsg,
+        links: &dyn LinkTo,
+    ) -> Result<(), WireError> {
+        let mut st = self.state.lock().await;
+        if st.route.predecessor() != Some(from) {
+            return Ok(());
+        }
+        if let Some(sync) = st.sync.as_mut().filter(|s| !s.done) {
+            if sync.buffer.len() >= SYNC_BUFFER_MESSAGES_MAX {
+                return Err(WireError::Unavailable("sync buffer full".into()));
+            }
+            sync.buffer.push(msg);
+            return Ok(());
+        }
+        self.apply_locked(&mut st, msg, links).await
+    }
+
+    async fn apply_locked(
+        &self,
+        st: &mut WriteState,
+        msg: ChainMsg,
+        links: &dyn LinkTo,
+    ) -> Result<(), WireError> {
+        let ChainMsg::Replicate { seq, prev_seq, ref key, ref effect, ref origin, .. } = msg else {
+            return Ok(());
+        };
         let have = self.store.max_seq();
+        let pred = st.route.predecessor();
+        let epoch = st.route.epoch;
         if seq <= have {
-            return Applied::Duplicate { have };
+            if let (true, Some(pred)) = (st.route.is_tail(), pred) {
+                let _ = links.link(pred).send(ChainMsg::Ack { epoch, range: self.range, seq: have }).await;
+            }
+            return Ok(());
         }
         if prev_seq > have {
-            return Applied::Gap { have };
+            if let Some(pred) = pred {
+                warn!(range = %self.range.id_string(), have, prev_seq, "gap in replicated updates; asking for a resend");
+                let _ = links
+                    .link(pred)
+                    .send(ChainMsg::Resend { epoch, range: self.range, after_seq: have })
+                    .await;
+            }
+            return Ok(());
         }
-        match self.write(key, effect, seq) {
-            Ok(()) => Applied::Stored,
-            Err(e) => Applied::Failed(e),
+        self.write(key, effect, seq)?;
+        st.last_seq = st.last_seq.max(seq);
+        if let Some((req, outcome)) = origin {
+            st.remember(*req, seq, outcome.clone());
+        }
+        let is_tail = st.route.is_tail();
+        self.forward(&st.route, seq, msg, links).await;
+        if is_tail {
+            self.on_ack_local(seq);
+            if let Some(pred) = pred {
+                let _ = links.link(pred).send(ChainMsg::Ack { epoch, range: self.range, seq }).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// A downstream replica asks for every update after `after_seq`.
+    pub async fn on_resend(&self, from: NodeId, after_seq: u64, links: &dyn LinkTo) -> Result<(), WireError> {
+        let st = self.state.lock().await;
+        if st.route.successor() != Some(from) {
+            return Ok(());
+        }
+        let link = links.link(from);
+        let msgs = self.updates_after(st.route.epoch, after_seq)?;
+        info!(range = %self.range.id_string(), after_seq, count = msgs.len(), to = from, "resending updates");
+        for m in msgs {
+            let _ = link.send(m).await;
+        }
+        let caught_up =
+            ChainMsg::CaughtUp { epoch: st.route.epoch, range: self.range, seq: self.store.max_seq() };
+        let _ = link.send(caught_up).await;
+        Ok(())
+    }
+
+    /// The predecessor confirmed this replica has everything it had.
+    pub async fn on_caught_up(&self, from: NodeId, links: &dyn LinkTo) {
+        let st = self.state.lock().await;
+        if st.route.predecessor() != Some(from) || !st.route.is_tail() {
+            return;
+        }
+        if !self.readable.swap(true, Ordering::AcqRel) {
+            info!(range = %self.range.id_string(), "caught up; serving gets as tail");
+        }
+        let seq = self.store.max_seq();
+        self.on_ack_local(seq);
+        let _ = links.link(from).send(ChainMsg::Ack { epoch: st.route.epoch, range: self.range, seq }).await;
+    }
+
+    /// The last in-sync replica starts a snapshot for its syncing successor. The cut is taken
+    /// under the state lock: records up to it go in the snapshot, later ones are forwarded.
+    pub async fn on_sync_request(self: &Arc<Self>, from: NodeId, links: &dyn LinkTo) {
+        let st = self.state.lock().await;
+        if !(st.route.is_tail() && st.route.successor() == Some(from) && st.route.rc.syncing.contains(&from))
+        {
+            return;
+        }
+        let epoch = st.route.epoch;
+        let upto_seq = self.store.max_seq();
+        let records = self.store.iter();
+        let link = links.link(from);
+        let _ = link.send(ChainMsg::SnapshotBegin { epoch, range: self.range }).await;
+        drop(st);
+        let range = self.range;
+        info!(range = %range.id_string(), to = from, upto_seq, "streaming snapshot");
+        tokio::spawn(async move {
+            let mut sent = 0u64;
+            for record in records {
+                let Ok(record) = record else {
+                    warn!(range = %range.id_string(), "snapshot read failed; the receiver will ask again");
+                    return;
+                };
+                let effect = effect_of(record.kind, record.value, record.meta);
+                let msg = ChainMsg::SnapshotRecord { range, seq: record.meta.seq, key: record.key, effect };
+                if link.send(msg).await.is_err() {
+                    return;
+                }
+                sent += 1;
+            }
+            let _ = link.send(ChainMsg::SnapshotEnd { epoch, range, upto_seq }).await;
+            info!(range = %range.id_string(), records = sent, "snapshot sent");
+        });
+    }
+
+    pub async fn on_snapshot_begin(&self, from: NodeId) {
+        let mut st = self.state.lock().await;
+        if let Some(sync) = st.sync.as_mut().filter(|s| s.source == from && !s.started) {
+            sync.started = true;
         }
     }
 
-    /// Remembers a forwarded update until its ack arrives.
-    pub fn remember_forwarded(&self, seq: u64, msg: ChainMsg) {
-        self.unacked.lock().insert(seq, msg);
+    pub async fn on_snapshot_record(
+        &self,
+        from: NodeId,
+        seq: u64,
+        key: &[u8],
+        effect: &ReplEffect,
+    ) -> Result<(), WireError> {
+        let st = self.state.lock().await;
+        if st.sync.as_ref().is_some_and(|s| s.source == from && s.started && !s.done) {
+            self.write(key, effect, seq)?;
+        }
+        Ok(())
+    }
+
+    /// The snapshot is complete: play the buffered updates forward.
+    pub async fn on_snapshot_end(
+        &self,
+        from: NodeId,
+        upto_seq: u64,
+        links: &dyn LinkTo,
+    ) -> Result<Followups, WireError> {
+        let mut st = self.state.lock().await;
+        let Some(sync) = st.sync.as_mut().filter(|s| s.source == from && s.started && !s.done) else {
+            return Ok(Followups::default());
+        };
+        sync.done = true;
+        let buffered = std::mem::take(&mut sync.buffer);
+        let replayed = buffered.len();
+        for msg in buffered {
+            if matches!(msg, ChainMsg::Replicate { seq, .. } if seq > upto_seq) {
+                self.apply_locked(&mut st, msg, links).await?;
+            }
+        }
+        info!(range = %self.range.id_string(), upto_seq, replayed, "sync complete");
+        Ok(Followups { sync_done: true })
+    }
+
+    /// Installs this node's route of a new epoch. Returns messages that re-wire the chain.
+    pub async fn install(&self, route: Route, links: &dyn LinkTo) {
+        let mut st = self.state.lock().await;
+        let old = std::mem::replace(&mut st.route, route.clone());
+        let epoch = route.epoch;
+        let have = self.store.max_seq();
+        if route.is_head() && !old.is_head() {
+            st.last_seq = st.last_seq.max(have);
+        }
+        if old.is_syncing() && !route.is_syncing() {
+            st.sync = None;
+        }
+        // A syncing replica promoted to tail serves gets once its predecessor confirms it
+        // has everything; a replica promoted from inside the chain already has.
+        if route.is_tail() && old.is_syncing() {
+            self.readable.store(false, Ordering::Release);
+        } else if route.is_tail() && !old.is_tail() {
+            self.readable.store(true, Ordering::Release);
+        }
+        let (pred, succ) = (route.predecessor(), route.successor());
+        if pred != old.predecessor() || (route.is_tail() && old.is_syncing()) {
+            if let (Some(p), false) = (pred, route.is_syncing()) {
+                let _ =
+                    links.link(p).send(ChainMsg::Resend { epoch, range: self.range, after_seq: have }).await;
+            }
+        }
+        if succ != old.successor() {
+            if let Some(s) = succ {
+                let pending: Vec<ChainMsg> = self.unacked.lock().values().cloned().collect();
+                for m in pending {
+                    let _ = links.link(s).send(m).await;
+                }
+            }
+        }
+        if route.is_tail() && !old.is_tail() && !old.is_syncing() {
+            // Everything this replica holds is now committed.
+            self.on_ack_local(have);
+            if let Some(p) = pred {
+                let _ = links.link(p).send(ChainMsg::Ack { epoch, range: self.range, seq: have }).await;
+            }
+        }
+    }
+
+    /// Periodic retries: a syncing replica re-asks for its snapshot; a promoted tail re-asks
+    /// for its catch-up confirmation.
+    pub async fn tick(&self, links: &dyn LinkTo) {
+        let st = self.state.lock().await;
+        let epoch = st.route.epoch;
+        match (&st.sync, st.route.predecessor()) {
+            (Some(sync), Some(pred)) if !sync.started => {
+                let _ = links.link(pred).send(ChainMsg::SyncRequest { epoch, range: self.range }).await;
+            }
+            (None, Some(pred)) if st.route.is_tail() && !self.readable() => {
+                let after_seq = self.store.max_seq();
+                let _ = links.link(pred).send(ChainMsg::Resend { epoch, range: self.range, after_seq }).await;
+            }
+            _ => {}
+        }
     }
 
     /// Number of updates forwarded but not yet acknowledged.
@@ -193,13 +513,21 @@ impl RangeReplica {
         self.unacked.lock().len()
     }
 
-    /// Updates forwarded but not acknowledged, in order (resent after a reconnect).
-    pub fn unacked(&self) -> Vec<ChainMsg> {
-        self.unacked.lock().values().cloned().collect()
+    /// Unacked updates to resend on a fresh link to the successor.
+    pub async fn resend_on_connect(&self, peer: NodeId) -> Vec<ChainMsg> {
+        let st = self.state.lock().await;
+        let mut out = Vec::new();
+        if st.route.successor() == Some(peer) {
+            out.extend(self.unacked.lock().values().cloned());
+        }
+        if st.route.predecessor() == Some(peer) && st.route.is_tail() {
+            out.push(ChainMsg::Ack { epoch: st.route.epoch, range: self.range, seq: self.store.max_seq() });
+        }
+        out
     }
 
     /// Every update in the log with a sequence number above `after`, as chain messages.
-    pub fn updates_after(&self, epoch: Epoch, after: u64) -> Result<Vec<ChainMsg>, WireError> {
+    fn updates_after(&self, epoch: Epoch, after: u64) -> Result<Vec<ChainMsg>, WireError> {
         let mut out = Vec::new();
         let mut prev = after;
         for record in self.store.iter() {
@@ -207,23 +535,18 @@ impl RangeReplica {
             if record.meta.seq <= prev {
                 continue;
             }
-            let effect = match record.kind {
-                fawn_ds::RecordKind::Put => ReplEffect::Put {
-                    value: record.value,
-                    flags: record.meta.flags,
-                    expiry: record.meta.expiry,
-                },
-                fawn_ds::RecordKind::Delete => ReplEffect::Delete,
-            };
+            let seq = record.meta.seq;
+            let effect = effect_of(record.kind, record.value, record.meta);
             out.push(ChainMsg::Replicate {
                 epoch,
                 range: self.range,
-                seq: record.meta.seq,
+                seq,
                 prev_seq: prev,
                 key: record.key,
                 effect,
+                origin: None,
             });
-            prev = record.meta.seq;
+            prev = seq;
         }
         Ok(out)
     }
@@ -240,12 +563,11 @@ impl RangeReplica {
     }
 }
 
-/// The result of applying a replicated update.
-pub enum Applied {
-    Stored,
-    Duplicate { have: u64 },
-    Gap { have: u64 },
-    Failed(WireError),
+fn effect_of(kind: RecordKind, value: Vec<u8>, meta: Meta) -> ReplEffect {
+    match kind {
+        RecordKind::Put => ReplEffect::Put { value, flags: meta.flags, expiry: meta.expiry },
+        RecordKind::Delete => ReplEffect::Delete,
+    }
 }
 
 /// Runs a possibly-fsyncing storage call without stalling other tasks on this worker.
@@ -258,7 +580,7 @@ fn blocking<T>(f: impl FnOnce() -> T) -> T {
     }
 }
 
-fn storage(e: fawn_ds::Error) -> WireError {
+pub fn storage(e: fawn_ds::Error) -> WireError {
     match e {
         fawn_ds::Error::KeyTooLarge { .. } | fawn_ds::Error::ValueTooLarge { .. } => WireError::TooLarge,
         other => WireError::Storage(other.to_string()),

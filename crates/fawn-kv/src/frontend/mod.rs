@@ -162,7 +162,8 @@ impl Frontend {
         }
         let generation = self.cache.generation(key);
         let id = key_id(key);
-        let tail = |v: &View| v.ring.try_chain(id).and_then(|c| v.backend_addr(c.tail()).map(str::to_string));
+        let tail =
+            |v: &View| v.config.range_of(id).and_then(|rc| v.backend_addr(rc.tail()?).map(str::to_string));
         let make = |epoch| Request::Get { epoch, key: key.to_vec(), forwarded: true };
         match self.call_with_retries(tail, make).await? {
             Response::Get(item) => {
@@ -196,7 +197,8 @@ impl Frontend {
         let key = update.key.clone();
         self.cache.invalidate(&key);
         let id = key_id(&key);
-        let head = |v: &View| v.ring.try_chain(id).and_then(|c| v.backend_addr(c.head()).map(str::to_string));
+        let head =
+            |v: &View| v.config.range_of(id).and_then(|rc| v.backend_addr(rc.head()?).map(str::to_string));
         let make = |epoch| Request::Update { epoch, req, update: update.clone(), forwarded: true };
         let result = self.call_with_retries(head, make).await;
         match &result {

@@ -4,15 +4,16 @@
 mod persist;
 pub mod state;
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use fawn_proto::native::{ClusterConfig, NodeStatus, Request, Response, WireError};
+use fawn_proto::native::{ClusterConfig, NodeState, NodeStatus, Request, Response, WireError};
 use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::server::{self, Handler};
 pub use persist::ConfigFile;
@@ -27,6 +28,10 @@ pub struct ManagerOptions {
     pub vnodes: u32,
     /// Front-ends (wedges) of the cluster.
     pub expected_frontends: u32,
+    /// Interval between heartbeats to each back-end (t_hb).
+    pub heartbeat: Duration,
+    /// Consecutive missed heartbeats after which a back-end is declared failed.
+    pub fd_threshold: u32,
 }
 
 /// The running manager.
@@ -58,8 +63,9 @@ impl Manager {
         self.config.lock().clone()
     }
 
-    /// Serves the native protocol until shutdown.
+    /// Serves the native protocol and runs the failure detector until shutdown.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: watch::Receiver<bool>) {
+        tokio::spawn(detect_failures(Arc::downgrade(&self), shutdown.clone()));
         server::serve(listener, self, shutdown).await
     }
 
@@ -112,6 +118,8 @@ impl Handler for Manager {
             Request::RegisterFrontend { id, native_addr, memcache_addr } => {
                 self.apply(|c| state::register_frontend(c, id, &native_addr, &memcache_addr))
             }
+            Request::SyncDone { node, range } => self.apply(|c| state::sync_done(c, node, range)),
+            Request::Leave { node } => self.apply(|c| state::leave(c, node)),
             Request::SetFlush { at_unix } => {
                 self.apply(|c| Ok::<_, std::convert::Infallible>(Some(state::set_flush(c, at_unix))))
             }
@@ -123,6 +131,43 @@ impl Handler for Manager {
             }),
             Request::Ping => Response::Pong,
             other => Response::Error(WireError::Invalid(format!("the manager does not serve {other:?}"))),
+        }
+    }
+}
+
+/// Heartbeats every alive back-end each `heartbeat`; one that misses `fd_threshold` in a row
+/// is declared failed, which removes it from its chains and starts re-replication.
+async fn detect_failures(manager: std::sync::Weak<Manager>, mut shutdown: watch::Receiver<bool>) {
+    let pool = Arc::new(fawn_client::pool::Pool::new(Duration::from_millis(500)));
+    let mut misses: HashMap<fawn_ring::NodeId, u32> = HashMap::new();
+    loop {
+        let Some(m) = manager.upgrade() else { return };
+        let (heartbeat, threshold) = (m.options.heartbeat, m.options.fd_threshold);
+        let config = m.config();
+        drop(m);
+        tokio::select! {
+            _ = tokio::time::sleep(heartbeat) => {}
+            _ = shutdown.changed() => return,
+        }
+        if !config.formed {
+            continue;
+        }
+        let mut probes = tokio::task::JoinSet::new();
+        for b in config.backends.iter().filter(|b| matches!(b.state, NodeState::Alive | NodeState::Leaving)) {
+            let (pool, node, addr) = (pool.clone(), b.node, b.addr.clone());
+            probes.spawn(async move {
+                (node, matches!(pool.call(&addr, Request::Ping, heartbeat).await, Ok(Response::Pong)))
+            });
+        }
+        while let Some(Ok((node, alive))) = probes.join_next().await {
+            let count = misses.entry(node).or_default();
+            *count = if alive { 0 } else { *count + 1 };
+            if *count >= threshold {
+                misses.remove(&node);
+                let Some(m) = manager.upgrade() else { return };
+                warn!(node, threshold, "back-end missed its heartbeats; declaring it failed");
+                let _ = m.apply(|c| state::fail_node(c, node));
+            }
         }
     }
 }

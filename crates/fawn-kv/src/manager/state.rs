@@ -3,8 +3,8 @@
 //! Kept free of I/O so it can later be driven by a replicated log (Raft) unchanged: each
 //! transition takes the current config and returns the next one (or a refusal).
 
-use fawn_proto::native::{BackendInfo, ClusterConfig, FrontendInfo};
-use fawn_ring::NodeId;
+use fawn_proto::native::{BackendInfo, ClusterConfig, FrontendInfo, NodeState, RangeConfig};
+use fawn_ring::{NodeId, Range, Ring};
 
 /// Largest replication factor accepted.
 pub const REPLICAS_MAX: u32 = 7;
@@ -14,10 +14,12 @@ pub const VNODES_MAX: u32 = 64;
 /// Why a transition was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Refused {
-    #[error("the ring is formed with {have} back-ends; adding node {node} needs the join protocol, which this version does not have yet")]
-    RingFormed { node: NodeId, have: usize },
     #[error("front-end id {got} is out of range: the cluster has {expected} front-ends (ids 0..{expected})")]
     FrontendId { expected: u32, got: u32 },
+    #[error("unknown back-end {0}")]
+    UnknownNode(NodeId),
+    #[error("back-end {node} is not syncing range {range}")]
+    NotSyncing { node: NodeId, range: String },
 }
 
 /// A fresh configuration for a cluster of `frontends` front-ends.
@@ -31,7 +33,10 @@ pub fn initial(replicas: u32, vnodes: u32, frontends: u32) -> ClusterConfig {
     }
 }
 
-/// A back-end announces its address. Returns `None` when nothing changed.
+/// A back-end announces its address. Before the cluster forms, this collects members; once
+/// `expected_backends` registered, the ranges and chains are fixed. Afterwards a new node is a
+/// join, and a failed or departed node coming back rejoins: both are added to the chains that
+/// prefer them as syncing replicas. Returns `None` when nothing changed.
 pub fn register_backend(
     config: &ClusterConfig,
     expected_backends: usize,
@@ -40,15 +45,138 @@ pub fn register_backend(
 ) -> Result<Option<ClusterConfig>, Refused> {
     let mut next = config.clone();
     match next.backends.iter_mut().find(|b| b.node == node) {
-        Some(b) if b.addr == addr => return Ok(None),
-        Some(b) => b.addr = addr.to_string(),
-        None if config.formed => return Err(Refused::RingFormed { node, have: config.backends.len() }),
+        Some(b) if b.addr == addr && matches!(b.state, NodeState::Alive | NodeState::Leaving) => {
+            return Ok(None)
+        }
+        Some(b) => {
+            b.addr = addr.to_string();
+            if matches!(b.state, NodeState::Failed | NodeState::Left) {
+                b.state = NodeState::Alive;
+            }
+        }
         None => {
-            next.backends.push(BackendInfo { node, addr: addr.to_string() });
+            next.backends.push(BackendInfo { node, addr: addr.to_string(), state: NodeState::Alive });
             next.backends.sort_by_key(|b| b.node);
         }
     }
-    next.formed = next.backends.len() >= expected_backends;
+    if !next.formed && next.backends.len() >= expected_backends {
+        form(&mut next);
+    } else if next.formed {
+        rebalance(&mut next);
+    }
+    next.epoch += 1;
+    Ok(Some(next))
+}
+
+/// Fixes the ranges and their chains from the ring of the registered back-ends.
+fn form(config: &mut ClusterConfig) {
+    let ring = alive_ring(config);
+    config.ranges = ring
+        .ranges()
+        .into_iter()
+        .map(|(range, owner)| RangeConfig {
+            range,
+            chain: ring.chain_for_range(&owner).nodes,
+            syncing: Vec::new(),
+        })
+        .collect();
+    config.ranges.sort_by_key(|r| r.range.end_inclusive);
+    config.formed = true;
+}
+
+fn alive_ring(config: &ClusterConfig) -> Ring {
+    let alive: Vec<NodeId> =
+        config.backends.iter().filter(|b| b.state == NodeState::Alive).map(|b| b.node).collect();
+    Ring::new(&alive, config.vnodes, config.replicas)
+}
+
+/// The nodes a range's chain should consist of: its chain on the ring of alive nodes.
+fn preferred(ring: &Ring, range: &Range) -> Vec<NodeId> {
+    ring.try_chain(range.end_inclusive).map(|c| c.nodes).unwrap_or_default()
+}
+
+/// Starts one sync per range whose chain is short or holds a node the ring no longer prefers.
+/// Ranges already syncing wait: one membership change per range at a time.
+fn rebalance(config: &mut ClusterConfig) {
+    let ring = alive_ring(config);
+    let want = (config.replicas as usize).min(ring.nodes().len());
+    for rc in &mut config.ranges {
+        if !rc.syncing.is_empty() || rc.chain.is_empty() {
+            continue;
+        }
+        let preferred = preferred(&ring, &rc.range);
+        let Some(candidate) = preferred.iter().find(|p| !rc.chain.contains(p)) else { continue };
+        if rc.chain.len() < want || rc.chain.iter().any(|n| !preferred.contains(n)) {
+            rc.syncing.push(*candidate);
+        }
+    }
+    settle_leavers(config);
+}
+
+/// A leaving node in no chain has left.
+fn settle_leavers(config: &mut ClusterConfig) {
+    let held: Vec<NodeId> = config.ranges.iter().flat_map(|r| r.path().collect::<Vec<_>>()).collect();
+    for b in &mut config.backends {
+        if b.state == NodeState::Leaving && !held.contains(&b.node) {
+            b.state = NodeState::Left;
+        }
+    }
+}
+
+/// The failure detector declared `node` failed: drop it from every chain (the chain repairs
+/// itself: its neighbours become adjacent) and start re-replication.
+pub fn fail_node(config: &ClusterConfig, node: NodeId) -> Result<Option<ClusterConfig>, Refused> {
+    let mut next = config.clone();
+    let b = next.backends.iter_mut().find(|b| b.node == node).ok_or(Refused::UnknownNode(node))?;
+    if matches!(b.state, NodeState::Failed | NodeState::Left) {
+        return Ok(None);
+    }
+    b.state = NodeState::Failed;
+    for rc in &mut next.ranges {
+        rc.chain.retain(|n| *n != node);
+        rc.syncing.retain(|n| *n != node);
+    }
+    rebalance(&mut next);
+    next.epoch += 1;
+    Ok(Some(next))
+}
+
+/// Graceful leave: replacements sync first; the node leaves each chain once they are in.
+pub fn leave(config: &ClusterConfig, node: NodeId) -> Result<Option<ClusterConfig>, Refused> {
+    let mut next = config.clone();
+    let b = next.backends.iter_mut().find(|b| b.node == node).ok_or(Refused::UnknownNode(node))?;
+    if b.state != NodeState::Alive {
+        return Ok(None);
+    }
+    b.state = NodeState::Leaving;
+    rebalance(&mut next);
+    next.epoch += 1;
+    Ok(Some(next))
+}
+
+/// A syncing replica caught up: it joins the chain as the new tail, and the chain sheds any
+/// node the ring no longer prefers beyond R.
+pub fn sync_done(
+    config: &ClusterConfig,
+    node: NodeId,
+    range: Range,
+) -> Result<Option<ClusterConfig>, Refused> {
+    let mut next = config.clone();
+    let ring = alive_ring(&next);
+    let want = (next.replicas as usize).min(ring.nodes().len()).max(1);
+    let rc = next
+        .ranges
+        .iter_mut()
+        .find(|r| r.range == range && r.syncing.contains(&node))
+        .ok_or_else(|| Refused::NotSyncing { node, range: range.id_string() })?;
+    rc.syncing.retain(|n| *n != node);
+    rc.chain.push(node);
+    let preferred = preferred(&ring, &rc.range);
+    while rc.chain.len() > want {
+        let Some(i) = rc.chain.iter().position(|n| !preferred.contains(n)) else { break };
+        rc.chain.remove(i);
+    }
+    rebalance(&mut next);
     next.epoch += 1;
     Ok(Some(next))
 }
@@ -90,18 +218,75 @@ pub fn set_flush(config: &ClusterConfig, at_unix: u32) -> ClusterConfig {
 mod tests {
     use super::*;
 
+    fn formed(n: u32) -> ClusterConfig {
+        let mut c = initial(3, 2, 1);
+        for node in 0..n {
+            c = register_backend(&c, n as usize, node, &format!("a:{node}")).unwrap().unwrap();
+        }
+        c
+    }
+
     #[test]
-    fn ring_forms_at_expected_count_and_then_refuses_new_nodes() {
+    fn ranges_form_at_the_expected_count() {
         let c = initial(3, 2, 1);
         let c = register_backend(&c, 2, 1, "a:1").unwrap().unwrap();
-        assert!(!c.formed);
+        assert!(!c.formed && c.ranges.is_empty());
         let c = register_backend(&c, 2, 2, "a:2").unwrap().unwrap();
         assert!(c.formed);
-        assert_eq!(c.epoch, 3);
+        assert_eq!(c.ranges.len(), 4);
+        assert!(c.ranges.iter().all(|r| r.chain.len() == 2 && r.syncing.is_empty()));
         assert!(register_backend(&c, 2, 2, "a:2").unwrap().is_none());
-        assert!(register_backend(&c, 2, 3, "a:3").is_err());
         let moved = register_backend(&c, 2, 2, "a:9").unwrap().unwrap();
         assert_eq!(moved.backends[1].addr, "a:9");
+    }
+
+    #[test]
+    fn a_failure_shortens_chains_and_starts_re_replication() {
+        let c = formed(4);
+        let c = fail_node(&c, 1).unwrap().unwrap();
+        for rc in &c.ranges {
+            assert!(!rc.chain.contains(&1) && !rc.syncing.contains(&1));
+            assert!(rc.chain.len() >= 2);
+            assert_eq!(rc.chain.len() + rc.syncing.len(), 3, "{rc:?}");
+        }
+        // Finishing every sync restores R in-sync replicas.
+        let mut c = c;
+        loop {
+            let Some((node, range)) = c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range)))
+            else {
+                break;
+            };
+            c = sync_done(&c, node, range).unwrap().unwrap();
+        }
+        assert!(c.ranges.iter().all(|r| r.chain.len() == 3));
+    }
+
+    #[test]
+    fn a_failed_node_rejoins_through_sync() {
+        let c = formed(3);
+        let c = fail_node(&c, 2).unwrap().unwrap();
+        assert!(c.ranges.iter().all(|r| r.chain.len() == 2 && r.syncing.is_empty()));
+        let c = register_backend(&c, 3, 2, "a:2").unwrap().unwrap();
+        assert!(c.ranges.iter().all(|r| r.syncing == vec![2]));
+    }
+
+    #[test]
+    fn a_leaver_stays_until_its_replacement_is_in_sync() {
+        let c = formed(4);
+        let c = leave(&c, 0).unwrap().unwrap();
+        let holding: Vec<_> = c.ranges.iter().filter(|r| r.chain.contains(&0)).collect();
+        assert!(!holding.is_empty());
+        assert!(holding.iter().all(|r| r.syncing.len() == 1));
+        let mut c = c;
+        loop {
+            let Some((node, range)) = c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range)))
+            else {
+                break;
+            };
+            c = sync_done(&c, node, range).unwrap().unwrap();
+        }
+        assert!(c.ranges.iter().all(|r| !r.chain.contains(&0) && r.chain.len() == 3));
+        assert_eq!(c.backends[0].state, NodeState::Left);
     }
 
     #[test]

@@ -258,3 +258,5 @@ impl Memcached {
         Some(buf)
     }
 }
+pub mod history;
+pub mod procs;

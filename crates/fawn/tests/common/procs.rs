@@ -1,0 +1,436 @@
+//! A cluster of individually started processes — the manager, each back-end and each
+//! front-end its own `fawn <role>` child on free loopback ports — so that tests can kill -9,
+//! pause (SIGSTOP), resume (SIGCONT) and restart single nodes. Every process logs to
+//! `<dir>/<name>.log` (appended across restarts, with a marker line per start); everything
+//! is killed on drop.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::fs::OpenOptions;
+use std::io::Write as _;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fawn_client::{Client, ClientOptions};
+use fawn_proto::native::{ClusterConfig, Request, Response};
+
+/// How long a cluster gets to form (every back-end and front-end registered).
+pub const FORM_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Shape of a process cluster.
+#[derive(Clone, Debug)]
+pub struct ProcShape {
+    pub backends: u32,
+    pub frontends: u32,
+    pub replicas: u32,
+    pub vnodes: u32,
+    /// Back-end sync policy: `always`, `never` or `interval:MS`.
+    pub sync: String,
+}
+
+impl Default for ProcShape {
+    fn default() -> Self {
+        ProcShape { backends: 3, frontends: 1, replicas: 3, vnodes: 2, sync: "interval:100".into() }
+    }
+}
+
+/// One role process.
+struct Proc {
+    name: String,
+    args: Vec<String>,
+    child: Option<Child>,
+    paused: bool,
+}
+
+impl Proc {
+    fn pid(&self) -> Option<i32> {
+        self.child.as_ref().map(|c| c.id() as i32)
+    }
+
+    fn signal(&self, sig: i32) {
+        if let Some(pid) = self.pid() {
+            // SAFETY: signalling our own child process.
+            unsafe { libc::kill(pid, sig) };
+        }
+    }
+
+    fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.paused = false;
+    }
+}
+
+/// A cluster of separately started processes.
+pub struct Procs {
+    pub dir: PathBuf,
+    pub shape: ProcShape,
+    pub manager_addr: String,
+    /// Back-end native address by node id.
+    pub backend_addrs: BTreeMap<u32, String>,
+    /// Front-end (native, memcached) addresses by id.
+    pub frontend_addrs: Vec<(String, String)>,
+    manager: Proc,
+    backends: BTreeMap<u32, Proc>,
+    frontends: Vec<Proc>,
+    _tmp: tempfile::TempDir,
+}
+
+/// `n` distinct free loopback ports (all held until every one is chosen).
+pub fn free_ports(n: usize) -> Vec<u16> {
+    let listeners: Vec<TcpListener> =
+        (0..n).map(|_| TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port")).collect();
+    listeners.iter().map(|l| l.local_addr().expect("local addr").port()).collect()
+}
+
+impl Procs {
+    /// Starts the manager, the back-ends and the front-ends and waits until the cluster has
+    /// formed and answers a put and a get.
+    pub fn start(shape: ProcShape) -> Procs {
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let dir = tmp.path().to_path_buf();
+        let n = 1 + shape.backends as usize + 2 * shape.frontends as usize;
+        let ports = free_ports(n);
+        let manager_addr = format!("127.0.0.1:{}", ports[0]);
+        let backend_addrs: BTreeMap<u32, String> =
+            (0..shape.backends).map(|i| (i, format!("127.0.0.1:{}", ports[1 + i as usize]))).collect();
+        let fe_base = 1 + shape.backends as usize;
+        let frontend_addrs: Vec<(String, String)> = (0..shape.frontends as usize)
+            .map(|i| {
+                (
+                    format!("127.0.0.1:{}", ports[fe_base + 2 * i]),
+                    format!("127.0.0.1:{}", ports[fe_base + 2 * i + 1]),
+                )
+            })
+            .collect();
+        let manager = Proc {
+            name: "manager".into(),
+            args: vec![
+                "manager".into(),
+                "--listen".into(),
+                manager_addr.clone(),
+                "--data-dir".into(),
+                dir.join("manager").display().to_string(),
+                "--backends".into(),
+                shape.backends.to_string(),
+                "--frontends".into(),
+                shape.frontends.to_string(),
+                "--replicas".into(),
+                shape.replicas.to_string(),
+                "--vnodes".into(),
+                shape.vnodes.to_string(),
+            ],
+            child: None,
+            paused: false,
+        };
+        let mut procs = Procs {
+            dir,
+            shape: shape.clone(),
+            manager_addr,
+            backend_addrs: BTreeMap::new(),
+            frontend_addrs: frontend_addrs.clone(),
+            manager,
+            backends: BTreeMap::new(),
+            frontends: Vec::new(),
+            _tmp: tmp,
+        };
+        let mut manager = std::mem::replace(&mut procs.manager, placeholder());
+        procs.spawn(&mut manager);
+        procs.manager = manager;
+        for (node, addr) in backend_addrs {
+            procs.add_backend(node, addr);
+        }
+        for (i, (native, memcached)) in frontend_addrs.iter().enumerate() {
+            let mut p = Proc {
+                name: format!("frontend-{i}"),
+                args: vec![
+                    "frontend".into(),
+                    "--id".into(),
+                    i.to_string(),
+                    "--listen".into(),
+                    native.clone(),
+                    "--memcached".into(),
+                    memcached.clone(),
+                    "--manager".into(),
+                    procs.manager_addr.clone(),
+                    "--data-dir".into(),
+                    procs.dir.join(format!("frontend-{i}")).display().to_string(),
+                    "--request-timeout-ms".into(),
+                    "1500".into(),
+                ],
+                child: None,
+                paused: false,
+            };
+            procs.spawn(&mut p);
+            procs.frontends.push(p);
+        }
+        procs.wait_formed();
+        procs
+    }
+
+    fn add_backend(&mut self, node: u32, addr: String) {
+        let mut p = Proc {
+            name: format!("backend-{node}"),
+            args: vec![
+                "backend".into(),
+                "--node".into(),
+                node.to_string(),
+                "--listen".into(),
+                addr.clone(),
+                "--manager".into(),
+                self.manager_addr.clone(),
+                "--data-dir".into(),
+                self.dir.join(format!("backend-{node}")).display().to_string(),
+                "--sync".into(),
+                self.shape.sync.clone(),
+            ],
+            child: None,
+            paused: false,
+        };
+        self.spawn(&mut p);
+        self.backends.insert(node, p);
+        self.backend_addrs.insert(node, addr);
+    }
+
+    fn log_path(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.log"))
+    }
+
+    fn spawn(&self, p: &mut Proc) {
+        assert!(p.child.is_none(), "{} is already running", p.name);
+        let mut log =
+            OpenOptions::new().create(true).append(true).open(self.log_path(&p.name)).expect("open role log");
+        let _ = writeln!(log, "===== test harness: starting {} {}", p.name, p.args.join(" "));
+        let child = Command::new(env!("CARGO_BIN_EXE_fawn"))
+            .args(&p.args)
+            .env("FAWN_LOG", std::env::var("FAWN_TEST_LOG").unwrap_or_else(|_| "info".into()))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", p.name));
+        p.child = Some(child);
+        p.paused = false;
+    }
+
+    /// Appends a marker line to a role's log (to line up faults with log lines).
+    pub fn mark(&self, name: &str, what: &str) {
+        if let Ok(mut log) = OpenOptions::new().append(true).open(self.log_path(name)) {
+            let _ = writeln!(log, "===== test harness: {what}");
+        }
+    }
+
+    /// The configuration as the manager has it (`None` if the manager does not answer).
+    pub fn config(&self) -> Option<ClusterConfig> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        rt.block_on(async {
+            let pool = fawn_client::pool::Pool::new(Duration::from_secs(1));
+            match pool.call(&self.manager_addr, Request::GetConfig, Duration::from_secs(2)).await {
+                Ok(Response::Config(c)) => Some(c),
+                _ => None,
+            }
+        })
+    }
+
+    fn wait_formed(&mut self) {
+        let deadline = Instant::now() + FORM_TIMEOUT;
+        loop {
+            self.assert_running();
+            let formed = self.config().is_some_and(|c| {
+                c.formed && c.frontends.len() as u32 >= self.shape.frontends && !c.ranges.is_empty()
+            });
+            let memcached_up =
+                self.frontend_addrs.iter().all(|(_, m)| std::net::TcpStream::connect(m.as_str()).is_ok());
+            if formed && memcached_up && self.probe() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "cluster did not form in {FORM_TIMEOUT:?}\n{}", self.logs(40));
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// A put and a get of a probe key through a fresh client.
+    fn probe(&self) -> bool {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let bootstrap = self.bootstrap();
+        rt.block_on(async move {
+            let Ok(c) = Client::connect(&bootstrap, ClientOptions::default()).await else { return false };
+            c.put(b"__probe", b"1").await.is_ok() && c.get(b"__probe").await.is_ok()
+        })
+    }
+
+    /// Panics (with logs) if a process that should be running has exited.
+    pub fn assert_running(&mut self) {
+        let mut dead = Vec::new();
+        for p in std::iter::once(&mut self.manager)
+            .chain(self.backends.values_mut())
+            .chain(self.frontends.iter_mut())
+        {
+            if let Some(child) = p.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    dead.push(format!("{} exited: {status}", p.name));
+                    p.child = None;
+                }
+            }
+        }
+        assert!(dead.is_empty(), "{}\n{}", dead.join("\n"), self.logs(40));
+    }
+
+    /// Names of processes that were running and have exited since (and forgets them).
+    pub fn exited(&mut self) -> Vec<String> {
+        let mut dead = Vec::new();
+        for p in std::iter::once(&mut self.manager)
+            .chain(self.backends.values_mut())
+            .chain(self.frontends.iter_mut())
+        {
+            if let Some(child) = p.child.as_mut() {
+                if let Ok(Some(status)) = child.try_wait() {
+                    dead.push(format!("{} ({status})", p.name));
+                    p.child = None;
+                }
+            }
+        }
+        dead
+    }
+
+    /// Native addresses of every front-end, for clients to bootstrap from.
+    pub fn bootstrap(&self) -> Vec<String> {
+        let mut b: Vec<String> = self.frontend_addrs.iter().map(|(n, _)| n.clone()).collect();
+        b.push(self.manager_addr.clone());
+        b
+    }
+
+    /// A ring-aware client (call inside a tokio runtime).
+    pub async fn client(&self, options: ClientOptions) -> Arc<Client> {
+        Client::connect(&self.bootstrap(), options).await.expect("client connects")
+    }
+
+    fn backend(&mut self, node: u32) -> &mut Proc {
+        self.backends.get_mut(&node).unwrap_or_else(|| panic!("no back-end {node}"))
+    }
+
+    /// Back-end node ids started so far.
+    pub fn backend_nodes(&self) -> Vec<u32> {
+        self.backends.keys().copied().collect()
+    }
+
+    /// Whether a back-end process is running (possibly paused).
+    pub fn backend_running(&self, node: u32) -> bool {
+        self.backends.get(&node).is_some_and(|p| p.child.is_some())
+    }
+
+    /// kill -9 a back-end.
+    pub fn kill9(&mut self, node: u32) {
+        self.mark(&format!("backend-{node}"), "kill -9");
+        self.backend(node).kill9();
+    }
+
+    /// SIGSTOP a back-end.
+    pub fn stop(&mut self, node: u32) {
+        self.mark(&format!("backend-{node}"), "SIGSTOP");
+        let p = self.backend(node);
+        p.signal(libc::SIGSTOP);
+        p.paused = true;
+    }
+
+    /// SIGCONT a back-end.
+    pub fn cont(&mut self, node: u32) {
+        let p = self.backend(node);
+        p.signal(libc::SIGCONT);
+        p.paused = false;
+        self.mark(&format!("backend-{node}"), "SIGCONT");
+    }
+
+    /// Starts a killed back-end again on its old data directory and address.
+    pub fn restart_backend(&mut self, node: u32) {
+        let mut p = std::mem::replace(self.backend(node), placeholder());
+        p.kill9();
+        self.spawn(&mut p);
+        self.backends.insert(node, p);
+    }
+
+    /// Starts a back-end with a node id never used before, on a fresh data directory and a
+    /// free port (a join).
+    pub fn start_new_backend(&mut self, node: u32) {
+        assert!(!self.backends.contains_key(&node), "back-end {node} exists already");
+        let port = free_ports(1)[0];
+        self.add_backend(node, format!("127.0.0.1:{port}"));
+    }
+
+    /// kill -9 a front-end.
+    pub fn kill_frontend(&mut self, id: usize) {
+        self.mark(&format!("frontend-{id}"), "kill -9");
+        self.frontends[id].kill9();
+    }
+
+    /// Starts a killed front-end again with the same id and addresses.
+    pub fn restart_frontend(&mut self, id: usize) {
+        let mut p = std::mem::replace(&mut self.frontends[id], placeholder());
+        p.kill9();
+        self.spawn(&mut p);
+        self.frontends[id] = p;
+    }
+
+    /// The last `lines` lines of every role's log.
+    pub fn logs(&self, lines: usize) -> String {
+        let mut out = String::new();
+        let mut names: Vec<String> = vec![self.manager.name.clone()];
+        names.extend(self.backends.values().map(|p| p.name.clone()));
+        names.extend(self.frontends.iter().map(|p| p.name.clone()));
+        for name in names {
+            let text = std::fs::read_to_string(self.log_path(&name)).unwrap_or_default();
+            let all: Vec<&str> = text.lines().collect();
+            out += &format!("--- {name}.log (last {lines} lines)\n");
+            for l in &all[all.len().saturating_sub(lines)..] {
+                out += l;
+                out.push('\n');
+            }
+        }
+        out
+    }
+
+    /// Copies every log (and any other file under the cluster's directory named `*.log`) to
+    /// `to`, so evidence outlives the temporary directory.
+    pub fn save_logs(&self, to: &Path) {
+        let _ = std::fs::create_dir_all(to);
+        if let Ok(entries) = std::fs::read_dir(&self.dir) {
+            for e in entries.flatten() {
+                let p = e.path();
+                if p.extension().is_some_and(|x| x == "log") {
+                    let _ = std::fs::copy(&p, to.join(e.file_name()));
+                }
+            }
+        }
+    }
+
+    /// kill -9 everything (resuming paused processes first).
+    pub fn kill_all(&mut self) {
+        for p in self
+            .frontends
+            .iter_mut()
+            .chain(self.backends.values_mut())
+            .chain(std::iter::once(&mut self.manager))
+        {
+            if p.paused {
+                p.signal(libc::SIGCONT);
+            }
+            p.kill9();
+        }
+    }
+}
+
+fn placeholder() -> Proc {
+    Proc { name: String::new(), args: Vec::new(), child: None, paused: false }
+}
+
+impl Drop for Procs {
+    fn drop(&mut self) {
+        self.kill_all();
+    }
+}
