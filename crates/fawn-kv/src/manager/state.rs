@@ -251,11 +251,8 @@ mod tests {
         }
         // Finishing every sync restores R in-sync replicas.
         let mut c = c;
-        loop {
-            let Some((node, range)) = c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range)))
-            else {
-                break;
-            };
+        while let Some((node, range)) = c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range)))
+        {
             c = sync_done(&c, node, range).unwrap().unwrap();
         }
         assert!(c.ranges.iter().all(|r| r.chain.len() == 3));
@@ -278,11 +275,8 @@ mod tests {
         assert!(!holding.is_empty());
         assert!(holding.iter().all(|r| r.syncing.len() == 1));
         let mut c = c;
-        loop {
-            let Some((node, range)) = c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range)))
-            else {
-                break;
-            };
+        while let Some((node, range)) = c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range)))
+        {
             c = sync_done(&c, node, range).unwrap().unwrap();
         }
         assert!(c.ranges.iter().all(|r| !r.chain.contains(&0) && r.chain.len() == 3));
