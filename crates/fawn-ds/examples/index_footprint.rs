@@ -33,6 +33,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         )?;
     }
     let insert_s = t.elapsed().as_secs_f64();
+    let during = ds.stats();
+    // Let a growth that started near the end finish (the background migrator does it).
+    while ds.stats().index_migrating {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    println!("at end of inserts: index_bytes={} migrating={}", during.index_bytes, during.index_migrating);
     let t = Instant::now();
     for i in 0..n {
         let k = (i * 7_919) % n;

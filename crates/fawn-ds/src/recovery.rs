@@ -187,7 +187,7 @@ fn replay(inner: &Inner, start: u64, len: u64, report: &mut RecoveryReport) -> R
         let existing = inner.find_existing(kh, &key)?;
         inner.apply(header.kind, kh, existing, offset);
         inner.max_seq.fetch_max(header.meta.seq, Ordering::AcqRel);
-        inner.growth_step();
+        inner.growth_step(crate::index::MIGRATE_BUCKETS_PER_STEP);
         report.records_replayed += 1;
     }
 }

@@ -24,6 +24,8 @@ use crate::{Entry, Meta, Options, RecordKind, RecoveryReport, Stats, SyncPolicy}
 /// next page too. Records longer than the first read take a second one.
 const LOOKUP_READ_MIN: usize = 512;
 const PAGE: u64 = 4096;
+/// Old-table buckets the background migrator moves per step (one writer-lock hold).
+const BACKGROUND_MIGRATE_BUCKETS: u64 = 16;
 /// Bytes enough for any header + key (key comparisons on the write path).
 const KEY_READ_BYTES: usize = RECORD_HEADER_BYTES + KEY_BYTES_MAX;
 
@@ -40,6 +42,14 @@ struct SyncState {
     synced: u64,
     /// A thread is running `fdatasync` right now (the group-commit leader).
     leader: bool,
+}
+
+/// State of the background migrator thread.
+#[derive(Debug, Default)]
+struct Migrator {
+    handle: Option<JoinHandle<()>>,
+    /// Set by `DataStore` drop/close: the thread exits after its current step.
+    stop: Arc<AtomicBool>,
 }
 
 #[derive(Debug, Default)]
@@ -71,6 +81,10 @@ pub(crate) struct Inner {
     /// Serializes checkpoints; holds the log end the last one covered.
     pub ckpt: Mutex<u64>,
     pub counters: Counters,
+    /// The background index migrator (see `start_migrator`).
+    migrator: Mutex<Migrator>,
+    /// A weak handle on ourselves, for spawning the migrator (set once by `DataStore::open`).
+    this: std::sync::OnceLock<std::sync::Weak<Inner>>,
     /// The flock'ed lock file; closing it releases the directory.
     _lock: File,
 }
@@ -107,6 +121,8 @@ impl Inner {
             sync_cv: Condvar::new(),
             ckpt: Mutex::new(0),
             counters: Counters::default(),
+            migrator: Mutex::new(Migrator::default()),
+            this: std::sync::OnceLock::new(),
             _lock: lock,
         }
     }
@@ -225,7 +241,8 @@ impl Inner {
         self.append(&mut w, offset, &buf)?;
         self.apply(kind, kh, existing, offset);
         self.max_seq.fetch_max(meta.seq, Ordering::AcqRel);
-        self.growth_step();
+        self.growth_step(MIGRATE_BUCKETS_PER_STEP);
+        self.start_migrator();
         Ok(new_end)
     }
 
@@ -263,8 +280,8 @@ impl Inner {
     /// One bounded step of index growth: move a few old buckets into the new table. Their
     /// new bucket needs each key's id, so each moved entry costs a short log read, done
     /// without holding the index lock (the writer lock keeps the index stable).
-    pub fn growth_step(&self) {
-        let Some(batch) = self.index.read().migration_batch(MIGRATE_BUCKETS_PER_STEP) else {
+    pub fn growth_step(&self, buckets: u64) {
+        let Some(batch) = self.index.read().migration_batch(buckets) else {
             return;
         };
         let start = Instant::now();
@@ -274,6 +291,48 @@ impl Inner {
         self.counters.growth_step_max_us.fetch_max(us, Ordering::Relaxed);
         if let Some(old) = finished {
             free_in_background(old);
+        }
+    }
+
+    /// While the index migrates, a background thread moves old buckets in steps, each
+    /// under the writer lock (so a writer waits at most one step), so that migration also
+    /// finishes when writes stop: otherwise the old table (1/3 of the index DRAM) and the
+    /// double probing would stay until enough writes came. Writes still step too (above),
+    /// which bounds the migration even if this thread is starved.
+    fn start_migrator(&self) {
+        let mut m = self.migrator.lock();
+        let running = m.handle.as_ref().is_some_and(|h| !h.is_finished());
+        if running || m.stop.load(Ordering::Acquire) || !self.index.read().is_migrating() {
+            return;
+        }
+        let Some(weak) = self.this.get().cloned() else { return };
+        let stop = Arc::clone(&m.stop);
+        let spawned = std::thread::Builder::new().name("fawn-ds-migrate".into()).spawn(move || loop {
+            let Some(inner) = weak.upgrade() else { return };
+            if stop.load(Ordering::Acquire) {
+                return;
+            }
+            {
+                let _w = inner.writer.lock();
+                if !inner.index.read().is_migrating() {
+                    return;
+                }
+                inner.growth_step(BACKGROUND_MIGRATE_BUCKETS);
+            }
+            drop(inner);
+            // Let waiting writers take the lock between steps.
+            std::thread::yield_now();
+        });
+        // Without a thread, write-driven steps still complete the migration.
+        m.handle = spawned.ok();
+    }
+
+    /// Stop and join the migrator (before the lock file is released).
+    fn stop_migrator(&self) {
+        let mut m = self.migrator.lock();
+        m.stop.store(true, Ordering::Release);
+        if let Some(h) = m.handle.take() {
+            let _ = h.join();
         }
     }
 
@@ -401,6 +460,8 @@ impl DataStore {
     pub fn open(dir: &Path, options: Options) -> Result<DataStore, Error> {
         let (inner, report) = crate::recovery::open(dir, options)?;
         let inner = Arc::new(inner);
+        let _ = inner.this.set(Arc::downgrade(&inner));
+        inner.start_migrator();
         let background = match inner.opts.sync {
             SyncPolicy::Interval(every) => Some(spawn_interval_sync(&inner, every)?),
             _ => None,
@@ -485,6 +546,7 @@ impl DataStore {
         if let Some(mut bg) = self.background.take() {
             bg.shutdown();
         }
+        self.inner.stop_migrator();
     }
 }
 
