@@ -10,6 +10,7 @@
 //! * `ds`: FAWN-DS engine benchmarks (random lookups, bulk insert vs raw sequential write, index
 //!   bytes per key, extra reads, restart time, device-bound reads vs raw O_DIRECT reads, and
 //!   RocksDB with the `rocksdb` feature).
+//! * `device`: the raw device under a directory with O_DIRECT (sequential MB/s, random 4 KiB IOPS).
 //!
 //! The `fawn` binary embeds this as `fawn bench` through [`BenchArgs`] and [`run`].
 
@@ -17,6 +18,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
+pub mod device;
 pub mod ds;
 pub mod keydist;
 pub mod loadgen;
@@ -59,6 +61,9 @@ pub enum BenchCommand {
     Peers(netbench::PeersArgs),
     /// FAWN-DS engine benchmarks beside their baselines (raw I/O, RocksDB with --rocksdb).
     Ds(ds::DsArgs),
+    /// The device under a directory, with O_DIRECT: sequential MB/s and random 4 KiB IOPS
+    /// (the paper's Table 1).
+    Device(device::DeviceArgs),
 }
 
 /// Run `fawn bench` with parsed arguments.
@@ -78,6 +83,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             netbench::run_peers(&rt, p, args.quiet, &mut rep)
         }
         BenchCommand::Ds(d) => ds::run(d, args.quiet, &mut rep),
+        BenchCommand::Device(d) => device::run(d, args.quiet, &mut rep),
     }
 }
 

@@ -62,41 +62,96 @@ pub fn evict(path: &Path) -> Result<()> {
     Ok(())
 }
 
-/// A 4 KiB buffer aligned for O_DIRECT.
+/// A buffer of `len` bytes aligned to [`BLOCK`] for O_DIRECT.
 struct Aligned {
     buf: Vec<u8>,
     off: usize,
+    len: usize,
 }
 
 impl Aligned {
-    fn new() -> Aligned {
-        let buf = vec![0u8; 2 * BLOCK];
+    fn new(len: usize) -> Aligned {
+        let buf: Vec<u8> = (0..len + BLOCK).map(|i| (i % 251) as u8).collect();
         let off = buf.as_ptr().align_offset(BLOCK);
-        Aligned { buf, off }
+        Aligned { buf, off, len }
     }
 
-    fn block(&mut self) -> &mut [u8] {
-        &mut self.buf[self.off..self.off + BLOCK]
+    fn get(&mut self) -> &mut [u8] {
+        &mut self.buf[self.off..self.off + self.len]
     }
 }
 
-/// `count` O_DIRECT random 4 KiB reads of `path` from `threads` threads.
-pub fn direct_random_reads(path: &Path, threads: usize, count: u64, seed: u64) -> Result<ParResult> {
-    let f = OpenOptions::new()
+fn open_direct(path: &Path, write: bool) -> Result<File> {
+    OpenOptions::new()
         .read(true)
+        .write(write)
+        .create(write)
         .custom_flags(libc::O_DIRECT)
         .open(path)
-        .with_context(|| format!("opening {} with O_DIRECT (unsupported on tmpfs)", path.display()))?;
+        .with_context(|| format!("opening {} with O_DIRECT (unsupported on tmpfs)", path.display()))
+}
+
+fn blocks_of(f: &File, path: &Path) -> Result<u64> {
     let blocks = f.metadata().context("stat")?.len() / BLOCK as u64;
     if blocks == 0 {
         bail!("{} is smaller than one block", path.display());
     }
+    Ok(blocks)
+}
+
+/// `count` O_DIRECT random 4 KiB reads of `path` from `threads` threads.
+pub fn direct_random_reads(path: &Path, threads: usize, count: u64, seed: u64) -> Result<ParResult> {
+    direct_random(path, threads, count, seed, false)
+}
+
+/// `count` O_DIRECT random 4 KiB writes inside the existing file `path` from `threads` threads.
+pub fn direct_random_writes(path: &Path, threads: usize, count: u64, seed: u64) -> Result<ParResult> {
+    direct_random(path, threads, count, seed, true)
+}
+
+fn direct_random(path: &Path, threads: usize, count: u64, seed: u64, write: bool) -> Result<ParResult> {
+    let f = open_direct(path, write)?;
+    let blocks = blocks_of(&f, path)?;
     par::run(threads, Until::Count(count), seed, |rng| {
-        thread_local! { static BUF: std::cell::RefCell<Aligned> = std::cell::RefCell::new(Aligned::new()); }
+        thread_local! {
+            static BUF: std::cell::RefCell<Aligned> = std::cell::RefCell::new(Aligned::new(BLOCK));
+        }
         let off = rng.gen_range(0..blocks) * BLOCK as u64;
         BUF.with(|b| {
             let mut b = b.borrow_mut();
-            f.read_exact_at(b.block(), off).with_context(|| format!("O_DIRECT read at {off}"))
+            if write {
+                f.write_all_at(b.get(), off).with_context(|| format!("O_DIRECT write at {off}"))
+            } else {
+                f.read_exact_at(b.get(), off).with_context(|| format!("O_DIRECT read at {off}"))
+            }
         })
     })
+}
+
+/// Write `size` bytes sequentially with O_DIRECT in `chunk`-byte writes, then fdatasync.
+pub fn direct_seq_write(path: &Path, size: u64, chunk: usize) -> Result<Duration> {
+    let f = open_direct(path, true)?;
+    let mut buf = Aligned::new(chunk);
+    let start = Instant::now();
+    let mut off = 0;
+    while off < size {
+        f.write_all_at(buf.get(), off).with_context(|| format!("O_DIRECT write at {off}"))?;
+        off += chunk as u64;
+    }
+    f.sync_data().context("fdatasync")?;
+    Ok(start.elapsed())
+}
+
+/// Read all of `path` sequentially with O_DIRECT in `chunk`-byte reads. Returns (bytes, time).
+pub fn direct_seq_read(path: &Path, chunk: usize) -> Result<(u64, Duration)> {
+    let f = open_direct(path, false)?;
+    let size = f.metadata().context("stat")?.len() / chunk as u64 * chunk as u64;
+    let mut buf = Aligned::new(chunk);
+    let start = Instant::now();
+    let mut off = 0;
+    while off < size {
+        f.read_exact_at(buf.get(), off).with_context(|| format!("O_DIRECT read at {off}"))?;
+        off += chunk as u64;
+    }
+    Ok((size, start.elapsed()))
 }

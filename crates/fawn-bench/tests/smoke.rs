@@ -1,4 +1,4 @@
-//! Smoke test of `fawn bench`: a tiny FAWN-DS bench and a tiny memcached bench against a
+//! Smoke test of `fawn bench`: tiny FAWN-DS and device benches, and a tiny memcached bench against a
 //! memcached this test starts. memcached must be installed (CI installs it): a missing binary
 //! fails the test rather than skipping it, so the benchmark cannot silently rot.
 
@@ -85,6 +85,19 @@ fn tiny_ds_bench() {
         .filter(|e| e.file_name().to_string_lossy().starts_with("fawn-bench-ds-"))
         .collect();
     assert!(leftovers.is_empty());
+}
+
+#[test]
+fn tiny_device_bench() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (out, csv) = (dir.path().join("dev.jsonl"), dir.path().join("dev.csv"));
+    let d = dir.path().to_str().unwrap();
+    bench(&["device", "--dir", d, "--file-mb", "8", "--threads", "1,2", "--count", "200"], &out, &csv);
+    let l = lines(&out);
+    assert_schema(&l);
+    for m in ["seq_write_mb_per_s", "seq_read_mb_per_s", "rand_read_4k_iops_t2", "rand_write_4k_iops_t1"] {
+        assert!(value(&l, "raw", m) > 0.0, "{m}");
+    }
 }
 
 #[test]
