@@ -12,6 +12,7 @@
 #   --no-install         skip apt-get / pip (the machine already has them).
 #
 # $FAWN_MEMCACHED_ADDR (host:port, default 127.0.0.1:22122) is where the server listens.
+# $FAWN_BIN (optional) is a prebuilt `fawn` binary for --against fawn (default: build release).
 #
 # Excluded, because they test memcached-internal commands that a FAWN cluster does not have:
 #   pymemcache test_integration.py::test_misc — `stats cachedump <slab> <n>` (dumps slab-class
@@ -67,8 +68,12 @@ start_double() {
 }
 
 start_fawn() {
-    (cd "$ROOT" && cargo build -q --release -p fawn)
-    "$ROOT/target/release/fawn" up --data-dir "$WORK/data" --memcached "$ADDR" &
+    local bin=${FAWN_BIN:-}
+    if [ -z "$bin" ]; then
+        (cd "$ROOT" && cargo build -q --release -p fawn)
+        bin="$ROOT/target/release/fawn"
+    fi
+    "$bin" up --data-dir "$WORK/data" --memcached "$ADDR" --log-level warn &
     SERVER_PID=$!
 }
 
@@ -85,6 +90,10 @@ trap stop_server EXIT
 
 wait_for_port() {
     for _ in $(seq 1 600); do
+        if ! kill -0 "$SERVER_PID" 2>/dev/null; then
+            echo "server exited before listening on $ADDR (port in use?)" >&2
+            return 1
+        fi
         if "$ROOT/.venv/bin/python" - "$HOST" "$PORT" <<'PY' 2>/dev/null; then return 0; fi
 import socket, sys
 s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=1)
@@ -106,13 +115,20 @@ case "$AGAINST" in
 esac
 wait_for_port
 
+# Both suites always run, so one report shows every failure.
+STATUS=0
 log "memccapable -a against $AGAINST at $ADDR"
-memccapable -h "$HOST" -p "$PORT" -a
+memccapable -h "$HOST" -p "$PORT" -a || STATUS=1
 
 log "pymemcache 4.0 integration tests against $AGAINST at $ADDR"
 TESTS=$("$ROOT/.venv/bin/python" -c 'import os, pymemcache.test as t; print(os.path.dirname(t.__file__))')
 "$ROOT/.venv/bin/python" -m pytest -q -p no:cacheprovider -W ignore::pytest.PytestUnknownMarkWarning \
     "$TESTS/test_integration.py" --server "$HOST" --port "$PORT" \
-    -k "not test_misc"
+    -k "not test_misc" || STATUS=1
 
-log "all compatibility checks passed against $AGAINST"
+if [ "$STATUS" -eq 0 ]; then
+    log "all compatibility checks passed against $AGAINST"
+else
+    log "compatibility checks FAILED against $AGAINST"
+fi
+exit "$STATUS"
