@@ -192,6 +192,26 @@ fn replay(inner: &Inner, start: u64, len: u64, report: &mut RecoveryReport) -> R
     }
 }
 
+/// Before `salvage` cuts acknowledged records off the log, copy the bytes to
+/// `data.log.cut-<offset>` so an operator can still inspect or recover them by hand.
+fn keep_cut_bytes(inner: &Inner, from: u64, len: u64) -> Result<(), Error> {
+    let path = inner.dir.join(format!("{LOG_FILE}.cut-{from}"));
+    let ctx = |e| Error::io("saving the salvaged log tail", e);
+    let mut out = File::create(&path).map_err(ctx)?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = from;
+    while at < len {
+        let n = inner.log.read_at(&mut buf[..((len - at) as usize).min(1 << 20)], at)?;
+        if n == 0 {
+            break;
+        }
+        std::io::Write::write_all(&mut out, &buf[..n]).map_err(ctx)?;
+        at += n as u64;
+    }
+    out.sync_all().map_err(ctx)?;
+    File::open(&inner.dir).and_then(|d| d.sync_all()).map_err(ctx)
+}
+
 /// The record at `bad` failed its checks: truncate a torn tail, refuse mid-log damage.
 fn cut_bad_tail(
     inner: &Inner,
@@ -209,6 +229,9 @@ fn cut_bad_tail(
             bad,
             format!("{reason}; valid records follow it, so this is not a torn tail (open with Options::salvage to truncate here)"),
         ));
+    }
+    if valid_after > 0 {
+        keep_cut_bytes(inner, bad, len)?;
     }
     inner
         .log

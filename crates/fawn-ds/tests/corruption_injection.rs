@@ -117,6 +117,9 @@ fn flipped_byte_mid_log_refuses_to_open_then_salvage_reports_loss() {
     assert_eq!(r.corrupt_offset, Some(bad));
     assert_eq!(r.dropped_records_estimate, N - N / 2, "{r:?}");
     check_keys(&ds, 0..N / 2);
+    // The cut bytes are kept for the operator.
+    let kept = std::fs::metadata(dir.path().join(format!("data.log.cut-{bad}"))).unwrap().len();
+    assert_eq!(kept, r.truncated_bytes);
 }
 
 #[test]
