@@ -12,6 +12,8 @@ use tracing::{error, info, warn};
 
 /// How long `fawn up` waits for the cluster to accept memcached connections.
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
+/// Pause before an exited role is restarted (also the supervision poll interval).
+pub const RESTART_PAUSE: Duration = Duration::from_millis(1000);
 /// How long a child gets to exit after SIGTERM before SIGKILL.
 pub const STOP_GRACE: Duration = Duration::from_secs(15);
 
@@ -43,6 +45,8 @@ pub struct LocalCluster {
 struct Role {
     name: String,
     child: Child,
+    /// The arguments it was started with, to restart it.
+    args: Vec<String>,
 }
 
 /// Addresses of a running local cluster.
@@ -94,7 +98,7 @@ impl LocalCluster {
                         self.base_port + 400 + self.frontends as u16 - 1
                     );
                 }
-                supervise(&mut roles, &mut shutdown).await
+                supervise(self, &mut roles, &mut shutdown).await
             }
             Err(e) => Err(e),
         };
@@ -166,7 +170,16 @@ impl LocalCluster {
 
     fn spawn(&self, name: &str, mut args: Vec<String>) -> anyhow::Result<Role> {
         args.extend(self.extra_args.iter().cloned());
-        let log = std::fs::File::create(self.data_dir.join(format!("{name}.log")))
+        self.spawn_args(name, args, false)
+    }
+
+    fn spawn_args(&self, name: &str, args: Vec<String>, append_log: bool) -> anyhow::Result<Role> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(append_log)
+            .write(true)
+            .truncate(!append_log)
+            .open(self.data_dir.join(format!("{name}.log")))
             .with_context(|| format!("creating the log file of {name}"))?;
         let child = Command::new(&self.exe)
             .args(&args)
@@ -177,7 +190,7 @@ impl LocalCluster {
             .spawn()
             .with_context(|| format!("starting {name} ({})", self.exe.display()))?;
         info!(role = name, pid = child.id(), "started");
-        Ok(Role { name: name.to_string(), child })
+        Ok(Role { name: name.to_string(), child, args })
     }
 }
 
@@ -209,15 +222,24 @@ fn first_exited(roles: &mut [Role]) -> Option<String> {
     })
 }
 
-async fn supervise(roles: &mut [Role], shutdown: &mut watch::Receiver<bool>) -> anyhow::Result<()> {
+/// Restarts any role that exits (a crashed back-end rejoins and resyncs; the cluster keeps
+/// serving meanwhile), until shutdown.
+async fn supervise(
+    cluster: &LocalCluster,
+    roles: &mut [Role],
+    shutdown: &mut watch::Receiver<bool>,
+) -> anyhow::Result<()> {
     loop {
         tokio::select! {
             _ = shutdown.wait_for(|v| *v) => return Ok(()),
-            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = tokio::time::sleep(RESTART_PAUSE) => {}
         }
-        if let Some(dead) = first_exited(roles) {
-            error!(role = %dead, "a cluster process exited; stopping the cluster");
-            anyhow::bail!("{dead} exited unexpectedly; see its log in the data directory");
+        for role in roles.iter_mut() {
+            if let Ok(Some(status)) = role.child.try_wait() {
+                error!(role = %role.name, %status, "a cluster process exited; restarting it");
+                let restarted = cluster.spawn_args(&role.name, role.args.clone(), true)?;
+                *role = restarted;
+            }
         }
     }
 }

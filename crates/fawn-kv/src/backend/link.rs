@@ -8,7 +8,7 @@ use std::time::Duration;
 use fawn_proto::native::{encode_frame, ChainMsg, Message};
 use fawn_ring::NodeId;
 use parking_lot::Mutex;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tracing::{debug, info};
@@ -94,7 +94,8 @@ enum Pump {
     WriteFailed,
 }
 
-async fn pump(mut stream: TcpStream, first: Vec<ChainMsg>, rx: &mut mpsc::Receiver<ChainMsg>) -> Pump {
+async fn pump(stream: TcpStream, first: Vec<ChainMsg>, rx: &mut mpsc::Receiver<ChainMsg>) -> Pump {
+    let (mut reader, mut stream) = stream.into_split();
     let mut buf = Vec::new();
     for msg in first {
         push(&mut buf, msg);
@@ -102,8 +103,15 @@ async fn pump(mut stream: TcpStream, first: Vec<ChainMsg>, rx: &mut mpsc::Receiv
     if stream.write_all(&buf).await.is_err() {
         return Pump::WriteFailed;
     }
+    // The peer never writes on a link; a readable socket means it closed or died, and writes
+    // into a dead peer's socket buffer would otherwise look successful.
+    let mut probe = [0u8; 64];
     loop {
-        let Some(msg) = rx.recv().await else { return Pump::QueueClosed };
+        let msg = tokio::select! {
+            m = rx.recv() => m,
+            _ = reader.read(&mut probe) => return Pump::WriteFailed,
+        };
+        let Some(msg) = msg else { return Pump::QueueClosed };
         buf.clear();
         push(&mut buf, msg);
         while buf.len() < LINK_BATCH_BYTES {

@@ -15,7 +15,7 @@ use crate::service::KvService;
 
 /// Replies are flushed once this much is pending, even mid-pipeline, so a long pipeline of
 /// large gets cannot grow the output buffer without bound.
-const FLUSH_AT: usize = 64 * 1024;
+pub(super) const FLUSH_AT: usize = 64 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
 
 pub(super) struct Connection<S> {
@@ -84,8 +84,12 @@ impl<S: KvService> Connection<S> {
                 Parse::Incomplete => return Ok(Flow::Continue),
                 Parse::Frame { command, consumed } => {
                     self.input.advance(consumed);
-                    let mut ctx = cmd::Ctx::new(&self.shared, &mut self.output);
-                    cmd::run(&mut ctx, command).await
+                    let mut ctx = cmd::Ctx::new(&self.shared, &mut self.output, &mut self.stream);
+                    let flow = cmd::run(&mut ctx, command).await;
+                    if ctx.broken {
+                        return Ok(Flow::Close);
+                    }
+                    flow
                 }
                 Parse::Invalid(invalid) => self.invalid(invalid).await,
             };
@@ -115,13 +119,7 @@ impl<S: KvService> Connection<S> {
     }
 
     async fn flush(&mut self) -> std::io::Result<()> {
-        if self.output.is_empty() {
-            return Ok(());
-        }
-        self.stream.write_all(&self.output).await?;
-        Stats::add(&self.shared.stats.counters.bytes_written, self.output.len());
-        self.output.clear();
-        Ok(())
+        write_out(&mut self.stream, &mut self.output, &self.shared.stats).await
     }
 
     /// Reads more input; ends on EOF, idle timeout or server shutdown.
@@ -148,4 +146,15 @@ impl<S: KvService> Connection<S> {
         Stats::add(&self.shared.stats.counters.bytes_read, n);
         Ok(ReadEnd::Data)
     }
+}
+
+/// Writes and clears pending replies.
+pub(super) async fn write_out(stream: &mut TcpStream, output: &mut Vec<u8>, stats: &Stats) -> std::io::Result<()> {
+    if output.is_empty() {
+        return Ok(());
+    }
+    stream.write_all(output).await?;
+    Stats::add(&stats.counters.bytes_written, output.len());
+    output.clear();
+    Ok(())
 }

@@ -242,9 +242,8 @@ impl Procs {
         let deadline = Instant::now() + FORM_TIMEOUT;
         loop {
             self.assert_running();
-            let formed = self.config().is_some_and(|c| {
-                c.formed && c.frontends.len() as u32 >= self.shape.frontends && !c.ranges.is_empty()
-            });
+            let formed =
+                self.config().is_some_and(|c| c.formed && c.frontends.len() as u32 >= self.shape.frontends);
             let memcached_up =
                 self.frontend_addrs.iter().all(|(_, m)| std::net::TcpStream::connect(m.as_str()).is_ok());
             if formed && memcached_up && self.probe() {

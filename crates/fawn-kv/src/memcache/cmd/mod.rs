@@ -14,6 +14,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use fawn_proto::memcache::{reply, Command};
 use fawn_proto::op::{Mutation, Outcome, UnixSeconds, Update};
 
+use tokio::net::TcpStream;
+
+use super::conn::{write_out, FLUSH_AT};
 use super::stats::Stats;
 use super::Shared;
 use crate::service::{KvService, ServiceError};
@@ -29,11 +32,26 @@ pub(super) enum Flow {
 pub(super) struct Ctx<'a, S> {
     pub shared: &'a Shared<S>,
     pub out: &'a mut Vec<u8>,
+    stream: &'a mut TcpStream,
+    /// Writing to the client failed mid-request: the connection is to be closed.
+    pub broken: bool,
 }
 
 impl<'a, S: KvService> Ctx<'a, S> {
-    pub fn new(shared: &'a Shared<S>, out: &'a mut Vec<u8>) -> Self {
-        Ctx { shared, out }
+    pub fn new(shared: &'a Shared<S>, out: &'a mut Vec<u8>, stream: &'a mut TcpStream) -> Self {
+        Ctx { shared, out, stream, broken: false }
+    }
+
+    /// Sends pending replies once they pass the flush threshold, so a request with a large
+    /// reply (a multi-get of many big values) streams it instead of buffering it whole.
+    pub async fn flush_if_full(&mut self) {
+        if self.out.len() < FLUSH_AT || self.broken {
+            return;
+        }
+        if write_out(self.stream, self.out, &self.shared.stats).await.is_err() {
+            self.out.clear();
+            self.broken = true;
+        }
     }
 
     pub fn stats(&self) -> &Stats {
