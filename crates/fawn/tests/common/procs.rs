@@ -30,11 +30,23 @@ pub struct ProcShape {
     pub vnodes: u32,
     /// Back-end sync policy: `always`, `never` or `interval:MS`.
     pub sync: String,
+    /// Extra flags for every front-end (e.g. `--cache-entries 0`).
+    pub frontend_args: Vec<String>,
 }
 
 impl Default for ProcShape {
     fn default() -> Self {
-        ProcShape { backends: 3, frontends: 1, replicas: 3, vnodes: 2, sync: "interval:100".into() }
+        ProcShape {
+            backends: 3,
+            frontends: 1,
+            replicas: 3,
+            vnodes: 2,
+            sync: "interval:100".into(),
+            // For diagnosis, e.g. FAWN_FRONTEND_ARGS="--cache-entries 0".
+            frontend_args: std::env::var("FAWN_FRONTEND_ARGS")
+                .map(|s| s.split_whitespace().map(String::from).collect())
+                .unwrap_or_default(),
+        }
     }
 }
 
@@ -147,26 +159,23 @@ impl Procs {
             procs.add_backend(node, addr);
         }
         for (i, (native, memcached)) in frontend_addrs.iter().enumerate() {
-            let mut p = Proc {
-                name: format!("frontend-{i}"),
-                args: vec![
-                    "frontend".into(),
-                    "--id".into(),
-                    i.to_string(),
-                    "--listen".into(),
-                    native.clone(),
-                    "--memcached".into(),
-                    memcached.clone(),
-                    "--manager".into(),
-                    procs.manager_addr.clone(),
-                    "--data-dir".into(),
-                    procs.dir.join(format!("frontend-{i}")).display().to_string(),
-                    "--request-timeout-ms".into(),
-                    "1500".into(),
-                ],
-                child: None,
-                paused: false,
-            };
+            let mut args: Vec<String> = vec![
+                "frontend".into(),
+                "--id".into(),
+                i.to_string(),
+                "--listen".into(),
+                native.clone(),
+                "--memcached".into(),
+                memcached.clone(),
+                "--manager".into(),
+                procs.manager_addr.clone(),
+                "--data-dir".into(),
+                procs.dir.join(format!("frontend-{i}")).display().to_string(),
+                "--request-timeout-ms".into(),
+                "1500".into(),
+            ];
+            args.extend(shape.frontend_args.iter().cloned());
+            let mut p = Proc { name: format!("frontend-{i}"), args, child: None, paused: false };
             procs.spawn(&mut p);
             procs.frontends.push(p);
         }

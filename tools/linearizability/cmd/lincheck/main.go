@@ -19,7 +19,7 @@ import (
 )
 
 func main() {
-	viz := flag.String("viz", "", "write Porcupine's HTML visualization here (of the illegal keys, or of all keys when linearizable)")
+	viz := flag.String("viz", "", "when not linearizable, write Porcupine's HTML visualization of the illegal keys here")
 	timeout := flag.Duration("timeout", 60*time.Second, "time budget per key (0 = unlimited)")
 	flag.Usage = func() {
 		fmt.Fprintf(os.Stderr, "usage: lincheck [-viz out.html] [-timeout 60s] history.jsonl\n")
@@ -52,7 +52,7 @@ func run(path, viz string, timeout time.Duration) int {
 	illegal := rep.Illegal()
 	timedOut := rep.TimedOut()
 	fmt.Printf("lincheck: %d operations (%d of unknown outcome) on %d keys\n", rep.Operations, rep.Unknown, len(rep.Keys))
-	if viz != "" {
+	if viz != "" && len(illegal) > 0 {
 		if err := history.Visualize(records, illegal, viz, timeout); err != nil {
 			fmt.Fprintf(os.Stderr, "lincheck: visualization: %v\n", err)
 		} else {
