@@ -141,7 +141,7 @@ pub fn run(args: &DsArgs, quiet: bool, rep: &mut Reporter) -> Result<()> {
             args,
             keys,
             value_size,
-            scenario: format!("ds/v{value_size}/n{keys}"),
+            scenario: scenario_name(args, value_size, keys),
             params: json!({
                 "keys": keys, "value_size": value_size, "threads": args.threads,
                 "sync": sync_name(args.sync), "presize": args.presize,
@@ -155,6 +155,18 @@ pub fn run(args: &DsArgs, quiet: bool, rep: &mut Reporter) -> Result<()> {
         eprintln!("fawn bench ds: kept {}", kept.display());
     }
     Ok(())
+}
+
+/// E.g. `ds/v256/n1000000`, with `/presize` and `/sync-always` when those differ from the default.
+fn scenario_name(args: &DsArgs, value_size: usize, keys: u64) -> String {
+    let mut s = format!("ds/v{value_size}/n{keys}");
+    if args.presize {
+        s.push_str("/presize");
+    }
+    if args.sync != SyncPolicy::Never {
+        s.push_str(&format!("/sync-{}", sync_name(args.sync)));
+    }
+    s
 }
 
 fn say(quiet: bool, msg: &str) {
@@ -245,6 +257,9 @@ fn index_stats(ctx: &Ctx, store: &DataStore, rep: &mut Reporter) -> Result<()> {
     ctx.metric(rep, "fawn-ds", "index_bytes_per_key", s.index_bytes as f64 / s.live_keys as f64, "B")?;
     ctx.metric(rep, "fawn-ds", "index_bytes", s.index_bytes as f64, "B")?;
     ctx.metric(rep, "fawn-ds", "log_bytes", s.log_bytes as f64, "B")?;
+    ctx.metric(rep, "fawn-ds", "index_capacity_slots", s.index_capacity as f64, "slots")?;
+    // While migrating, both the old and the new table are allocated (and counted).
+    ctx.metric(rep, "fawn-ds", "index_migrating", f64::from(u8::from(s.index_migrating)), "bool")?;
     ctx.metric(rep, "fawn-ds", "index_growth_step_max_us", s.growth_step_max_us as f64, "us")
 }
 
