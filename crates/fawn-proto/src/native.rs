@@ -67,6 +67,8 @@ pub enum Request {
     Leave { node: NodeId },
     /// A front-end announces itself to the manager.
     RegisterFrontend { id: u32, native_addr: String, memcache_addr: String },
+    /// The manager pushes a new configuration (back-ends, front-ends).
+    Install { config: ClusterConfig },
     /// Manager: set the flush time (`flush_all`).
     SetFlush { at_unix: u32 },
     /// Health and counters of one process.

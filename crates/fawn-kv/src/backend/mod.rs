@@ -507,6 +507,12 @@ impl Handler for Backend {
             Request::Status => Ok(self.status()),
             Request::Ping => Ok(Response::Pong),
             Request::GetConfig => Ok(Response::Config(self.current().config.clone())),
+            Request::Install { config } => {
+                if let Err(e) = self.install(config).await {
+                    error!(error = %e, "cannot install pushed configuration");
+                }
+                Ok(Response::Ok)
+            }
             other => Err(WireError::Invalid(format!("a back-end does not serve {other:?}"))),
         };
         result.unwrap_or_else(Response::Error)

@@ -382,6 +382,10 @@ impl Handler for Frontend {
                 self.route_update(req, update, forwarded).await.map(Response::Update)
             }
             Request::GetConfig => Ok(Response::Config(self.config())),
+            Request::Install { config } => {
+                self.install(config);
+                Ok(Response::Ok)
+            }
             Request::FlushAll { at_unix } => self.flush(at_unix).await.map(|_| Response::Ok),
             Request::SetFlush { .. } => {
                 self.refresh().await;

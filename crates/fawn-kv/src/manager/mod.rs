@@ -40,6 +40,8 @@ pub struct Manager {
     config: Mutex<ClusterConfig>,
     file: ConfigFile,
     started: Instant,
+    /// Publishes every new configuration to the pusher task.
+    published: watch::Sender<ClusterConfig>,
 }
 
 impl Manager {
@@ -55,7 +57,14 @@ impl Manager {
             }
         };
         info!(epoch = config.epoch, backends = config.backends.len(), "manager configuration loaded");
-        Ok(Arc::new(Manager { options, config: Mutex::new(config), file, started: Instant::now() }))
+        let (published, _) = watch::channel(config.clone());
+        Ok(Arc::new(Manager {
+            options,
+            config: Mutex::new(config),
+            file,
+            started: Instant::now(),
+            published,
+        }))
     }
 
     /// The current configuration.
@@ -66,6 +75,7 @@ impl Manager {
     /// Serves the native protocol and runs the failure detector until shutdown.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: watch::Receiver<bool>) {
         tokio::spawn(detect_failures(Arc::downgrade(&self), shutdown.clone()));
+        tokio::spawn(push_configs(self.published.subscribe(), shutdown.clone()));
         server::serve(listener, self, shutdown).await
     }
 
@@ -89,6 +99,7 @@ impl Manager {
                     "configuration changed"
                 );
                 *config = next;
+                self.published.send_replace(config.clone());
                 Response::Config(config.clone())
             }
             Err(e) => Response::Error(WireError::Invalid(e.to_string())),
@@ -168,6 +179,29 @@ async fn detect_failures(manager: std::sync::Weak<Manager>, mut shutdown: watch:
                 warn!(node, threshold, "back-end missed its heartbeats; declaring it failed");
                 let _ = m.apply(|c| state::fail_node(c, node));
             }
+        }
+    }
+}
+
+/// Pushes each new configuration to every back-end and front-end, so a repair takes effect in
+/// one round trip instead of at their next poll (they poll too, in case a push is lost).
+async fn push_configs(mut published: watch::Receiver<ClusterConfig>, mut shutdown: watch::Receiver<bool>) {
+    let pool = Arc::new(fawn_client::pool::Pool::new(Duration::from_millis(300)));
+    loop {
+        tokio::select! {
+            r = published.changed() => if r.is_err() { return },
+            _ = shutdown.changed() => return,
+        }
+        let config = published.borrow_and_update().clone();
+        let backends =
+            config.backends.iter().filter(|b| b.state != NodeState::Failed).map(|b| b.addr.clone());
+        let targets: Vec<String> =
+            backends.chain(config.frontends.iter().map(|f| f.native_addr.clone())).collect();
+        for addr in targets {
+            let (pool, config) = (pool.clone(), config.clone());
+            tokio::spawn(async move {
+                let _ = pool.call(&addr, Request::Install { config }, Duration::from_millis(500)).await;
+            });
         }
     }
 }
