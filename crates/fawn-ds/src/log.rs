@@ -131,6 +131,13 @@ pub(crate) fn decode_header(h: &[u8]) -> Result<u64, Error> {
     Ok(u64::from_le_bytes(n))
 }
 
+/// What follows a bad record.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct ValidAfter {
+    pub records: u64,
+    pub max_durable: u64,
+}
+
 /// A checked record in the scanner's buffer: offset, header, whole record bytes.
 pub(crate) type RawRecord<'a> = (u64, Header, &'a [u8]);
 
@@ -177,6 +184,9 @@ impl Scanner {
             return Err(Error::corrupt(at, "offset is not a record boundary"));
         }
         let header = record::parse_header(self.fill(at, RECORD_HEADER_BYTES)?, at)?;
+        if header.durable > at {
+            return Err(Error::corrupt(at, "record claims durability beyond its own offset"));
+        }
         let total = header.total_len();
         if at + total as u64 > self.end {
             return Err(Error::corrupt(at, "record extends past the end of the log"));
@@ -191,18 +201,16 @@ impl Scanner {
         Ok(Some((at, header, &self.buf[from..from + total])))
     }
 
-    /// After a bad record at `bad`: count the valid records found at unit boundaries after
-    /// it (resynchronising past garbage). Zero means the damage is a torn tail.
-    pub fn count_valid_after(&mut self, bad: u64, stop_at_first: bool) -> Result<u64, Error> {
-        let mut found = 0;
+    /// After a bad record at `bad`: the valid records found at unit boundaries after it
+    /// (resynchronising past garbage), and the highest durable offset they carry.
+    pub fn valid_after(&mut self, bad: u64) -> Result<ValidAfter, Error> {
+        let mut found = ValidAfter::default();
         self.pos = bad + OFFSET_UNIT;
         while self.pos < self.end {
             match self.next_record() {
-                Ok(Some(_)) => {
-                    found += 1;
-                    if stop_at_first {
-                        break;
-                    }
+                Ok(Some((_, header, _))) => {
+                    found.records += 1;
+                    found.max_durable = found.max_durable.max(header.durable);
                 }
                 Ok(None) => break,
                 Err(Error::Corrupt { .. }) => self.pos += OFFSET_UNIT,

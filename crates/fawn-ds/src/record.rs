@@ -4,13 +4,13 @@
 //! and every read goes through `parse_header` + `verify` (pair assertions).
 
 use crate::error::Error;
-use crate::limits::{pad_to_unit, KEY_BYTES_MAX, RECORD_HEADER_BYTES, VALUE_BYTES_MAX};
+use crate::limits::{pad_to_unit, KEY_BYTES_MAX, OFFSET_UNIT, RECORD_HEADER_BYTES, VALUE_BYTES_MAX};
 use crate::{Meta, RecordKind};
 
 const KIND_PUT: u8 = b'P';
 const KIND_DELETE: u8 = b'D';
-/// Fixed bytes at the end of every record header: cheap garbage detection when scanning.
-const RECORD_MARKER: [u8; 4] = *b"FREC";
+/// Byte 5 of every record header: record format 1 (cheap garbage detection when scanning).
+const RECORD_MARKER: u8 = 0xF1;
 
 /// A parsed record header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,6 +20,9 @@ pub(crate) struct Header {
     pub key_len: usize,
     pub value_len: usize,
     pub meta: Meta,
+    /// Log bytes known durable (fdatasync'ed) when this record was appended: a lower bound
+    /// that lets recovery tell a torn unsynced tail from damage in synced data.
+    pub durable: u64,
 }
 
 impl Header {
@@ -37,7 +40,14 @@ fn kind_byte(kind: RecordKind) -> u8 {
 }
 
 /// Encode a record, padded to the offset unit. The result is re-checked before returning.
-pub(crate) fn encode(kind: RecordKind, key: &[u8], value: &[u8], meta: Meta) -> Result<Vec<u8>, Error> {
+/// `durable` is the log offset known durable now (a multiple of the offset unit).
+pub(crate) fn encode(
+    kind: RecordKind,
+    key: &[u8],
+    value: &[u8],
+    meta: Meta,
+    durable: u64,
+) -> Result<Vec<u8>, Error> {
     let total = pad_to_unit(RECORD_HEADER_BYTES + key.len() + value.len());
     let mut buf = vec![0u8; total];
     buf[4] = kind_byte(kind);
@@ -46,7 +56,8 @@ pub(crate) fn encode(kind: RecordKind, key: &[u8], value: &[u8], meta: Meta) -> 
     buf[12..16].copy_from_slice(&meta.flags.to_le_bytes());
     buf[16..24].copy_from_slice(&meta.seq.to_le_bytes());
     buf[24..28].copy_from_slice(&meta.expiry.to_le_bytes());
-    buf[28..32].copy_from_slice(&RECORD_MARKER);
+    buf[5] = RECORD_MARKER;
+    buf[28..32].copy_from_slice(&((durable / OFFSET_UNIT) as u32).to_le_bytes());
     let body_end = RECORD_HEADER_BYTES + key.len() + value.len();
     buf[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + key.len()].copy_from_slice(key);
     buf[RECORD_HEADER_BYTES + key.len()..body_end].copy_from_slice(value);
@@ -57,6 +68,7 @@ pub(crate) fn encode(kind: RecordKind, key: &[u8], value: &[u8], meta: Meta) -> 
     verify(&buf, 0, &header)?;
     let ok = header.kind == kind
         && header.meta == meta
+        && header.durable == durable
         && key_of(&buf, &header) == key
         && value_of(&buf, &header) == value;
     if !ok {
@@ -70,7 +82,7 @@ pub(crate) fn parse_header(buf: &[u8], offset: u64) -> Result<Header, Error> {
     let Some(h) = buf.get(..RECORD_HEADER_BYTES) else {
         return Err(Error::corrupt(offset, "record header truncated"));
     };
-    if h[28..32] != RECORD_MARKER {
+    if h[5] != RECORD_MARKER {
         return Err(Error::corrupt(offset, "record marker missing"));
     }
     let kind = match h[4] {
@@ -78,9 +90,6 @@ pub(crate) fn parse_header(buf: &[u8], offset: u64) -> Result<Header, Error> {
         KIND_DELETE => RecordKind::Delete,
         other => return Err(Error::corrupt(offset, format!("unknown record kind {other:#04x}"))),
     };
-    if h[5] != 0 {
-        return Err(Error::corrupt(offset, "reserved header byte is not zero"));
-    }
     let key_len = u16::from_le_bytes([h[6], h[7]]) as usize;
     let value_len = u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as usize;
     if key_len == 0 || key_len > KEY_BYTES_MAX {
@@ -95,7 +104,8 @@ pub(crate) fn parse_header(buf: &[u8], offset: u64) -> Result<Header, Error> {
         expiry: u32::from_le_bytes([h[24], h[25], h[26], h[27]]),
     };
     let crc = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
-    Ok(Header { crc, kind, key_len, value_len, meta })
+    let durable = u32::from_le_bytes([h[28], h[29], h[30], h[31]]) as u64 * OFFSET_UNIT;
+    Ok(Header { durable, crc, kind, key_len, value_len, meta })
 }
 
 /// Check the checksum and zero padding of a whole record (`buf.len() >= total_len`).
@@ -132,7 +142,7 @@ mod tests {
     #[test]
     fn roundtrip_and_bitflips_detected() {
         let meta = Meta { seq: 7, flags: 3, expiry: 99 };
-        let buf = encode(RecordKind::Put, b"key", b"value!", meta).unwrap();
+        let buf = encode(RecordKind::Put, b"key", b"value!", meta, 4096).unwrap();
         assert_eq!(buf.len() % 16, 0);
         let h = parse_header(&buf, 0).unwrap();
         verify(&buf, 0, &h).unwrap();

@@ -1,11 +1,13 @@
 //! Opening a datastore: lock the directory, check the log header, load the checkpoint if
 //! valid, replay the log after it (or all of it), and deal with a bad tail.
 //!
-//! Corruption policy (docs/FORMAT.md §Recovery): at the first record that fails its checks,
-//! the rest of the log is scanned for valid records. None → a torn tail: truncated and
-//! reported. Some → the damage is mid-log and acknowledged data follows it: open fails with
-//! `Error::Corrupt` naming the offset, unless `Options::salvage` is set, in which case the
-//! log is truncated there and the loss reported. Nothing is ever dropped silently.
+//! Corruption policy (docs/FORMAT.md §5): at the first record that fails its checks (offset
+//! X), the rest of the log is scanned for valid records. Every record carries the log
+//! offset that was durable when it was appended. If some later record says X was already
+//! durable, the damage hit synced data: open fails with `Error::Corrupt` naming X, unless
+//! `Options::salvage` is set. Otherwise everything from X on may simply not have reached
+//! the disk before a crash (a torn tail, possibly with holes from out-of-order writeback):
+//! it is truncated and reported. Cut records are counted and their bytes kept.
 
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::io::AsRawFd;
@@ -46,6 +48,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<(Inner, RecoveryReport),
     inner.log.sync_data().map_err(|e| Error::io("syncing the log at open", e))?;
     inner.writer.lock().end = end;
     inner.written_end.store(end, Ordering::Release);
+    inner.durable.store(end, Ordering::Release);
     inner.sync_to(end)?;
     report.log_end = end;
     report.duration_us = t0.elapsed().as_micros() as u64;
@@ -222,15 +225,20 @@ fn cut_bad_tail(
     report: &mut RecoveryReport,
 ) -> Result<u64, Error> {
     report.corrupt_offset = Some(bad);
-    let salvage = inner.opts.salvage;
-    let valid_after = sc.count_valid_after(bad, !salvage)?;
-    if valid_after > 0 && !salvage {
+    let after = sc.valid_after(bad)?;
+    // A later record stamped with a durable offset beyond `bad` proves the bad bytes had
+    // been fsynced: this is damage to synced (acknowledged) data, not a torn tail.
+    if after.max_durable > bad && !inner.opts.salvage {
         return Err(Error::corrupt(
             bad,
-            format!("{reason}; valid records follow it, so this is not a torn tail (open with Options::salvage to truncate here)"),
+            format!(
+                "{reason}; {} valid records follow, written after this offset was fsynced, so this is not a torn \
+                 tail (open with Options::salvage to truncate here; the cut bytes are kept)",
+                after.records
+            ),
         ));
     }
-    if valid_after > 0 {
+    if after.records > 0 {
         keep_cut_bytes(inner, bad, len)?;
     }
     inner
@@ -240,6 +248,6 @@ fn cut_bad_tail(
         .map_err(|e| Error::io("truncating the log tail", e))?;
     report.truncated_bytes += len - bad;
     // The bad record itself plus every valid one after it.
-    report.dropped_records_estimate = 1 + valid_after;
+    report.dropped_records_estimate = 1 + after.records;
     Ok(bad)
 }

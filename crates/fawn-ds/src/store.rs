@@ -75,6 +75,9 @@ pub(crate) struct Inner {
     /// End of the fully appended records (readers and iterators stop here).
     pub written_end: AtomicU64,
     pub max_seq: AtomicU64,
+    /// Log bytes known durable (mirror of `SyncState::synced`, readable without the lock);
+    /// stamped into every record for recovery.
+    pub durable: AtomicU64,
     pub poisoned: AtomicBool,
     sync: Mutex<SyncState>,
     sync_cv: Condvar,
@@ -116,6 +119,7 @@ impl Inner {
             writer: Mutex::new(WriterState { end }),
             written_end: AtomicU64::new(end),
             max_seq: AtomicU64::new(0),
+            durable: AtomicU64::new(LOG_HEADER_BYTES),
             poisoned: AtomicBool::new(false),
             sync: Mutex::new(SyncState { synced: end, leader: false }),
             sync_cv: Condvar::new(),
@@ -228,7 +232,7 @@ impl Inner {
         self.check_key(key)?;
         self.check_value(value)?;
         self.check_writable()?;
-        let buf = record::encode(kind, key, value, meta)?;
+        let buf = record::encode(kind, key, value, meta, self.durable.load(Ordering::Acquire))?;
         let kh = KeyHash::of(key);
         let mut w = self.writer.lock();
         self.check_writable()?;
@@ -366,6 +370,7 @@ impl Inner {
                 return Err(Error::io("syncing the log", e));
             }
             s.synced = s.synced.max(upto);
+            self.durable.fetch_max(s.synced, Ordering::AcqRel);
         }
     }
 

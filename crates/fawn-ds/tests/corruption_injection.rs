@@ -1,8 +1,11 @@
 //! Guards the recovery policy for damaged files (docs/FORMAT.md §Recovery):
 //! - a torn tail (cut mid-record, or garbage appended) is truncated and reported, and every
 //!   record before it survives;
-//! - a flipped byte mid-log (valid records after it) refuses to open with `Error::Corrupt`
-//!   naming the record's offset, and with `salvage` truncates there and reports the loss;
+//! - a flipped byte in synced data (later records prove it was fsynced) refuses to open
+//!   with `Error::Corrupt` naming the record's offset; with `salvage` the log is truncated
+//!   there, the loss reported and the cut bytes kept;
+//! - damage in the unsynced region followed by valid unsynced records (what out-of-order
+//!   writeback leaves after a power loss) is cut like a torn tail, with the loss reported;
 //! - a damaged checkpoint falls back to rebuilding from the log, reported;
 //! - a damaged log header refuses to open.
 
@@ -22,10 +25,13 @@ fn value(i: u64) -> Vec<u8> {
     vec![(i % 251) as u8; (i * 37 % 500) as usize + 1]
 }
 
-/// Fill a store with N keys; returns the record offsets.
+/// Fill a store with N keys, fsyncing after the first half; returns the record offsets.
 fn fill(dir: &Path, checkpoint_at: Option<u64>) -> Vec<u64> {
     let ds = DataStore::open(dir, opts()).unwrap();
     for i in 0..N {
+        if i == N / 2 {
+            ds.sync().unwrap();
+        }
         ds.store(format!("k{i}").as_bytes(), &value(i), Meta { seq: i + 1, ..Meta::default() }).unwrap();
         if checkpoint_at == Some(i) {
             ds.checkpoint().unwrap();
@@ -98,10 +104,10 @@ fn garbage_after_the_last_record_is_truncated() {
 }
 
 #[test]
-fn flipped_byte_mid_log_refuses_to_open_then_salvage_reports_loss() {
+fn flipped_byte_in_synced_data_refuses_to_open_then_salvage_reports_loss() {
     let dir = tempfile::tempdir().unwrap();
     let offsets = fill(dir.path(), None);
-    let bad = offsets[N as usize / 2];
+    let bad = offsets[N as usize / 4];
     flip_byte(&log_path(dir.path()), bad + 40); // inside the key/value
     match DataStore::open(dir.path(), opts()) {
         Err(Error::Corrupt { offset, reason }) => {
@@ -115,11 +121,27 @@ fn flipped_byte_mid_log_refuses_to_open_then_salvage_reports_loss() {
     let ds = DataStore::open(dir.path(), Options { salvage: true, ..opts() }).unwrap();
     let r = ds.recovery_report().clone();
     assert_eq!(r.corrupt_offset, Some(bad));
-    assert_eq!(r.dropped_records_estimate, N - N / 2, "{r:?}");
-    check_keys(&ds, 0..N / 2);
+    assert_eq!(r.dropped_records_estimate, N - N / 4, "{r:?}");
+    check_keys(&ds, 0..N / 4);
     // The cut bytes are kept for the operator.
     let kept = std::fs::metadata(dir.path().join(format!("data.log.cut-{bad}"))).unwrap().len();
     assert_eq!(kept, r.truncated_bytes);
+}
+
+#[test]
+fn damage_in_the_unsynced_tail_is_cut_like_a_torn_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let offsets = fill(dir.path(), None);
+    let bad = offsets[3 * N as usize / 4];
+    // A hole of zeros, as a page lost in writeback leaves it, with valid records after it.
+    let f = OpenOptions::new().write(true).open(log_path(dir.path())).unwrap();
+    f.write_all_at(&[0u8; 64], bad).unwrap();
+    let ds = DataStore::open(dir.path(), opts()).unwrap();
+    let r = ds.recovery_report().clone();
+    assert_eq!(r.corrupt_offset, Some(bad), "{r:?}");
+    assert_eq!(r.dropped_records_estimate, N - 3 * N / 4, "{r:?}");
+    check_keys(&ds, 0..3 * N / 4);
+    assert!(dir.path().join(format!("data.log.cut-{bad}")).exists());
 }
 
 #[test]
