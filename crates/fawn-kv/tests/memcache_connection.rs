@@ -93,3 +93,27 @@ async fn shutdown_closes_connections_and_returns() {
     c.expect_closed().await;
     assert!(tokio::net::TcpStream::connect(addr).await.is_err(), "listener closed");
 }
+
+#[tokio::test]
+async fn multi_get_spanning_batches_keeps_key_order() {
+    let server = Server::start().await;
+    let mut c = server.connect().await;
+    // 150 keys (three read batches) of 20 kB each: a 3 MB reply streamed, in key order.
+    let value = vec![b'x'; 20_000];
+    let mut want = Vec::new();
+    let mut keys = String::from("get");
+    for i in 0..150 {
+        let mut set = format!("set k{i} {i} 0 {}\r\n", value.len()).into_bytes();
+        set.extend_from_slice(&value);
+        set.extend_from_slice(b"\r\n");
+        c.roundtrip(&set, b"STORED\r\n").await;
+        keys.push_str(&format!(" k{i} missing{i}"));
+        want.extend_from_slice(format!("VALUE k{i} {i} {}\r\n", value.len()).as_bytes());
+        want.extend_from_slice(&value);
+        want.extend_from_slice(b"\r\n");
+    }
+    want.extend_from_slice(b"END\r\n");
+    keys.push_str("\r\n");
+    c.roundtrip(keys.as_bytes(), &want).await;
+    server.shutdown().await;
+}

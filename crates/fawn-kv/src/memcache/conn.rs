@@ -149,7 +149,11 @@ impl<S: KvService> Connection<S> {
 }
 
 /// Writes and clears pending replies.
-pub(super) async fn write_out(stream: &mut TcpStream, output: &mut Vec<u8>, stats: &Stats) -> std::io::Result<()> {
+pub(super) async fn write_out(
+    stream: &mut TcpStream,
+    output: &mut Vec<u8>,
+    stats: &Stats,
+) -> std::io::Result<()> {
     if output.is_empty() {
         return Ok(());
     }

@@ -12,60 +12,61 @@ const READ_FAN_OUT: usize = 64;
 
 type ReadResult = Result<Option<Item>, ServiceError>;
 
+/// Answers in batches of [`READ_FAN_OUT`] keys, flushing as the reply grows, so memory per
+/// request stays bounded. If the cluster fails part-way, the hits so far are followed by
+/// `SERVER_ERROR <message>` instead of `END` (as memcached ends a multi-get it cannot finish).
 pub(super) async fn run<S: KvService>(ctx: &mut Ctx<'_, S>, get: GetCommand) {
-    let items = match get.touch {
-        None => read_all(ctx, &get.keys).await,
-        Some(exptime) => {
-            let mut items = Vec::with_capacity(get.keys.len());
-            for key in &get.keys {
-                items.push(touch_and_fetch(ctx, key, exptime).await);
+    for batch in get.keys.chunks(READ_FAN_OUT) {
+        let items = match get.touch {
+            None => read_batch(ctx, batch).await,
+            Some(exptime) => {
+                let mut items = Vec::with_capacity(batch.len());
+                for key in batch {
+                    items.push(touch_and_fetch(ctx, key, exptime).await);
+                }
+                items
             }
-            items
-        }
-    };
-    // The reply is built aside so that a failure part-way replaces it with one SERVER_ERROR
-    // line, rather than a truncated VALUE list.
-    let mut values = Vec::new();
-    for (key, item) in get.keys.iter().zip(items) {
-        match item {
-            Ok(Some(item)) => {
-                let cas = get.cas.then_some(item.cas);
-                reply::value(&mut values, key, item.flags, &item.value, cas);
+        };
+        for (key, item) in batch.iter().zip(items) {
+            match item {
+                Ok(Some(item)) => {
+                    let cas = get.cas.then_some(item.cas);
+                    reply::value(ctx.out, key, item.flags, &item.value, cas);
+                }
+                Ok(None) => {}
+                Err(error) => return ctx.server_error(&error, false),
             }
-            Ok(None) => {}
-            Err(error) => return ctx.server_error(&error, false),
         }
+        ctx.flush_if_full().await;
     }
-    ctx.out.extend_from_slice(&values);
     ctx.reply(reply::END);
 }
 
-/// Reads every key, concurrently when there are several, results in key order.
-async fn read_all<S: KvService>(ctx: &Ctx<'_, S>, keys: &[Vec<u8>]) -> Vec<ReadResult> {
+/// Reads the keys, concurrently when there are several, results in key order.
+async fn read_batch<S: KvService>(ctx: &Ctx<'_, S>, keys: &[Vec<u8>]) -> Vec<ReadResult> {
     if let [key] = keys {
         return vec![fetch(ctx, key).await];
     }
-    let mut results = Vec::with_capacity(keys.len());
-    for batch in keys.chunks(READ_FAN_OUT) {
-        let mut tasks = tokio::task::JoinSet::new();
-        for (i, key) in batch.iter().enumerate() {
-            let service = ctx.shared.service.clone();
-            let key = key.clone();
-            tasks.spawn(async move { (i, service.get(&key).await) });
-        }
-        let mut batch_results: Vec<Option<ReadResult>> = vec![None; batch.len()];
-        while let Some(joined) = tasks.join_next().await {
-            if let Ok((i, result)) = joined {
-                batch_results[i] = Some(result);
-            }
-        }
-        for result in batch_results {
-            // A read task can only be missing if it panicked inside the service.
-            let result = result.unwrap_or_else(|| Err(ServiceError::Backend("read failed".into())));
-            results.push(result.map(|item| count_read(ctx.stats(), item)));
+    let mut tasks = tokio::task::JoinSet::new();
+    for (i, key) in keys.iter().enumerate() {
+        let service = ctx.shared.service.clone();
+        let key = key.clone();
+        tasks.spawn(async move { (i, service.get(&key).await) });
+    }
+    let mut results: Vec<Option<ReadResult>> = vec![None; keys.len()];
+    while let Some(joined) = tasks.join_next().await {
+        if let Ok((i, result)) = joined {
+            results[i] = Some(result);
         }
     }
     results
+        .into_iter()
+        .map(|result| {
+            // A read task can only be missing if it panicked inside the service.
+            let result = result.unwrap_or_else(|| Err(ServiceError::Backend("read failed".into())));
+            result.map(|item| count_read(ctx.stats(), item))
+        })
+        .collect()
 }
 
 /// Reads a key, counting a hit or miss.
