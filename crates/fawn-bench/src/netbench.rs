@@ -8,7 +8,7 @@ use hdrhistogram::Histogram;
 use crate::loadgen::{self, LoadStats};
 use crate::output::Reporter;
 use crate::proto::Protocol;
-use crate::servers::{self, Server};
+use crate::servers;
 use crate::workload::{Workload, WorkloadArgs};
 
 /// Drive one server that is already running.
@@ -51,6 +51,9 @@ pub struct PeersArgs {
     /// Skip Redis.
     #[arg(long)]
     pub no_redis: bool,
+    /// Runs per system, interleaved; the median run is reported (with min/max ops/s).
+    #[arg(long, default_value_t = 1)]
+    pub repeat: usize,
     #[command(flatten)]
     pub workload: WorkloadArgs,
 }
@@ -89,20 +92,76 @@ pub fn run_peers(
     if let Some(f) = args.fawn {
         ensure!(f.ip().is_loopback(), "--fawn must be a loopback address, got {f}");
     }
+    ensure!(args.repeat >= 1, "--repeat must be at least 1");
+    let mut systems = vec!["memcached"];
+    if !args.no_redis {
+        systems.push("redis");
+    }
+    if args.fawn.is_some() {
+        systems.push("fawn");
+    }
     for w in args.workload.points()? {
-        {
-            let mc = servers::start_memcached(&args.memcached_bin, args.memcached_threads, memcached_mb(&w))?;
-            run_server(rt, &mc, Protocol::Memcached, &w, quiet, rep)?;
-        } // each server is stopped before the next starts: they must not share the 2 cores
-        if !args.no_redis {
-            let redis = servers::start_redis(&args.redis_bin)?;
-            run_server(rt, &redis, Protocol::Redis, &w, quiet, rep)?;
+        // Interleave the systems (A B C A B C ...) so a slow phase of a shared machine hits
+        // all of them, then report each system's median run.
+        let mut runs: Vec<Vec<LoadStats>> = systems.iter().map(|_| Vec::new()).collect();
+        for _ in 0..args.repeat {
+            for (i, system) in systems.iter().enumerate() {
+                runs[i].push(run_peer(rt, args, system, &w, quiet)?);
+            }
         }
-        if let Some(addr) = args.fawn {
-            let stats = rt.block_on(measure(addr, Protocol::Memcached, &w, "fawn", args.fawn_pid, quiet))?;
-            report(rep, &w, "fawn", &stats)?;
+        for (system, stats) in systems.iter().zip(runs) {
+            report_median(rep, &w, system, stats)?;
         }
         report_ratios(rep, &w)?;
+    }
+    Ok(())
+}
+
+/// One measured run against one peer. A server we start is stopped before the next one starts:
+/// they must not share the 2 cores.
+fn run_peer(
+    rt: &tokio::runtime::Runtime,
+    args: &PeersArgs,
+    system: &str,
+    w: &Workload,
+    quiet: bool,
+) -> Result<LoadStats> {
+    let (server, addr, proto, pid) = match system {
+        "memcached" => {
+            let s = servers::start_memcached(&args.memcached_bin, args.memcached_threads, memcached_mb(w))?;
+            let (addr, pid) = (s.addr, s.pid());
+            (Some(s), addr, Protocol::Memcached, Some(pid))
+        }
+        "redis" => {
+            let s = servers::start_redis(&args.redis_bin)?;
+            let (addr, pid) = (s.addr, s.pid());
+            (Some(s), addr, Protocol::Redis, Some(pid))
+        }
+        _ => {
+            let addr = args.fawn.context("no --fawn address")?;
+            (None, addr, Protocol::Memcached, args.fawn_pid)
+        }
+    };
+    let stats = rt
+        .block_on(measure(addr, proto, w, system, pid, quiet))
+        .with_context(|| format!("benchmarking {system} at {addr}"))?;
+    drop(server);
+    Ok(stats)
+}
+
+/// Report the run with the median throughput, plus the spread when there were several.
+fn report_median(rep: &mut Reporter, w: &Workload, system: &str, mut runs: Vec<LoadStats>) -> Result<()> {
+    let ops = |s: &LoadStats| s.ops() as f64 / s.window.as_secs_f64();
+    runs.sort_by(|a, b| ops(a).total_cmp(&ops(b)));
+    let (lo, hi) = (runs.first().map(ops), runs.last().map(ops));
+    let n = runs.len();
+    let median = runs.swap_remove(n / 2);
+    report(rep, w, system, &median)?;
+    if let (true, Some(lo), Some(hi)) = (n > 1, lo, hi) {
+        let (sc, p) = (w.scenario(), w.params());
+        rep.metric(&sc, system, "ops_per_s_min", lo, "ops/s", &p)?;
+        rep.metric(&sc, system, "ops_per_s_max", hi, "ops/s", &p)?;
+        rep.metric(&sc, system, "runs", n as f64, "count", &p)?;
     }
     Ok(())
 }
@@ -111,20 +170,6 @@ pub fn run_peers(
 fn memcached_mb(w: &Workload) -> u64 {
     let per_item = w.value_size as u64 + 100; // key, header, slab slack
     (2 * w.keys * per_item / (1 << 20)).max(64)
-}
-
-fn run_server(
-    rt: &tokio::runtime::Runtime,
-    server: &Server,
-    proto: Protocol,
-    w: &Workload,
-    quiet: bool,
-    rep: &mut Reporter,
-) -> Result<()> {
-    let stats = rt
-        .block_on(measure(server.addr, proto, w, server.name, Some(server.pid()), quiet))
-        .with_context(|| format!("benchmarking {}", server.name))?;
-    report(rep, w, server.name, &stats)
 }
 
 /// Preload (if asked), then run the measured workload.

@@ -133,6 +133,19 @@ fn tiny_memcached_bench() {
 }
 
 #[test]
+fn tiny_peers_bench_starts_memcached_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, csv) = (dir.path().join("peers.jsonl"), dir.path().join("peers.csv"));
+    let args =
+        ["peers", "--no-redis", "--repeat", "2", "--keys", "500", "--duration", "0.3", "--warmup", "0"];
+    bench(&args, &out, &csv);
+    let l = lines(&out);
+    assert_schema(&l);
+    assert_eq!(value(&l, "memcached", "runs"), 2.0);
+    assert!(value(&l, "memcached", "ops_per_s_min") <= value(&l, "memcached", "ops_per_s_max"));
+}
+
+#[test]
 fn refuses_remote_targets() {
     let dir = tempfile::tempdir().unwrap();
     let args = ["bench", "--quiet", "memcached", "--target", "192.0.2.1:11211", "--duration", "0.1"];
