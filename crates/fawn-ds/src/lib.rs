@@ -64,9 +64,11 @@ pub struct Options {
     /// Size the index for this many keys up front (0 = start small and grow). Growth is
     /// incremental, but a right-sized index avoids it and keeps DRAM/key minimal.
     pub expected_keys: u64,
-    /// On mid-log corruption (a bad record followed by valid ones), open fails with
-    /// `Error::Corrupt` unless this is set; then the log is truncated at the bad record and
-    /// the loss is reported in the `RecoveryReport`. Default false.
+    /// Damage to log data that had been fsynced (a bad record followed by records written
+    /// after it was durable) makes open fail with `Error::Corrupt` unless this is set; then
+    /// the log is truncated at the bad record, the cut bytes are kept in
+    /// `data.log.cut-<offset>` and the loss is reported in the `RecoveryReport`. Damage
+    /// only in never-synced data is always cut like a torn tail. Default false.
     pub salvage: bool,
     /// Fault injection for tests (fails appends/fsyncs on demand). Default: none.
     pub faults: FaultInjector,

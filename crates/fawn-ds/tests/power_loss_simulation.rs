@@ -19,6 +19,8 @@ const KEYS: u64 = 40;
 const PAGE: u64 = 4096;
 
 type State = HashMap<u64, (Vec<u8>, u64)>;
+/// A write after the last sync: key and its new state (None = deleted).
+type Op = (u64, Option<(Vec<u8>, u64)>);
 
 fn opts() -> Options {
     Options { sync: SyncPolicy::Never, checkpoint_every_bytes: 0, ..Options::default() }
@@ -59,7 +61,7 @@ fn run_case(seed: u64) -> Result<(), String> {
     let ds = DataStore::open(dir.path(), opts()).map_err(|e| e.to_string())?;
     let mut state = State::new();
     let (mut synced_state, mut synced_len) = (State::new(), ds.end_offset());
-    let mut unsynced: Vec<(u64, Option<(Vec<u8>, u64)>)> = Vec::new();
+    let mut unsynced: Vec<Op> = Vec::new();
     for seq in 1..rng.gen_range(20..300u64) {
         let k = rng.gen_range(0..KEYS);
         if rng.gen_bool(0.2) {
