@@ -245,8 +245,9 @@ impl Inner {
         self.append(&mut w, offset, &buf)?;
         self.apply(kind, kh, existing, offset);
         self.max_seq.fetch_max(meta.seq, Ordering::AcqRel);
-        self.growth_step(MIGRATE_BUCKETS_PER_STEP);
-        self.start_migrator();
+        if self.growth_step(MIGRATE_BUCKETS_PER_STEP) {
+            self.start_migrator();
+        }
         Ok(new_end)
     }
 
@@ -284,9 +285,10 @@ impl Inner {
     /// One bounded step of index growth: move a few old buckets into the new table. Their
     /// new bucket needs each key's id, so each moved entry costs a short log read, done
     /// without holding the index lock (the writer lock keeps the index stable).
-    pub fn growth_step(&self, buckets: u64) {
+    /// Returns whether the index was migrating.
+    pub fn growth_step(&self, buckets: u64) -> bool {
         let Some(batch) = self.index.read().migration_batch(buckets) else {
-            return;
+            return false;
         };
         let start = Instant::now();
         let rehashed = self.rehash(&batch);
@@ -296,6 +298,7 @@ impl Inner {
         if let Some(old) = finished {
             free_in_background(old);
         }
+        true
     }
 
     /// While the index migrates, a background thread moves old buckets in steps, each
