@@ -18,7 +18,7 @@ pub fn next_seq(last: u64) -> u64 {
     (last + 1).max(unix_micros())
 }
 
-/// Is an item stored with sequence `seq` hidden by a `flush_all` at `flush_at`?
-pub fn flushed(seq: u64, flush_at: u32, now: u32) -> bool {
-    flush_at != 0 && now >= flush_at && seq < u64::from(flush_at) * 1_000_000
+/// Is an item stored with sequence `seq` hidden by a `flush_all` at `flush_at_micros`?
+pub fn flushed(seq: u64, flush_at_micros: u64) -> bool {
+    flush_at_micros != 0 && unix_micros() >= flush_at_micros && seq < flush_at_micros
 }

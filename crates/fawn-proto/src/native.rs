@@ -70,7 +70,7 @@ pub enum Request {
     /// The manager pushes a new configuration (back-ends, front-ends).
     Install { config: ClusterConfig },
     /// Manager: set the flush time (`flush_all`).
-    SetFlush { at_unix: u32 },
+    SetFlush { at_micros: u64 },
     /// Health and counters of one process.
     Status,
     /// Committed contents of one range on this back-end, in key order, paged.
@@ -244,9 +244,9 @@ pub struct ClusterConfig {
     pub frontends: Vec<FrontendInfo>,
     /// How many front-ends (wedges) the cluster has.
     pub frontends_expected: u32,
-    /// `flush_all`: items whose sequence number (microseconds) is below
-    /// `flush_at_unix * 1e6` are invisible once `now >= flush_at_unix`. 0 = never flushed.
-    pub flush_at_unix: u32,
+    /// `flush_all`: items whose sequence number (a microsecond timestamp) is below this are
+    /// invisible once the clock passes it. 0 = never flushed.
+    pub flush_at_micros: u64,
     /// True once the expected number of back-ends registered and the ranges are fixed.
     pub formed: bool,
     /// Every range with its chain, sorted by `range.end_inclusive`; empty until formed.

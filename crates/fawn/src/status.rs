@@ -23,7 +23,7 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         config.replicas,
         config.vnodes,
         if config.formed { "formed" } else { "forming" },
-        config.flush_at_unix
+        config.flush_at_micros
     );
     println!("\nprocesses:");
     println!("  manager      {:<22} {}", args.manager, health(&pool, &args.manager).await);

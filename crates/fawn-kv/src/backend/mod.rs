@@ -238,14 +238,14 @@ impl Backend {
             return Err(WireError::Unavailable("new tail is catching up".into()));
         }
         self.counters.gets.fetch_add(1, Ordering::Relaxed);
-        Ok(Response::Get(replica.read(key, view.config.flush_at_unix)?))
+        Ok(Response::Get(replica.read(key, view.config.flush_at_micros)?))
     }
 
     async fn update(&self, epoch: Epoch, req: ReqId, update: Update) -> Result<Response, WireError> {
         let view = self.view_for(epoch).await?;
         let (_, replica) = self.replica_for_key(&view, &update.key)?;
         self.counters.updates.fetch_add(1, Ordering::Relaxed);
-        let ordered = replica.order_update(req, &update, view.config.flush_at_unix, &self.linker()).await?;
+        let ordered = replica.order_update(req, &update, view.config.flush_at_micros, &self.linker()).await?;
         match ordered {
             Ordered::Reply(outcome) => Ok(Response::Update(outcome)),
             Ordered::AwaitAck { seq, outcome } => {

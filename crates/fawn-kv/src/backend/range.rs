@@ -141,12 +141,12 @@ impl RangeReplica {
     }
 
     /// The visible item for `key` (absent if deleted, expired or flushed).
-    pub fn read(&self, key: &[u8], flush_at: u32) -> Result<Option<Item>, WireError> {
+    pub fn read(&self, key: &[u8], flush_at: u64) -> Result<Option<Item>, WireError> {
         let entry = self.store.lookup(key).map_err(storage)?;
         let now = unix_now();
         Ok(entry.and_then(|e| {
             let item = Item { value: e.value, flags: e.meta.flags, expiry: e.meta.expiry, cas: e.meta.seq };
-            let hidden = fawn_proto::op::is_expired(item.expiry, now) || flushed(item.cas, flush_at, now);
+            let hidden = fawn_proto::op::is_expired(item.expiry, now) || flushed(item.cas, flush_at);
             (!hidden).then_some(item)
         }))
     }
@@ -171,7 +171,7 @@ impl RangeReplica {
         &self,
         req: ReqId,
         update: &Update,
-        flush_at: u32,
+        flush_at: u64,
         links: &dyn LinkTo,
     ) -> Result<Ordered, WireError> {
         let mut st = self.state.lock().await;

@@ -111,7 +111,7 @@ impl Frontend {
         if config.epoch <= old.config.epoch {
             return;
         }
-        if config.flush_at_unix != old.config.flush_at_unix || config.backends != old.config.backends {
+        if config.flush_at_micros != old.config.flush_at_micros || config.backends != old.config.backends {
             self.cache.clear();
         }
         info!(epoch = config.epoch, "configuration installed");
@@ -167,6 +167,9 @@ impl Frontend {
         let make = |epoch| Request::Get { epoch, key: key.to_vec(), forwarded: true };
         match self.call_with_retries(tail, make).await? {
             Response::Get(item) => {
+                // The tail filters too; this covers a tail that has not yet installed the
+                // configuration with the latest flush_all.
+                let item = item.filter(|i| self.visible(i, now));
                 if let Some(item) = &item {
                     self.cache.fill(key, item.clone(), generation);
                 }
@@ -220,7 +223,7 @@ impl Frontend {
     }
 
     fn visible(&self, item: &Item, now: u32) -> bool {
-        !is_expired(item.expiry, now) && !flushed(item.cas, self.current().config.flush_at_unix, now)
+        !is_expired(item.expiry, now) && !flushed(item.cas, self.current().config.flush_at_micros)
     }
 
     /// Sends a request to the address `target` picks from the current view, retrying with
@@ -271,10 +274,13 @@ impl Frontend {
         Ok((items, bytes))
     }
 
+    /// `flush_all`: at `at_unix` (seconds), or right now if that is not in the future.
     async fn flush(&self, at_unix: u32) -> Result<(), WireError> {
+        let at_micros =
+            if at_unix <= unix_now() { crate::clock::unix_micros() } else { u64::from(at_unix) * 1_000_000 };
         match self
             .pool
-            .call(&self.options.manager, Request::SetFlush { at_unix }, self.options.request_timeout)
+            .call(&self.options.manager, Request::SetFlush { at_micros }, self.options.request_timeout)
             .await
         {
             Ok(Response::Config(c)) => self.install(c),
@@ -286,7 +292,7 @@ impl Frontend {
         for f in self.current().config.frontends.iter().filter(|f| f.id != self.options.id) {
             let _ = self
                 .pool
-                .call(&f.native_addr, Request::SetFlush { at_unix }, self.options.request_timeout)
+                .call(&f.native_addr, Request::SetFlush { at_micros }, self.options.request_timeout)
                 .await;
         }
         Ok(())

@@ -131,8 +131,8 @@ impl Handler for Manager {
             }
             Request::SyncDone { node, range } => self.apply(|c| state::sync_done(c, node, range)),
             Request::Leave { node } => self.apply(|c| state::leave(c, node)),
-            Request::SetFlush { at_unix } => {
-                self.apply(|c| Ok::<_, std::convert::Infallible>(Some(state::set_flush(c, at_unix))))
+            Request::SetFlush { at_micros } => {
+                self.apply(|c| Ok::<_, std::convert::Infallible>(Some(state::set_flush(c, at_micros))))
             }
             Request::Status => Response::Status(NodeStatus {
                 role: "manager".into(),

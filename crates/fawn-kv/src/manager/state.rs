@@ -206,10 +206,10 @@ pub fn register_frontend(
     Ok(Some(next))
 }
 
-/// `flush_all`: everything stored before `at_unix` becomes invisible at `at_unix`.
-pub fn set_flush(config: &ClusterConfig, at_unix: u32) -> ClusterConfig {
+/// `flush_all`: everything stored before `at_micros` becomes invisible at `at_micros`.
+pub fn set_flush(config: &ClusterConfig, at_micros: u64) -> ClusterConfig {
     let mut next = config.clone();
-    next.flush_at_unix = at_unix;
+    next.flush_at_micros = at_micros;
     next.epoch += 1;
     next
 }
