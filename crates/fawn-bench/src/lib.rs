@@ -10,6 +10,7 @@
 //! * `ds`: FAWN-DS engine benchmarks (random lookups, bulk insert vs raw sequential write, index
 //!   bytes per key, extra reads, restart time, device-bound reads vs raw O_DIRECT reads, and
 //!   RocksDB with the `rocksdb` feature).
+//! * `files`: semi-random writes into 1..N datastores vs N raw files (Figure 9).
 //! * `device`: the raw device under a directory with O_DIRECT (sequential MB/s, random 4 KiB IOPS).
 //!
 //! The `fawn` binary embeds this as `fawn bench` through [`BenchArgs`] and [`run`].
@@ -20,6 +21,7 @@ use anyhow::{Context, Result};
 
 pub mod device;
 pub mod ds;
+pub mod files;
 pub mod keydist;
 pub mod loadgen;
 pub mod netbench;
@@ -64,6 +66,9 @@ pub enum BenchCommand {
     /// The device under a directory, with O_DIRECT: sequential MB/s and random 4 KiB IOPS
     /// (the paper's Table 1).
     Device(device::DeviceArgs),
+    /// Semi-random writes: the same bytes appended round-robin into 1..N datastores vs N raw
+    /// files (the paper's Figure 9).
+    Files(files::FilesArgs),
 }
 
 /// Run `fawn bench` with parsed arguments.
@@ -84,6 +89,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
         BenchCommand::Ds(d) => ds::run(d, args.quiet, &mut rep),
         BenchCommand::Device(d) => device::run(d, args.quiet, &mut rep),
+        BenchCommand::Files(f) => files::run(f, args.quiet, &mut rep),
     }
 }
 

@@ -101,6 +101,18 @@ fn tiny_device_bench() {
 }
 
 #[test]
+fn tiny_files_bench() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let (out, csv) = (dir.path().join("files.jsonl"), dir.path().join("files.csv"));
+    let d = dir.path().to_str().unwrap();
+    bench(&["files", "--dir", d, "--files", "1,8", "--mb", "2"], &out, &csv);
+    let l = lines(&out);
+    assert_schema(&l);
+    let points = l.iter().filter(|x| x["metric"] == "semi_random_write_vs_raw").count();
+    assert_eq!(points, 2);
+}
+
+#[test]
 fn tiny_memcached_bench() {
     let server = fawn_bench::servers::start_memcached("memcached", 1, 64)
         .unwrap_or_else(|e| panic!("memcached is required for this test: {e:#}"));
