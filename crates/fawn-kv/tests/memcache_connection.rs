@@ -117,3 +117,21 @@ async fn multi_get_spanning_batches_keeps_key_order() {
     c.roundtrip(keys.as_bytes(), &want).await;
     server.shutdown().await;
 }
+
+#[tokio::test]
+async fn pipelined_gets_are_answered_in_order_and_see_earlier_writes() {
+    let server = Server::start().await;
+    let mut c = server.connect().await;
+    // Runs of gets are read concurrently; a write in between must still be seen by the
+    // gets after it, and not by those before.
+    let request =
+        b"get a\r\nget a b\r\nset a 0 0 1\r\n1\r\nget b a\r\ngets a\r\nget a a\r\nincr a 1\r\nget a\r\n";
+    let want = b"END\r\nEND\r\nSTORED\r\nVALUE a 0 1\r\n1\r\nEND\r\nVALUE a 0 1 1\r\n1\r\nEND\r\n\
+VALUE a 0 1\r\n1\r\nVALUE a 0 1\r\n1\r\nEND\r\n2\r\nVALUE a 0 1\r\n2\r\nEND\r\n";
+    c.roundtrip(request, want).await;
+    // Many pipelined gets in one write (more than one concurrent run).
+    let many = b"get a\r\n".repeat(300);
+    c.roundtrip(&many, &b"VALUE a 0 1\r\n2\r\nEND\r\n".repeat(300)).await;
+    assert_eq!(c.stat("cmd_get").await, "309");
+    server.shutdown().await;
+}

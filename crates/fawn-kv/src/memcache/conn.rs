@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use bytes::{Buf, BytesMut};
-use fawn_proto::memcache::{parse, Invalid, Parse};
+use fawn_proto::memcache::{parse, Command, GetCommand, Invalid, Parse};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
@@ -17,6 +17,8 @@ use crate::service::KvService;
 /// large gets cannot grow the output buffer without bound.
 pub(super) const FLUSH_AT: usize = 64 * 1024;
 const READ_CHUNK: usize = 16 * 1024;
+/// Most keys read at once for a run of pipelined gets (bounds the replies held in memory).
+const PIPELINED_KEYS: usize = 64;
 
 pub(super) struct Connection<S> {
     stream: TcpStream,
@@ -26,6 +28,12 @@ pub(super) struct Connection<S> {
     output: Vec<u8>,
     /// Bytes of a refused data block still to discard as they arrive.
     swallow: usize,
+}
+
+/// What to run next: a run of pipelined plain gets, or one request.
+enum Next {
+    Reads(Vec<GetCommand>),
+    One(Command),
 }
 
 /// Why reading stopped.
@@ -84,8 +92,12 @@ impl<S: KvService> Connection<S> {
                 Parse::Incomplete => return Ok(Flow::Continue),
                 Parse::Frame { command, consumed } => {
                     self.input.advance(consumed);
+                    let batch = self.gather_reads(command);
                     let mut ctx = cmd::Ctx::new(&self.shared, &mut self.output, &mut self.stream);
-                    let flow = cmd::run(&mut ctx, command).await;
+                    let flow = match batch {
+                        Next::Reads(gets) => cmd::get::run_pipelined(&mut ctx, gets).await,
+                        Next::One(command) => cmd::run(&mut ctx, command).await,
+                    };
                     if ctx.broken {
                         return Ok(Flow::Close);
                     }
@@ -100,6 +112,30 @@ impl<S: KvService> Connection<S> {
                 self.flush().await?;
             }
         }
+    }
+
+    /// Pipelined `get`/`gets` requests that follow each other in the buffer are read
+    /// concurrently (each key may be a round trip to a chain's tail) and answered in order.
+    /// Reads do not conflict with each other, and the run stops at the first other request,
+    /// so every read still sees all updates sent before it on this connection.
+    fn gather_reads(&mut self, first: Command) -> Next {
+        let first = match first {
+            Command::Get(get) if get.touch.is_none() && get.keys.len() < PIPELINED_KEYS => get,
+            other => return Next::One(other),
+        };
+        let mut keys = first.keys.len();
+        let mut gets = vec![first];
+        while let Parse::Frame { command: Command::Get(get), consumed } =
+            parse(&self.input, &self.shared.config.limits)
+        {
+            if get.touch.is_some() || keys + get.keys.len() > PIPELINED_KEYS {
+                break;
+            }
+            keys += get.keys.len();
+            gets.push(get);
+            self.input.advance(consumed);
+        }
+        Next::Reads(gets)
     }
 
     async fn invalid(&mut self, invalid: Invalid) -> Flow {

@@ -1,9 +1,13 @@
 //! `get`, `gets`, `gat`, `gats`: one `VALUE` block per hit, then `END`.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::Poll;
+
 use fawn_proto::memcache::{absolute_expiry, reply, GetCommand};
 use fawn_proto::op::{is_expired, Item, Mutation, Outcome, Update};
 
-use super::{bare_update, now, Ctx};
+use super::{bare_update, now, Ctx, Flow};
 use crate::memcache::stats::Stats;
 use crate::service::{KvService, ServiceError};
 
@@ -42,31 +46,69 @@ pub(super) async fn run<S: KvService>(ctx: &mut Ctx<'_, S>, get: GetCommand) {
     ctx.reply(reply::END);
 }
 
+/// A run of pipelined plain gets (at most a few dozen keys in all, see the connection):
+/// every key is read concurrently, then each request is answered in order.
+pub(in crate::memcache) async fn run_pipelined<S: KvService>(
+    ctx: &mut Ctx<'_, S>,
+    gets: Vec<GetCommand>,
+) -> Flow {
+    let keys: Vec<Vec<u8>> = gets.iter().flat_map(|get| get.keys.iter().cloned()).collect();
+    let mut results = read_batch(ctx, &keys).await.into_iter();
+    for get in gets {
+        let mut failed = None;
+        for key in &get.keys {
+            match results.next() {
+                Some(Ok(Some(item))) if failed.is_none() => {
+                    let cas = get.cas.then_some(item.cas);
+                    reply::value(ctx.out, key, item.flags, &item.value, cas);
+                }
+                Some(Err(error)) if failed.is_none() => failed = Some(error),
+                _ => {}
+            }
+        }
+        match failed {
+            Some(error) => ctx.server_error(&error, false),
+            None => ctx.reply(reply::END),
+        }
+        ctx.flush_if_full().await;
+    }
+    Flow::Continue
+}
+
 /// Reads the keys, concurrently when there are several, results in key order.
 async fn read_batch<S: KvService>(ctx: &Ctx<'_, S>, keys: &[Vec<u8>]) -> Vec<ReadResult> {
     if let [key] = keys {
         return vec![fetch(ctx, key).await];
     }
-    let mut tasks = tokio::task::JoinSet::new();
-    for (i, key) in keys.iter().enumerate() {
-        let service = ctx.shared.service.clone();
-        let key = key.clone();
-        tasks.spawn(async move { (i, service.get(&key).await) });
-    }
-    let mut results: Vec<Option<ReadResult>> = vec![None; keys.len()];
-    while let Some(joined) = tasks.join_next().await {
-        if let Ok((i, result)) = joined {
-            results[i] = Some(result);
+    let service = ctx.service();
+    let reads = keys.iter().map(|key| service.get(key)).collect();
+    join_all(reads).await.into_iter().map(|result| result.map(|item| count_read(ctx.stats(), item))).collect()
+}
+
+/// Polls every future in this task until all are done; outputs in input order. (Spawning a
+/// task per key would cost more than a cached read itself.)
+async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none() {
+                match future.as_mut().poll(cx) {
+                    Poll::Ready(value) => *output = Some(value),
+                    Poll::Pending => pending = true,
+                }
+            }
         }
-    }
-    results
-        .into_iter()
-        .map(|result| {
-            // A read task can only be missing if it panicked inside the service.
-            let result = result.unwrap_or_else(|| Err(ServiceError::Backend("read failed".into())));
-            result.map(|item| count_read(ctx.stats(), item))
-        })
-        .collect()
+        if pending {
+            Poll::Pending
+        } else {
+            Poll::Ready(())
+        }
+    })
+    .await;
+    // Every slot is filled once the poll above is ready.
+    outputs.into_iter().flatten().collect()
 }
 
 /// Reads a key, counting a hit or miss.

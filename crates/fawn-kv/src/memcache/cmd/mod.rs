@@ -4,7 +4,7 @@
 mod admin;
 mod arith;
 mod delete;
-mod get;
+pub(super) mod get;
 mod meta;
 pub(super) mod store;
 mod touch;
