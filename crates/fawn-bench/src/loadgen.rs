@@ -179,6 +179,8 @@ pub async fn run(
     server_pid: Option<u32>,
     quiet: bool,
 ) -> Result<LoadStats> {
+    // Fail fast on an unreachable server instead of after the whole run's duration.
+    drop(connect(addr).await?);
     let ctx = Arc::new(make_ctx(addr, proto, w)?);
     let bar = progress::spawn(label.to_string(), ctx.counters.clone(), ctx.warmup_end, ctx.end, quiet);
     let (senders, mut receivers): (Vec<_>, Vec<_>) = (0..w.connections)

@@ -75,10 +75,7 @@ mod tests {
 
     #[test]
     fn navigation() {
-        let c = Chain {
-            range: Range::full(),
-            nodes: vec![3, 1, 2],
-        };
+        let c = Chain { range: Range::full(), nodes: vec![3, 1, 2] };
         assert_eq!((c.head(), c.tail()), (3, 2));
         assert_eq!(c.successor(3), Some(1));
         assert_eq!(c.successor(2), None);

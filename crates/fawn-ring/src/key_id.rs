@@ -7,9 +7,7 @@ use serde::{Deserialize, Serialize};
 /// Defined as `XXH3-128(key)` with seed 0, interpreted as a big-endian `u128`
 /// (see docs/FORMAT.md). It is stable across versions and platforms: changing
 /// it would move every key, so it is part of the on-disk and on-wire contract.
-#[derive(
-    Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default, Serialize, Deserialize,
-)]
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug, Default, Serialize, Deserialize)]
 pub struct KeyId(pub u128);
 
 /// The key id of a user key.

@@ -20,10 +20,7 @@ pub struct Range {
 impl Range {
     /// The range `(start_exclusive, end_inclusive]`.
     pub fn new(start_exclusive: KeyId, end_inclusive: KeyId) -> Range {
-        Range {
-            start_exclusive,
-            end_inclusive,
-        }
+        Range { start_exclusive, end_inclusive }
     }
 
     /// The whole id space. Represented as `(x, x]`; we use `x = u128::MAX`.
@@ -53,10 +50,7 @@ impl Range {
         if self.is_full() {
             return u128::MAX;
         }
-        self.end_inclusive
-            .0
-            .wrapping_sub(self.start_exclusive.0)
-            .wrapping_sub(1)
+        self.end_inclusive.0.wrapping_sub(self.start_exclusive.0).wrapping_sub(1)
     }
 
     /// A stable short name usable as a file or directory name: 32 lowercase hex digits of the end.
@@ -70,11 +64,7 @@ impl Range {
 
 impl std::fmt::Display for Range {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "({:032x}, {:032x}]",
-            self.start_exclusive.0, self.end_inclusive.0
-        )
+        write!(f, "({:032x}, {:032x}]", self.start_exclusive.0, self.end_inclusive.0)
     }
 }
 

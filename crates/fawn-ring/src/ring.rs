@@ -44,10 +44,7 @@ impl From<RingWire> for Ring {
 
 impl From<Ring> for RingWire {
     fn from(r: Ring) -> RingWire {
-        RingWire {
-            vids: r.vids,
-            replicas: r.replicas_wanted,
-        }
+        RingWire { vids: r.vids, replicas: r.replicas_wanted }
     }
 }
 
@@ -57,28 +54,18 @@ impl Ring {
     ///
     /// The effective replication factor is clamped to `1..=number of distinct nodes`.
     pub fn new(nodes: &[NodeId], vnodes_per_node: u32, replicas: u32) -> Ring {
-        let vids = nodes
-            .iter()
-            .flat_map(|&n| virtual_ids(n, vnodes_per_node))
-            .collect();
+        let vids = nodes.iter().flat_map(|&n| virtual_ids(n, vnodes_per_node)).collect();
         Ring::from_vids(vids, replicas)
     }
 
     /// A ring from explicit virtual ids (e.g. a configuration where nodes have different V).
     /// The ids are recomputed from `(node, index)`, so a stale or forged `id` cannot misplace one.
     pub fn from_vids(vids: Vec<VirtualId>, replicas: u32) -> Ring {
-        let mut vids: Vec<VirtualId> = vids
-            .into_iter()
-            .map(|v| VirtualId::new(v.node, v.index))
-            .collect();
+        let mut vids: Vec<VirtualId> = vids.into_iter().map(|v| VirtualId::new(v.node, v.index)).collect();
         vids.sort_by_key(VirtualId::ring_order);
         vids.dedup_by_key(|v| (v.node, v.index));
         let nodes: BTreeSet<NodeId> = vids.iter().map(|v| v.node).collect();
-        Ring {
-            vids,
-            nodes: nodes.into_iter().collect(),
-            replicas_wanted: replicas,
-        }
+        Ring { vids, nodes: nodes.into_iter().collect(), replicas_wanted: replicas }
     }
 
     /// The effective replication factor: as asked, but at least 1 and at most the number of
@@ -105,11 +92,7 @@ impl Ring {
 
     /// The virtual ids of one node, in ring order.
     pub fn vids_of(&self, node: NodeId) -> Vec<VirtualId> {
-        self.vids
-            .iter()
-            .filter(|v| v.node == node)
-            .copied()
-            .collect()
+        self.vids.iter().filter(|v| v.node == node).copied().collect()
     }
 
     /// Whether the ring has no virtual ids.
@@ -130,10 +113,7 @@ impl Ring {
 
     /// Index of `owner` if it is in the ring, else of the virtual id that owns `owner.id`.
     fn index_of(&self, owner: &VirtualId) -> usize {
-        match self
-            .vids
-            .binary_search_by_key(&owner.ring_order(), VirtualId::ring_order)
-        {
+        match self.vids.binary_search_by_key(&owner.ring_order(), VirtualId::ring_order) {
             Ok(i) => i,
             Err(_) => self.owner_index(owner.id),
         }
@@ -166,10 +146,7 @@ impl Ring {
                 }
             }
         }
-        Chain {
-            range: self.range_at(i),
-            nodes,
-        }
+        Chain { range: self.range_at(i), nodes }
     }
 
     /// The range `(predecessor's id, owner.id]` owned by `owner`.
@@ -181,9 +158,7 @@ impl Ring {
 
     /// Every range with its owner, in ring order. The ranges partition the circle.
     pub fn ranges(&self) -> Vec<(Range, VirtualId)> {
-        (0..self.vids.len())
-            .map(|i| (self.range_at(i), self.vids[i]))
-            .collect()
+        (0..self.vids.len()).map(|i| (self.range_at(i), self.vids[i])).collect()
     }
 
     /// The chain of the range that contains `id`.

@@ -29,11 +29,7 @@ pub struct VirtualId {
 impl VirtualId {
     /// The `index`-th virtual id of `node`.
     pub fn new(node: NodeId, index: u32) -> VirtualId {
-        VirtualId {
-            node,
-            index,
-            id: vid_key_id(node, index),
-        }
+        VirtualId { node, index, id: vid_key_id(node, index) }
     }
 
     /// The key the ring sorts by: position first; node and index only break (astronomically

@@ -29,11 +29,7 @@ pub fn wedges(frontends: u32) -> Vec<Range> {
     (0..f)
         .map(|i| {
             let start = wedge_start(i, f);
-            let end = if i + 1 == f {
-                u128::MAX
-            } else {
-                wedge_start(i + 1, f) - 1
-            };
+            let end = if i + 1 == f { u128::MAX } else { wedge_start(i + 1, f) - 1 };
             Range::new(KeyId(start.wrapping_sub(1)), KeyId(end))
         })
         .collect()

@@ -8,15 +8,10 @@ use proptest::prelude::*;
 
 /// A ring of 1..12 distinct nodes with V in 1..8 and R in 1..5 (R may exceed the node count).
 pub fn ring() -> impl Strategy<Value = Ring> {
-    (
-        proptest::collection::btree_set(0u32..1000, 1..12),
-        1u32..8,
-        1u32..5,
-    )
-        .prop_map(|(nodes, v, r)| {
-            let nodes: Vec<u32> = nodes.into_iter().collect();
-            Ring::new(&nodes, v, r)
-        })
+    (proptest::collection::btree_set(0u32..1000, 1..12), 1u32..8, 1u32..5).prop_map(|(nodes, v, r)| {
+        let nodes: Vec<u32> = nodes.into_iter().collect();
+        Ring::new(&nodes, v, r)
+    })
 }
 
 /// Random ids plus the ids at, just before and just after every virtual id of `ring`, where
