@@ -39,6 +39,9 @@ pub struct MemcacheConfig {
     pub limit_maxbytes: u64,
     /// `threads` reported by `stats`.
     pub threads: usize,
+    /// At shutdown, how long connections may take to finish the request they are running
+    /// (a request waiting on an unresponsive chain must not hold the process up forever).
+    pub shutdown_grace: Duration,
 }
 
 impl Default for MemcacheConfig {
@@ -50,6 +53,7 @@ impl Default for MemcacheConfig {
             version: format!("1.6.21-fawn-{}", env!("CARGO_PKG_VERSION")),
             limit_maxbytes: 64 * 1024 * 1024,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            shutdown_grace: Duration::from_secs(5),
         }
     }
 }
@@ -62,7 +66,8 @@ struct Shared<S> {
 }
 
 /// Serves the memcached protocol on `listener` until `shutdown` resolves, then stops accepting,
-/// lets each connection finish the request it is running, closes them, and returns.
+/// lets each connection finish the request it is running (within `config.shutdown_grace`),
+/// closes them, and returns.
 ///
 /// Errors accepting a connection (e.g. out of file descriptors) are logged and retried after
 /// a short pause; they never stop the server.
@@ -108,7 +113,10 @@ pub async fn serve<S: KvService>(
     drop(listener);
     let _ = stop_tx.send(true);
     drop(done_tx);
-    let _ = done_rx.recv().await;
+    let grace = shared.config.shutdown_grace;
+    if tokio::time::timeout(grace, done_rx.recv()).await.is_err() {
+        tracing::warn!("memcached front-end: connections still busy after {grace:?}; leaving them");
+    }
 }
 
 /// Over the connection limit: say so, as memcached does, and close.
