@@ -177,7 +177,8 @@ impl Backend {
                     info!(range = %rc.range.id_string(), from = ?route.predecessor(), "syncing a fresh copy of the range");
                 }
                 let store = self.open_store(&rc.range, fresh_sync)?;
-                let replica = Arc::new(RangeReplica::new(store, route));
+                let writes_block = matches!(self.options.sync, SyncPolicy::Always);
+                let replica = Arc::new(RangeReplica::new(store, route, writes_block));
                 self.replicas.write().insert(rc.range, replica);
             }
         }

@@ -105,6 +105,7 @@ pub struct Followups {
 
 /// One range's replica.
 pub struct RangeReplica {
+    writes_block: bool,
     pub range: Range,
     pub store: Arc<DataStore>,
     state: tokio::sync::Mutex<WriteState>,
@@ -117,13 +118,16 @@ pub struct RangeReplica {
 
 impl RangeReplica {
     /// A replica in `route`; `fresh_sync` when it starts empty as a syncing replica.
-    pub fn new(store: DataStore, route: Route) -> RangeReplica {
+    /// `writes_block`: the store fsyncs on every write (`SyncPolicy::Always`), so writes run
+    /// with `block_in_place` instead of stalling the async worker.
+    pub fn new(store: DataStore, route: Route, writes_block: bool) -> RangeReplica {
         let last = store.max_seq();
         let sync = route.is_syncing().then(|| SyncProgress {
             source: route.predecessor().unwrap_or(route.me),
             ..SyncProgress::default()
         });
         RangeReplica {
+            writes_block,
             range: route.rc.range,
             store: Arc::new(store),
             readable: AtomicBool::new(!route.is_syncing()),
@@ -555,9 +559,11 @@ impl RangeReplica {
         let result = match effect {
             ReplEffect::Put { value, flags, expiry } => {
                 let meta = Meta { seq, flags: *flags, expiry: *expiry };
-                blocking(|| self.store.store(key, value, meta))
+                blocking(self.writes_block, || self.store.store(key, value, meta))
             }
-            ReplEffect::Delete => blocking(|| self.store.delete(key, Meta { seq, ..Meta::default() })),
+            ReplEffect::Delete => {
+                blocking(self.writes_block, || self.store.delete(key, Meta { seq, ..Meta::default() }))
+            }
         };
         result.map_err(storage)
     }
@@ -570,10 +576,10 @@ fn effect_of(kind: RecordKind, value: Vec<u8>, meta: Meta) -> ReplEffect {
     }
 }
 
-/// Runs a possibly-fsyncing storage call without stalling other tasks on this worker.
-fn blocking<T>(f: impl FnOnce() -> T) -> T {
+/// Runs a storage call that may wait for an fsync without stalling other tasks on this worker.
+fn blocking<T>(may_block: bool, f: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+        Ok(h) if may_block && h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
             tokio::task::block_in_place(f)
         }
         _ => f(),
