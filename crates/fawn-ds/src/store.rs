@@ -44,10 +44,11 @@ struct SyncState {
     leader: bool,
 }
 
-/// State of the background migrator thread.
+/// Helper threads: the index migrator and the automatic checkpointer.
 #[derive(Debug, Default)]
 struct Migrator {
     handle: Option<JoinHandle<()>>,
+    checkpointer: Option<JoinHandle<()>>,
     /// Set by `DataStore` drop/close: the thread exits after its current step.
     stop: Arc<AtomicBool>,
 }
@@ -334,11 +335,14 @@ impl Inner {
         m.handle = spawned.ok();
     }
 
-    /// Stop and join the migrator (before the lock file is released).
+    /// Stop and join the helper threads (before the lock file is released).
     fn stop_migrator(&self) {
-        let mut m = self.migrator.lock();
-        m.stop.store(true, Ordering::Release);
-        if let Some(h) = m.handle.take() {
+        let (migrator, checkpointer) = {
+            let mut m = self.migrator.lock();
+            m.stop.store(true, Ordering::Release);
+            (m.handle.take(), m.checkpointer.take())
+        };
+        for h in [migrator, checkpointer].into_iter().flatten() {
             let _ = h.join();
         }
     }
@@ -390,11 +394,33 @@ impl Inner {
         // try_lock: a writer never waits behind a checkpoint another thread is writing.
         let last = self.ckpt.try_lock().map(|g| *g);
         if every > 0 && last.is_some_and(|last| end.saturating_sub(last) >= every) {
-            if let Err(_e) = crate::checkpoint::write(self) {
+            self.start_auto_checkpoint();
+        }
+        Ok(())
+    }
+
+    /// Write an automatic checkpoint on a helper thread: at millions of keys it takes a
+    /// good fraction of a second, which no writer should wait for.
+    fn start_auto_checkpoint(&self) {
+        let mut m = self.migrator.lock();
+        let busy = m.checkpointer.as_ref().is_some_and(|h| !h.is_finished());
+        if busy || m.stop.load(Ordering::Acquire) {
+            return;
+        }
+        let Some(weak) = self.this.get().cloned() else { return };
+        let spawned = std::thread::Builder::new().name("fawn-ds-checkpoint".into()).spawn(move || {
+            if let Some(inner) = weak.upgrade() {
+                if crate::checkpoint::write(&inner).is_err() {
+                    inner.counters.checkpoint_errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        });
+        match spawned {
+            Ok(h) => m.checkpointer = Some(h),
+            Err(_) => {
                 self.counters.checkpoint_errors.fetch_add(1, Ordering::Relaxed);
             }
         }
-        Ok(())
     }
 
     pub fn stats(&self) -> Stats {

@@ -88,3 +88,24 @@ fn datastore_is_send_and_sync() {
     check::<DataStore>();
     check::<fawn_ds::Iter>();
 }
+
+#[test]
+fn automatic_checkpoints_run_and_are_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = Options { sync: SyncPolicy::Never, checkpoint_every_bytes: 4096, ..Options::default() };
+    let ds = DataStore::open(dir.path(), opts.clone()).unwrap();
+    for i in 0..500u64 {
+        ds.store(format!("k{i}").as_bytes(), &[i as u8; 100], meta(i + 1)).unwrap();
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while ds.stats().checkpoints == 0 {
+        assert!(std::time::Instant::now() < deadline, "no automatic checkpoint");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(ds.stats().checkpoint_errors, 0);
+    drop(ds);
+    let ds = DataStore::open(dir.path(), opts).unwrap();
+    let r = ds.recovery_report();
+    assert!(r.from_checkpoint && r.records_replayed < 500, "{r:?}");
+    assert_eq!(ds.stats().live_keys, 500);
+}
