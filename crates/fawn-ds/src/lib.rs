@@ -54,8 +54,8 @@ pub struct Options {
     /// page cache survives it), a power loss loses at most ~100 ms of acknowledged writes.
     /// Use `Always` when the store is the only copy.
     pub sync: SyncPolicy,
-    /// Write an index checkpoint after this many log bytes since the last one (0 = only on
-    /// `checkpoint()`/`close()`). Default 64 MiB.
+    /// Write an index checkpoint (on a helper thread) after this many log bytes since the
+    /// last one (0 = only on `checkpoint()`/`close()`). Default 64 MiB.
     pub checkpoint_every_bytes: u64,
     /// Largest accepted key (capped at `limits::KEY_BYTES_MAX`). Default 250.
     pub key_bytes_max: usize,
