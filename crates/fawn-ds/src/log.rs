@@ -7,7 +7,7 @@ use std::os::unix::io::AsRawFd;
 use std::sync::Arc;
 
 use crate::error::Error;
-use crate::limits::{LOG_HEADER_BYTES, OFFSET_UNIT, RECORD_HEADER_BYTES};
+use crate::limits::{DATASTORE_BYTES_MAX, LOG_HEADER_BYTES, OFFSET_UNIT, RECORD_HEADER_BYTES};
 use crate::record::{self, Header};
 
 const LOG_MAGIC: [u8; 8] = *b"FAWNLOG\0";
@@ -190,6 +190,9 @@ impl Scanner {
         let total = header.total_len();
         if at + total as u64 > self.end {
             return Err(Error::corrupt(at, "record extends past the end of the log"));
+        }
+        if at + total as u64 > DATASTORE_BYTES_MAX {
+            return Err(Error::corrupt(at, "record beyond the addressable log size"));
         }
         let bytes = self.fill(at, total)?;
         if bytes.len() < total {
