@@ -33,22 +33,23 @@ if [ ${#scenarios[@]} -eq 0 ]; then
   for f in crates/fawn/tests/faults_*.rs; do scenarios+=("$(basename "$f" .rs)"); done
 fi
 
+target=${CARGO_TARGET_DIR:-target}
 cargo build -p fawn --tests --quiet || exit 1
-mkdir -p target/soak
+mkdir -p "$target/soak"
 pass=0
 fail=0
 failed=()
 start=$(date +%s)
 for t in "${scenarios[@]}"; do
   for ((seed = first; seed < first + count; seed++)); do
-    log="target/soak/$t-seed$seed.log"
+    log="$target/soak/$t-seed$seed.log"
     if FAWN_SEED=$seed cargo test -p fawn --quiet --test "$t" -- --nocapture >"$log" 2>&1; then
       pass=$((pass + 1))
       printf 'ok    %s seed %s  %s\n' "$t" "$seed" "$(grep -Eo '[0-9]+ ops \(.*\), [0-9]+ faults' "$log" | head -1)"
     else
       fail=$((fail + 1))
       failed+=("$t seed $seed")
-      printf 'FAIL  %s seed %s  (log %s, evidence target/fault-runs/%s-seed%s)\n' "$t" "$seed" "$log" "$t" "$seed"
+      printf 'FAIL  %s seed %s  (log %s, evidence %s/fault-runs/%s-seed%s)\n' "$t" "$seed" "$log" "$target" "$t" "$seed"
       grep -E 'NOT LINEARIZABLE|final scan|not readable|no operation|exited on their own' "$log" | sed 's/^/        /' | head -8
     fi
   done

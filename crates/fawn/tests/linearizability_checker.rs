@@ -83,3 +83,21 @@ fn real_cluster_history_is_linearizable() {
     assert!(r.acknowledged > 200, "too little load to mean anything: {r:?}");
     assert_eq!(r.unknown, 0, "operations timed out on a healthy cluster: {r:?}");
 }
+
+/// The checker's own Go tests (stale reads, unknown-outcome puts either way, deletes, bad
+/// input, exit codes), so that the README's test command runs them too.
+#[test]
+fn checker_go_tests_pass() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tools/linearizability");
+    let out = std::process::Command::new("go")
+        .args(["test", "./..."])
+        .current_dir(&dir)
+        .output()
+        .expect("running `go test` (is Go installed?)");
+    assert!(
+        out.status.success(),
+        "go test failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
