@@ -19,10 +19,13 @@ use crate::log::LogFile;
 use crate::record::{self, Header};
 use crate::{Entry, Meta, Options, RecordKind, RecoveryReport, Stats, SyncPolicy};
 
-/// A lookup's first `pread` runs to the end of the 4 KiB page holding the record start
-/// (never touching a second page it may not need); if that is less than this, it takes the
-/// next page too. Records longer than the first read take a second one.
-const LOOKUP_READ_MIN: usize = 512;
+/// A lookup's first `pread` stays inside the 4 KiB page holding the record start (a second
+/// device page is only read when the record itself crosses into it), up to this many bytes
+/// (enough for the 256 B – 1 KB design point without copying a whole page)...
+const LOOKUP_READ_MAX: usize = 1024;
+/// ...unless fewer than this many bytes are left in the page: then the record almost surely
+/// crosses the boundary and the read continues into the next page.
+const LOOKUP_READ_MIN: usize = 256;
 const PAGE: u64 = 4096;
 /// Old-table buckets the background migrator moves per step (one writer-lock hold).
 const BACKGROUND_MIGRATE_BUCKETS: u64 = 16;
@@ -177,10 +180,9 @@ impl Inner {
 
     /// Read and fully check the record at `offset`.
     pub fn read_record(&self, offset: u64) -> Result<(Header, Vec<u8>), Error> {
-        let mut first = (PAGE - offset % PAGE) as usize;
-        if first < LOOKUP_READ_MIN {
-            first += PAGE as usize;
-        }
+        let in_page = (PAGE - offset % PAGE) as usize;
+        let first =
+            if in_page >= LOOKUP_READ_MIN { in_page.min(LOOKUP_READ_MAX) } else { in_page + LOOKUP_READ_MAX };
         let mut buf = vec![0u8; first];
         let n = self.log.read_at(&mut buf, offset)?;
         let header = record::parse_header(&buf[..n], offset)?;
