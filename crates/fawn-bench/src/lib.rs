@@ -5,6 +5,7 @@
 //!
 //! * `memcached` / `redis`: drive one running server (any memcached-protocol server, e.g. a FAWN
 //!   front-end, or any Redis) with a configurable workload ([`workload::WorkloadArgs`]).
+//! * `native`: the same workloads through the Rust client (`fawn-client`) over the native protocol.
 //! * `peers`: start Debian's memcached and redis-server on loopback, run the same workload against
 //!   each (and against `--fawn ADDR`), and report ratios to memcached.
 //! * `ds`: FAWN-DS engine benchmarks (random lookups, bulk insert vs raw sequential write, index
@@ -24,6 +25,7 @@ pub mod ds;
 pub mod files;
 pub mod keydist;
 pub mod loadgen;
+pub mod native;
 pub mod netbench;
 pub mod output;
 mod par;
@@ -58,6 +60,8 @@ pub enum BenchCommand {
     Memcached(netbench::TargetArgs),
     /// Drive a running Redis server (RESP protocol).
     Redis(netbench::TargetArgs),
+    /// Drive a FAWN cluster through the Rust client over the native protocol.
+    Native(native::NativeArgs),
     /// Start memcached and redis-server on loopback and run the same workload against each
     /// (and against a FAWN endpoint given with --fawn); report ratios to memcached.
     Peers(netbench::PeersArgs),
@@ -82,6 +86,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         BenchCommand::Redis(t) => {
             let rt = runtime(t.workload.client_threads)?;
             netbench::run_target(&rt, t, proto::Protocol::Redis, args.quiet, &mut rep)
+        }
+        BenchCommand::Native(n) => {
+            let rt = runtime(n.workload.client_threads)?;
+            native::run(&rt, n, args.quiet, &mut rep)
         }
         BenchCommand::Peers(p) => {
             let rt = runtime(p.workload.client_threads)?;

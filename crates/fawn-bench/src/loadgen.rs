@@ -57,7 +57,7 @@ fn new_hist() -> Result<Histogram<u64>> {
 }
 
 impl LoadStats {
-    fn empty() -> Result<LoadStats> {
+    pub(crate) fn empty() -> Result<LoadStats> {
         Ok(LoadStats {
             get: new_hist()?,
             set: new_hist()?,
@@ -69,7 +69,7 @@ impl LoadStats {
         })
     }
 
-    fn merge(&mut self, o: &LoadStats) -> Result<()> {
+    pub(crate) fn merge(&mut self, o: &LoadStats) -> Result<()> {
         self.get.add(&o.get).context("merging histograms")?;
         self.set.add(&o.set).context("merging histograms")?;
         self.hits += o.hits;
@@ -300,7 +300,7 @@ async fn write_loop(
 /// Hand out send times at `rate` per second in total, round-robin over the connections, from a
 /// dedicated thread that sleeps with the OS's ~50-100 µs precision instead of tokio's 1 ms.
 /// Each token is the request's scheduled start; latency is charged from it. Stops at `end`.
-fn spawn_pacer(
+pub(crate) fn spawn_pacer(
     rate: f64,
     start: Instant,
     end: Instant,
