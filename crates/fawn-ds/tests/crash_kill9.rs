@@ -1,9 +1,11 @@
-//! Guards durability under `SyncPolicy::Always` against process crashes: a child process
+//! Guards durability against process crashes: a child process
 //! (this test binary re-executed with an env var) runs 4 writer threads that print every
 //! acknowledged write; the parent SIGKILLs it at a random moment, reopens the store and
 //! checks that every acknowledged write is present with its exact value and metadata, that
 //! the only other state allowed is each thread's one in-flight operation, and that the log
-//! holds no garbage. Hundreds of kill points per run. Reproduce with FAWN_DS_SEED=<seed>.
+//! holds no garbage. Hundreds of kill points per run. Most rounds use `Always`; every
+//! third uses `Interval(5 ms)` or `Never`, which must lose nothing to a *process* crash
+//! either (the page cache survives it). Reproduce with FAWN_DS_SEED=<seed>.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -18,6 +20,7 @@ use rand::{Rng, SeedableRng};
 
 const CHILD_DIR_ENV: &str = "FAWN_DS_CRASH_CHILD_DIR";
 const CHILD_BASE_ENV: &str = "FAWN_DS_CRASH_CHILD_BASE";
+const CHILD_POLICY_ENV: &str = "FAWN_DS_CRASH_CHILD_POLICY";
 const THREADS: u64 = 4;
 const KEYS_PER_THREAD: u64 = 64;
 const ROUNDS: u64 = 200;
@@ -57,7 +60,12 @@ fn meta_for(seq: u64) -> Meta {
 fn crash_child_writer() {
     let (Ok(dir), Ok(base)) = (std::env::var(CHILD_DIR_ENV), std::env::var(CHILD_BASE_ENV)) else { return };
     let base: u64 = base.parse().expect("base");
-    let opts = Options { sync: SyncPolicy::Always, checkpoint_every_bytes: 64 << 10, ..Options::default() };
+    let sync = match std::env::var(CHILD_POLICY_ENV).as_deref() {
+        Ok("interval") => SyncPolicy::Interval(std::time::Duration::from_millis(5)),
+        Ok("never") => SyncPolicy::Never,
+        _ => SyncPolicy::Always,
+    };
+    let opts = Options { sync, checkpoint_every_bytes: 64 << 10, ..Options::default() };
     let ds = std::sync::Arc::new(DataStore::open(Path::new(&dir), opts).expect("child open"));
     println!("READY");
     std::io::stdout().flush().expect("flush");
@@ -86,12 +94,13 @@ fn crash_child_writer() {
 }
 
 /// Run one child until a random kill point; returns the acknowledged seqs.
-fn run_child(dir: &Path, base: u64, rng: &mut SmallRng) -> Vec<u64> {
+fn run_child(dir: &Path, base: u64, policy: &str, rng: &mut SmallRng) -> Vec<u64> {
     let exe = std::env::current_exe().expect("current exe");
     let mut child = Command::new(exe)
         .args(["crash_child_writer", "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD_DIR_ENV, dir)
         .env(CHILD_BASE_ENV, base.to_string())
+        .env(CHILD_POLICY_ENV, policy)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -133,7 +142,8 @@ type State = HashMap<u64, Option<u64>>; // key -> seq of its live put (None: abs
 
 /// Check the reopened store against the acknowledged state plus in-flight ops; then adopt
 /// what the store holds for the in-flight keys.
-fn verify(ds: &DataStore, model: &mut State, base: u64, acks: &[u64]) -> Result<(), String> {
+/// `from`: log offset up to which earlier rounds already checked the records.
+fn verify(ds: &DataStore, model: &mut State, base: u64, acks: &[u64], from: u64) -> Result<(), String> {
     let mut done_per_thread = [0u64; THREADS as usize];
     for &seq in acks {
         let (k, del) = op(base, seq);
@@ -170,7 +180,7 @@ fn verify(ds: &DataStore, model: &mut State, base: u64, acks: &[u64]) -> Result<
         ));
     }
     // No garbage anywhere in the log.
-    for r in ds.iter() {
+    for r in ds.iter_from(from.min(ds.end_offset())) {
         let r = r.map_err(|e| format!("iter: {e}"))?;
         let k: u64 = std::str::from_utf8(&r.key)
             .ok()
@@ -193,18 +203,23 @@ fn sigkill_at_random_points_loses_no_acknowledged_write() {
     let (mut total_acks, mut truncations) = (0, 0);
     let started = Instant::now();
     for round in 0..ROUNDS {
-        let base = {
+        let (base, checked) = {
             let ds = DataStore::open(dir.path(), Options { sync: SyncPolicy::Never, ..Options::default() })
                 .expect("open");
-            ds.max_seq() + 1
+            (ds.max_seq() + 1, ds.end_offset())
         };
-        let acks = run_child(dir.path(), base, &mut rng);
+        let policy = match round % 6 {
+            2 => "interval",
+            5 => "never",
+            _ => "always",
+        };
+        let acks = run_child(dir.path(), base, policy, &mut rng);
         total_acks += acks.len();
         let ds = DataStore::open(dir.path(), Options { sync: SyncPolicy::Never, ..Options::default() })
-            .unwrap_or_else(|e| panic!("seed {seed} round {round}: reopen failed: {e}"));
+            .unwrap_or_else(|e| panic!("seed {seed} round {round} ({policy}): reopen failed: {e}"));
         truncations += (ds.recovery_report().truncated_bytes > 0) as u32;
-        if let Err(e) = verify(&ds, &mut model, base, &acks) {
-            panic!("seed {seed} round {round}: {e}");
+        if let Err(e) = verify(&ds, &mut model, base, &acks, checked) {
+            panic!("seed {seed} round {round} ({policy}): {e}");
         }
     }
     eprintln!(
