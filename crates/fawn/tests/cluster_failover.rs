@@ -36,12 +36,15 @@ async fn frozen_backend_is_replaced_and_rejoins() {
     let mut acked = BTreeMap::new();
     let mut failed = 0;
     let mut i = 0u32;
+    let (mut last_ok, mut longest_gap) = (Instant::now(), Duration::ZERO);
     while frozen_at.elapsed() < Duration::from_secs(5) {
         let key = format!("f-{}", i % 700);
         let value = format!("during-{i}");
         match client.put(key.as_bytes(), value.as_bytes()).await {
             Ok(_) => {
                 acked.insert(key, value);
+                longest_gap = longest_gap.max(last_ok.elapsed());
+                last_ok = Instant::now();
             }
             Err(_) => failed += 1,
         }
@@ -53,7 +56,10 @@ async fn frozen_backend_is_replaced_and_rejoins() {
     assert!(config.ranges.iter().all(|r| !r.chain.contains(&1)), "and removed from every chain");
     // SAFETY: as above.
     unsafe { libc::kill(pid, libc::SIGCONT) };
-    eprintln!("puts while frozen: {} acked, {failed} failed", acked.len());
+    eprintln!(
+        "puts while frozen: {} acked, {failed} failed; longest pause between acknowledged puts: {longest_gap:?}",
+        acked.len()
+    );
 
     // Wait for the rejoin and re-replication to settle: every chain back to R=3, none syncing.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -75,11 +81,14 @@ async fn frozen_backend_is_replaced_and_rejoins() {
     assert_replicas_agree(&cluster).await;
 }
 
+/// Key -> (sequence number, value checksum) of the live items of a range.
+type LiveDigest = BTreeMap<Vec<u8>, (u64, Option<u32>)>;
+
 async fn assert_replicas_agree(cluster: &Cluster) {
     let pool = Pool::new(Duration::from_secs(2));
     let config = cluster.config().await;
     for rc in &config.ranges {
-        let mut digests: Vec<BTreeMap<Vec<u8>, (u64, Option<u32>)>> = Vec::new();
+        let mut digests: Vec<LiveDigest> = Vec::new();
         for node in &rc.chain {
             let addr = config.backend_addr(*node).expect("addr");
             digests.push(live_digest(&pool, addr, rc.range).await);
@@ -92,11 +101,7 @@ async fn assert_replicas_agree(cluster: &Cluster) {
 
 /// The range's committed contents (live values only: a re-synced replica has no history of
 /// keys deleted before its snapshot).
-async fn live_digest(
-    pool: &Pool,
-    addr: &str,
-    range: fawn_ring::Range,
-) -> BTreeMap<Vec<u8>, (u64, Option<u32>)> {
+async fn live_digest(pool: &Pool, addr: &str, range: fawn_ring::Range) -> LiveDigest {
     let mut out = BTreeMap::new();
     let mut after = None;
     loop {
