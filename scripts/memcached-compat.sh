@@ -7,7 +7,7 @@
 #
 #   --against memcached  Debian's memcached 1.6 (`memcached -t 1`): validates this script.
 #   --against double     FAWN's memcached front-end over an in-memory test double
-#                        (cargo test ... memcache_standalone -- --ignored).
+#                        (crates/fawn-kv/examples/memcache_double.rs).
 #   --against fawn       a real `fawn up` cluster with its memcached front-end (default).
 #   --no-install         skip apt-get / pip (the machine already has them).
 #
@@ -61,9 +61,8 @@ start_memcached() {
 }
 
 start_double() {
-    (cd "$ROOT" && cargo test -q -p fawn-kv --test memcache_standalone --no-run)
-    (cd "$ROOT" && FAWN_MEMCACHED_ADDR="$ADDR" exec cargo test -q -p fawn-kv \
-        --test memcache_standalone -- --ignored --nocapture serve_standalone) &
+    (cd "$ROOT" && cargo build -q -p fawn-kv --example memcache_double)
+    FAWN_MEMCACHED_ADDR="$ADDR" "$ROOT/target/debug/examples/memcache_double" &
     SERVER_PID=$!
 }
 

@@ -531,25 +531,24 @@ impl RangeReplica {
     }
 
     /// Every update in the log with a sequence number above `after`, as chain messages.
+    /// Sorted by sequence number: log order need not be sequence order once maintenance has
+    /// moved surviving records to another log.
     fn updates_after(&self, epoch: Epoch, after: u64) -> Result<Vec<ChainMsg>, WireError> {
-        let mut out = Vec::new();
-        let mut prev = after;
+        let mut records = Vec::new();
         for record in self.store.iter() {
             let record = record.map_err(storage)?;
-            if record.meta.seq <= prev {
-                continue;
+            if record.meta.seq > after {
+                records.push(record);
             }
+        }
+        records.sort_by_key(|r| r.meta.seq);
+        let mut prev = after;
+        let mut out = Vec::with_capacity(records.len());
+        for record in records {
             let seq = record.meta.seq;
             let effect = effect_of(record.kind, record.value, record.meta);
-            out.push(ChainMsg::Replicate {
-                epoch,
-                range: self.range,
-                seq,
-                prev_seq: prev,
-                key: record.key,
-                effect,
-                origin: None,
-            });
+            let (range, key) = (self.range, record.key);
+            out.push(ChainMsg::Replicate { epoch, range, seq, prev_seq: prev, key, effect, origin: None });
             prev = seq;
         }
         Ok(out)
