@@ -20,10 +20,12 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 
+pub mod cluster;
 pub mod device;
 pub mod ds;
 pub mod files;
 pub mod keydist;
+pub mod launch;
 pub mod loadgen;
 pub mod native;
 pub mod netbench;
@@ -73,6 +75,9 @@ pub enum BenchCommand {
     /// Semi-random writes: the same bytes appended round-robin into 1..N datastores vs N raw
     /// files (the paper's Figure 9).
     Files(files::FilesArgs),
+    /// Cluster benchmarks against clusters this command starts: throughput and latency
+    /// (memcached protocol and native), R = 1 vs R = 3, one back-end vs local, vs memcached.
+    Cluster(cluster::ClusterArgs),
 }
 
 /// Run `fawn bench` with parsed arguments.
@@ -98,11 +103,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
         BenchCommand::Ds(d) => ds::run(d, args.quiet, &mut rep),
         BenchCommand::Device(d) => device::run(d, args.quiet, &mut rep),
         BenchCommand::Files(f) => files::run(f, args.quiet, &mut rep),
+        BenchCommand::Cluster(c) => cluster::run(c, args.quiet, &mut rep),
     }
 }
 
 /// A multi-threaded runtime with few workers: the load generator must leave cores to the server.
-fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
+pub(crate) fn runtime(threads: usize) -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(threads.max(1))
         .enable_all()

@@ -35,6 +35,10 @@ const PRELOAD_BATCH: u64 = 128;
 const PRELOAD_CONNECTIONS: usize = 8;
 /// Highest latency the histograms track, ns (a larger one is clamped, not dropped).
 const HIST_MAX_NS: u64 = 60_000_000_000;
+/// Width of one bucket of [`LoadStats::timeline`].
+pub const TIMELINE_BUCKET: Duration = Duration::from_millis(100);
+/// Longest timeline kept (buckets beyond it are not counted).
+const TIMELINE_MAX_BUCKETS: usize = 36_000;
 
 /// What a run measured.
 #[derive(Debug)]
@@ -50,6 +54,11 @@ pub struct LoadStats {
     pub window: Duration,
     /// CPU seconds the server process used during the window, if we know its pid.
     pub server_cpu_s: Option<f64>,
+    /// Completions (any outcome) per [`TIMELINE_BUCKET`] since the run started, warm-up
+    /// included: the throughput-over-time curves of the paper's Figures 11 and 13.
+    pub timeline: Vec<u64>,
+    /// Error replies per [`TIMELINE_BUCKET`], same origin.
+    pub timeline_errors: Vec<u64>,
 }
 
 fn new_hist() -> Result<Histogram<u64>> {
@@ -66,6 +75,8 @@ impl LoadStats {
             errors: 0,
             window: Duration::ZERO,
             server_cpu_s: None,
+            timeline: Vec::new(),
+            timeline_errors: Vec::new(),
         })
     }
 
@@ -75,12 +86,39 @@ impl LoadStats {
         self.hits += o.hits;
         self.misses += o.misses;
         self.errors += o.errors;
+        add_into(&mut self.timeline, &o.timeline);
+        add_into(&mut self.timeline_errors, &o.timeline_errors);
         Ok(())
+    }
+
+    /// Count one completion at `since_start` in the timeline (and as an error if `error`).
+    pub(crate) fn tick(&mut self, since_start: Duration, error: bool) {
+        let b = (since_start.as_nanos() / TIMELINE_BUCKET.as_nanos()) as usize;
+        if b >= TIMELINE_MAX_BUCKETS {
+            return;
+        }
+        if self.timeline.len() <= b {
+            self.timeline.resize(b + 1, 0);
+            self.timeline_errors.resize(b + 1, 0);
+        }
+        self.timeline[b] += 1;
+        if error {
+            self.timeline_errors[b] += 1;
+        }
     }
 
     /// Operations completed in the measured window.
     pub fn ops(&self) -> u64 {
         self.get.len() + self.set.len()
+    }
+}
+
+fn add_into(a: &mut Vec<u64>, b: &[u64]) {
+    if a.len() < b.len() {
+        a.resize(b.len(), 0);
+    }
+    for (x, y) in a.iter_mut().zip(b) {
+        *x += y;
     }
 }
 
@@ -170,13 +208,14 @@ async fn preload_conn(
 
 /// Run one workload point against `addr` and return what it measured.
 ///
-/// `server_pid`, when given, is sampled from /proc to report the server's CPU seconds.
+/// `server_pids` (each with its descendants) are sampled from /proc to report the server's CPU
+/// seconds.
 pub async fn run(
     addr: SocketAddr,
     proto: Protocol,
     w: &Workload,
     label: &str,
-    server_pid: Option<u32>,
+    server_pids: &[u32],
     quiet: bool,
 ) -> Result<LoadStats> {
     // Fail fast on an unreachable server instead of after the whole run's duration.
@@ -197,9 +236,9 @@ pub async fn run(
         })
         .collect();
     tokio::time::sleep_until(ctx.warmup_end).await;
-    let cpu0 = server_pid.and_then(crate::servers::cpu_seconds);
+    let cpu0 = crate::servers::cpu_seconds_all(server_pids);
     tokio::time::sleep_until(ctx.end).await;
-    let cpu1 = server_pid.and_then(crate::servers::cpu_seconds);
+    let cpu1 = crate::servers::cpu_seconds_all(server_pids);
     let mut total = LoadStats::empty()?;
     for c in conns {
         let stats = c.await.context("connection task panicked")??;
@@ -385,6 +424,7 @@ fn record(ctx: &RunCtx, stats: &mut LoadStats, f: &InFlight, reply: Reply, now: 
     if reply == Reply::Error {
         ctx.counters.errors.fetch_add(1, Ordering::Relaxed);
     }
+    stats.tick(now - ctx.start, reply == Reply::Error);
     if now < ctx.warmup_end || now > ctx.end {
         return;
     }

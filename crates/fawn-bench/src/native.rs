@@ -59,10 +59,10 @@ async fn measure(bootstrap: &[String], w: &Workload, pid: Option<u32>, quiet: bo
     if !quiet {
         eprintln!("fawn bench native: {}", w.scenario());
     }
-    run_load(client, w, pid).await
+    run_load(client, w, pid.as_slice()).await
 }
 
-async fn preload(client: &Arc<Client>, w: &Workload) -> Result<()> {
+pub(crate) async fn preload(client: &Arc<Client>, w: &Workload) -> Result<()> {
     let value = Arc::new(w.value());
     let tasks: Vec<_> = (0..PRELOAD_TASKS.min(w.keys))
         .map(|t| {
@@ -89,15 +89,17 @@ struct Ctx {
     w: Workload,
     keys: Arc<KeyChooser>,
     value: Vec<u8>,
+    start: Instant,
     warmup_end: Instant,
     end: Instant,
 }
 
-async fn run_load(client: Arc<Client>, w: &Workload, pid: Option<u32>) -> Result<LoadStats> {
+pub(crate) async fn run_load(client: Arc<Client>, w: &Workload, pids: &[u32]) -> Result<LoadStats> {
     let start = Instant::now();
     let warmup_end = start + w.warmup;
     let ctx = Arc::new(Ctx {
         client,
+        start,
         w: w.clone(),
         keys: KeyChooser::new(w.keys, w.distribution, w.zipf_theta)?,
         value: w.value(),
@@ -115,9 +117,9 @@ async fn run_load(client: Arc<Client>, w: &Workload, pid: Option<u32>) -> Result
         .map(|(t, rx)| tokio::spawn(task(ctx.clone(), t as u64, open.then_some(rx))))
         .collect();
     tokio::time::sleep_until(warmup_end).await;
-    let cpu0 = pid.and_then(crate::servers::cpu_seconds);
+    let cpu0 = crate::servers::cpu_seconds_all(pids);
     tokio::time::sleep_until(ctx.end).await;
-    let cpu1 = pid.and_then(crate::servers::cpu_seconds);
+    let cpu1 = crate::servers::cpu_seconds_all(pids);
     let mut total = LoadStats::empty()?;
     for h in handles {
         total.merge(&h.await.context("load task panicked")??)?;
@@ -160,6 +162,7 @@ async fn task(
             ctx.client.put(&key, &ctx.value).await.map(|_| true)
         };
         let now = Instant::now();
+        stats.tick(now - ctx.start, outcome.is_err());
         if now < ctx.warmup_end || now > ctx.end {
             continue;
         }

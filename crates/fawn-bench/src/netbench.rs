@@ -167,7 +167,7 @@ fn report_median(rep: &mut Reporter, w: &Workload, system: &str, mut runs: Vec<L
 }
 
 /// Item memory for memcached: room for every key twice over, at least 64 MiB.
-fn memcached_mb(w: &Workload) -> u64 {
+pub(crate) fn memcached_mb(w: &Workload) -> u64 {
     let per_item = w.value_size as u64 + 100; // key, header, slab slack
     (2 * w.keys * per_item / (1 << 20)).max(64)
 }
@@ -187,7 +187,7 @@ async fn measure(
             .with_context(|| format!("preloading {} keys into {system} at {addr}", w.keys))?;
     }
     let label = format!("{system} {}", w.scenario());
-    loadgen::run(addr, proto, w, &label, pid, quiet).await
+    loadgen::run(addr, proto, w, &label, pid.as_slice(), quiet).await
 }
 
 fn proto_name(p: Protocol) -> &'static str {

@@ -143,6 +143,14 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     Some(total)
 }
 
+/// [`cpu_seconds`] summed over several processes; None if `pids` is empty or one is unreadable.
+pub fn cpu_seconds_all(pids: &[u32]) -> Option<f64> {
+    if pids.is_empty() {
+        return None;
+    }
+    pids.iter().map(|&p| cpu_seconds(p)).sum()
+}
+
 /// Direct children of `pid`, from /proc/<pid>/task/*/children.
 fn children(pid: u32) -> Vec<u32> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return Vec::new() };

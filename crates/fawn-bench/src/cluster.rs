@@ -1,0 +1,434 @@
+//! `fawn bench cluster`: the cluster benchmarks of issues 4 and 5, each against a cluster this
+//! command starts itself (real processes on loopback, see [`crate::launch`]):
+//!
+//! * `throughput`: get and put throughput and p50/p99/p99.9 at each value size with many
+//!   connections, through the memcached protocol and through the native client;
+//! * `replicas`: put latency and throughput at R = 1 vs R = 3 (1 and 32 connections);
+//! * `local`: one back-end served over the network (front-end without cache + back-end, R = 1) vs the same
+//!   datastore engine read locally by 2 threads;
+//! * `peers`: GET/SET vs Debian's `memcached -t 1`, with and without pipelining, for cache-hit
+//!   gets (keys fit the front-end cache) and full-path gets (`--cache-entries 0`).
+//!
+//! Every run reports ops/s, latency percentiles and ops per CPU-second of all cluster processes.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{anyhow, ensure, Context, Result};
+use clap::Parser;
+use fawn_client::{Client, ClientOptions};
+use fawn_ds::{DataStore, Meta, Options, SyncPolicy};
+use rand::Rng;
+use serde_json::json;
+
+use crate::launch::{self, Cluster, ClusterSpec};
+use crate::loadgen::{self, LoadStats};
+use crate::output::Reporter;
+use crate::par::{self, Until};
+use crate::proto::Protocol;
+use crate::workload::{Workload, WorkloadArgs};
+use crate::{native, netbench, servers};
+
+/// Options of `fawn bench cluster`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ClusterArgs {
+    /// The `fawn` binary (default: this one, or `fawn` next to it, or on the PATH; or $FAWN_BIN).
+    #[arg(long)]
+    pub fawn_bin: Option<PathBuf>,
+    /// Where the clusters keep their data (a fresh sub-directory, removed afterwards).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Manager port of the clusters (0: pick a free range between 30000 and 55000).
+    #[arg(long, default_value_t = 0)]
+    pub base_port: u16,
+    /// Which experiments to run.
+    #[arg(long, value_delimiter = ',', default_value = "throughput,replicas,local,peers")]
+    pub sections: Vec<String>,
+    /// Value sizes of the throughput section.
+    #[arg(long = "value-size", value_delimiter = ',', default_value = "256,1024")]
+    pub value_sizes: Vec<usize>,
+    /// Keys preloaded (fits the front-end's default cache of 100 000 entries).
+    #[arg(long, default_value_t = 50_000)]
+    pub keys: u64,
+    /// Concurrent connections (memcached) or tasks (native) of the throughput runs.
+    #[arg(long, default_value_t = 64)]
+    pub connections: usize,
+    /// Measured seconds per run.
+    #[arg(long, default_value_t = 8.0)]
+    pub duration: f64,
+    /// Warm-up seconds per run.
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup: f64,
+    /// memcached binary (peers section).
+    #[arg(long, default_value = "memcached")]
+    pub memcached_bin: String,
+}
+
+/// Parse workload flags the way the command line would (the defaults stay in one place).
+pub(crate) fn workload(args: &[String]) -> Result<Workload> {
+    #[derive(Parser)]
+    struct W {
+        #[command(flatten)]
+        w: WorkloadArgs,
+    }
+    let argv = std::iter::once("w".to_string()).chain(args.iter().cloned());
+    let parsed = W::try_parse_from(argv).map_err(|e| anyhow!("workload {args:?}: {e}"))?;
+    parsed.w.points()?.into_iter().next().context("empty workload")
+}
+
+/// `workload` from `&str`s.
+pub(crate) fn wl(args: &[&str]) -> Result<Workload> {
+    workload(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+}
+
+/// Preload (if the workload says so) and run it against a memcached-protocol or Redis server.
+pub(crate) async fn drive(
+    addr: SocketAddr,
+    proto: Protocol,
+    w: &Workload,
+    pids: &[u32],
+    label: &str,
+    quiet: bool,
+) -> Result<LoadStats> {
+    if w.preload {
+        loadgen::preload(addr, proto, w).await.with_context(|| format!("preloading {label} at {addr}"))?;
+    }
+    loadgen::run(addr, proto, w, label, pids, quiet).await.with_context(|| format!("benchmarking {label}"))
+}
+
+/// The same through the native client (bootstrapped from a front-end's native address).
+pub(crate) async fn drive_native(addr: SocketAddr, w: &Workload, pids: &[u32]) -> Result<LoadStats> {
+    let options = ClientOptions { request_timeout: w.timeout, ..ClientOptions::default() };
+    let client: Arc<Client> = Client::connect(&[addr.to_string()], options)
+        .await
+        .map_err(|e| anyhow!("connecting the native client to {addr}: {e}"))?;
+    if w.preload {
+        native::preload(&client, w).await?;
+    }
+    native::run_load(client, w, pids).await
+}
+
+/// Shared state of one `cluster`/`paper` invocation: binary, scratch directory, port picking.
+pub(crate) struct Env {
+    pub bin: PathBuf,
+    pub work: tempfile::TempDir,
+    next: u32,
+    base_port: u16,
+    pub quiet: bool,
+}
+
+impl Env {
+    pub fn new(bin: Option<&Path>, dir: Option<&Path>, base_port: u16, quiet: bool) -> Result<Env> {
+        let bin = launch::find_fawn_bin(bin)?;
+        let parent = dir.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
+        std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
+        let work = tempfile::Builder::new()
+            .prefix("fawn-bench-cluster-")
+            .tempdir_in(&parent)
+            .with_context(|| format!("creating a work directory in {}", parent.display()))?;
+        Ok(Env { bin, work, next: 0, base_port, quiet })
+    }
+
+    /// A fresh cluster spec (own directory and port range) with the `fawn up` defaults.
+    pub fn spec(&mut self) -> Result<ClusterSpec> {
+        self.next += 1;
+        let base = if self.base_port != 0 {
+            // Consecutive clusters use different ranges: ports of a stopped one may linger.
+            self.base_port + ((self.next % 8) as u16) * 400
+        } else {
+            launch::free_base_port(u64::from(std::process::id()) * 31 + u64::from(self.next))?
+        };
+        let dir = self.work.path().join(format!("c{}", self.next));
+        Ok(ClusterSpec::new(self.bin.clone(), dir, base))
+    }
+
+    pub fn start(&mut self, f: impl FnOnce(&mut ClusterSpec)) -> Result<Cluster> {
+        let mut spec = self.spec()?;
+        f(&mut spec);
+        self.say(&format!(
+            "starting a cluster: {} back-ends, R={}, cache={:?}, ports {}..",
+            spec.backends, spec.replicas, spec.cache_entries, spec.base_port
+        ));
+        Cluster::start(spec)
+    }
+
+    pub fn say(&self, msg: &str) {
+        if !self.quiet {
+            eprintln!("fawn bench: {msg}");
+        }
+    }
+}
+
+/// Run `fawn bench cluster`.
+pub fn run(args: &ClusterArgs, quiet: bool, rep: &mut Reporter) -> Result<()> {
+    let known = ["throughput", "replicas", "local", "peers"];
+    for s in &args.sections {
+        ensure!(known.contains(&s.as_str()), "unknown section {s:?} (known: {known:?})");
+    }
+    let mut env = Env::new(args.fawn_bin.as_deref(), args.dir.as_deref(), args.base_port, quiet)?;
+    let rt = crate::runtime(1)?;
+    let has = |s: &str| args.sections.iter().any(|x| x == s);
+    if has("throughput") {
+        throughput(&rt, &mut env, args, rep)?;
+    }
+    if has("replicas") {
+        replicas(&rt, &mut env, args, rep)?;
+    }
+    if has("local") {
+        local(&rt, &mut env, args, rep)?;
+    }
+    if has("peers") {
+        peers(&rt, &mut env, args, rep)?;
+    }
+    Ok(())
+}
+
+fn timing(args: &ClusterArgs) -> Vec<String> {
+    vec!["--duration".into(), args.duration.to_string(), "--warmup".into(), args.warmup.to_string()]
+}
+
+fn w_of(args: &ClusterArgs, extra: &[String]) -> Result<Workload> {
+    let mut v = timing(args);
+    v.extend(["--keys".into(), args.keys.to_string()]);
+    v.extend(extra.iter().cloned());
+    workload(&v)
+}
+
+fn s(x: impl ToString) -> String {
+    x.to_string()
+}
+
+/// Get-only and put-only at each value size, memcached protocol and native, `fawn up` defaults.
+fn throughput(
+    rt: &tokio::runtime::Runtime,
+    env: &mut Env,
+    args: &ClusterArgs,
+    rep: &mut Reporter,
+) -> Result<()> {
+    let c = env.start(|_| {})?;
+    let pids = c.pids();
+    for &vs in &args.value_sizes {
+        for (op, g) in [("get", "1"), ("put", "0")] {
+            let sc = format!("cluster/{op}/v{vs}/c{}", args.connections);
+            let extra = [
+                s("--value-size"),
+                s(vs),
+                s("--get-ratio"),
+                s(g),
+                s("--connections"),
+                s(args.connections),
+                s("--timeout"),
+                s(20),
+            ];
+            let mut e = extra.to_vec();
+            e.extend([s("--scenario"), format!("{sc}/memcached-protocol")]);
+            if op == "put" {
+                e.push(s("--no-preload"));
+            }
+            let w = w_of(args, &e)?;
+            let st = rt.block_on(drive(
+                c.spec.memcached_addr(0),
+                Protocol::Memcached,
+                &w,
+                &pids,
+                "fawn",
+                env.quiet,
+            ))?;
+            netbench::report(rep, &w, "fawn", &st)?;
+            let mut e = extra.to_vec();
+            e.extend([s("--scenario"), format!("{sc}/native")]);
+            // The native client is already loaded with the same keys: no second preload.
+            e.push(s("--no-preload"));
+            let w = w_of(args, &e)?;
+            env.say(&w.scenario());
+            let st = rt.block_on(drive_native(c.spec.native_addr(0), &w, &pids))?;
+            netbench::report(rep, &w, "fawn-native", &st)?;
+        }
+    }
+    Ok(())
+}
+
+/// Put latency and throughput with R = 1 and R = 3 (3 back-ends each).
+fn replicas(
+    rt: &tokio::runtime::Runtime,
+    env: &mut Env,
+    args: &ClusterArgs,
+    rep: &mut Reporter,
+) -> Result<()> {
+    for r in [1u32, 3] {
+        let c = env.start(|s| s.replicas = r)?;
+        let pids = c.pids();
+        for conns in [1usize, 32] {
+            let w = w_of(
+                args,
+                &[
+                    s("--get-ratio"),
+                    s(0),
+                    s("--no-preload"),
+                    s("--connections"),
+                    s(conns),
+                    s("--timeout"),
+                    s(20),
+                    s("--scenario"),
+                    format!("cluster/put-replicas/c{conns}/r{r}"),
+                ],
+            )?;
+            let st = rt.block_on(drive(
+                c.spec.memcached_addr(0),
+                Protocol::Memcached,
+                &w,
+                &pids,
+                "fawn",
+                env.quiet,
+            ))?;
+            netbench::report(rep, &w, "fawn", &st)?;
+        }
+    }
+    for conns in [1usize, 32] {
+        let sc = format!("cluster/put-replicas/c{conns}");
+        let p = json!({"connections": conns});
+        for m in ["set_p50_us", "set_p99_us", "ops_per_s"] {
+            let find = |r: u32| rep.find(&format!("cluster/put-replicas/c{conns}/r{r}"), "fawn", m);
+            if let (Some(a), Some(b)) = (find(1), find(3)) {
+                if a > 0.0 {
+                    rep.metric(&sc, "fawn", &format!("{m}_r3_vs_r1"), b / a, "ratio", &p)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// One back-end over the network (R = 1) vs the same engine locally.
+fn local(rt: &tokio::runtime::Runtime, env: &mut Env, args: &ClusterArgs, rep: &mut Reporter) -> Result<()> {
+    let vs = 256usize;
+    // No front-end cache: every get reaches the back-end's datastore.
+    let c = env.start(|s| {
+        s.backends = 1;
+        s.replicas = 1;
+        s.cache_entries = Some(0);
+    })?;
+    let pids = c.pids();
+    let mut net = Vec::new();
+    for (pipe, preload) in [(1usize, true), (8, false)] {
+        let mut e = vec![
+            s("--get-ratio"),
+            s(1),
+            s("--value-size"),
+            s(vs),
+            s("--connections"),
+            s(32),
+            s("--pipeline"),
+            s(pipe),
+            s("--scenario"),
+            format!("cluster/one-backend/get/v{vs}/c32/p{pipe}"),
+        ];
+        if !preload {
+            e.push(s("--no-preload"));
+        }
+        let w = w_of(args, &e)?;
+        let st =
+            rt.block_on(drive(c.spec.memcached_addr(0), Protocol::Memcached, &w, &pids, "fawn", env.quiet))?;
+        netbench::report(rep, &w, "fawn", &st)?;
+        net.push((pipe, st.ops() as f64 / st.window.as_secs_f64()));
+    }
+    drop(c);
+    env.say("the same datastore locally");
+    let dir = env.work.path().join("local-ds");
+    let store = DataStore::open(&dir, Options { sync: SyncPolicy::Never, ..Options::default() })
+        .context("opening a local datastore")?;
+    let w = w_of(args, &[s("--value-size"), s(vs)])?;
+    let (mut key, value) = (Vec::new(), w.value());
+    for i in 0..w.keys {
+        w.key(i, &mut key);
+        store
+            .store(&key, &value, Meta { seq: i + 1, ..Meta::default() })
+            .context("loading the local store")?;
+    }
+    let n = w.keys;
+    let until = Until::Elapsed(Duration::from_secs_f64(args.duration));
+    let r = par::run(2, until, 42, |rng| {
+        let mut k = Vec::new();
+        w.key(rng.gen_range(0..n), &mut k);
+        store.lookup(&k).context("local lookup")?.context("local lookup found nothing")?;
+        Ok(())
+    })?;
+    store.close().context("closing the local store")?;
+    let sc = format!("cluster/one-backend/local/v{vs}");
+    let p = json!({"keys": n, "value_size": vs, "threads": 2});
+    rep.metric(&sc, "fawn-ds", "get_ops_per_s", r.ops_per_s(), "ops/s", &p)?;
+    rep.metric(&sc, "fawn-ds", "get_p50_us", r.us(0.5), "us", &p)?;
+    rep.metric(&sc, "fawn-ds", "get_p99_us", r.us(0.99), "us", &p)?;
+    for (pipe, ops) in net {
+        rep.metric(&sc, "fawn", &format!("network_p{pipe}_vs_local"), ops / r.ops_per_s(), "ratio", &p)?;
+    }
+    Ok(())
+}
+
+/// GET/SET vs memcached -t 1, pipelined or not, cache-hit and full-path gets.
+fn peers(rt: &tokio::runtime::Runtime, env: &mut Env, args: &ClusterArgs, rep: &mut Reporter) -> Result<()> {
+    let points: Vec<(&str, &str, usize)> =
+        vec![("get", "1", 1), ("get", "1", 16), ("set", "0", 1), ("set", "0", 16)];
+    let conns = 32usize;
+    let mk = |op: &str, g: &str, pipe: usize, sys: &str, preload: bool| -> Result<Workload> {
+        let mut e = vec![
+            s("--get-ratio"),
+            s(g),
+            s("--connections"),
+            s(conns),
+            s("--pipeline"),
+            s(pipe),
+            s("--timeout"),
+            s(30),
+            s("--scenario"),
+            format!("cluster/vs-memcached/{op}/v256/c{conns}/p{pipe}/{sys}"),
+        ];
+        if !preload {
+            e.push(s("--no-preload"));
+        }
+        w_of(args, &e)
+    };
+    // memcached first, its own process, nothing else running.
+    for (op, g, pipe) in &points {
+        let w = mk(op, g, *pipe, "memcached", true)?;
+        let m = servers::start_memcached(&args.memcached_bin, 1, netbench::memcached_mb(&w))?;
+        let st = rt.block_on(drive(m.addr, Protocol::Memcached, &w, &[m.pid()], "memcached", env.quiet))?;
+        netbench::report(rep, &w, "memcached", &st)?;
+    }
+    for (system, cache) in [("fawn-cache-hit", None), ("fawn-cache-miss", Some(0u64))] {
+        let c = env.start(|s| s.cache_entries = cache)?;
+        let pids = c.pids();
+        for (i, (op, g, pipe)) in points.iter().enumerate() {
+            let w = mk(op, g, *pipe, "fawn", i == 0)?;
+            let st = rt.block_on(drive(
+                c.spec.memcached_addr(0),
+                Protocol::Memcached,
+                &w,
+                &pids,
+                system,
+                env.quiet,
+            ))?;
+            netbench::report(rep, &w, system, &st)?;
+            let base_sc = format!("cluster/vs-memcached/{op}/v256/c{conns}/p{pipe}/memcached");
+            for m in ["ops_per_s", "ops_per_cpu_s"] {
+                if let (Some(b), Some(v)) =
+                    (rep.find(&base_sc, "memcached", m), rep.find(&w.scenario(), system, m))
+                {
+                    if b > 0.0 {
+                        rep.metric(
+                            &w.scenario(),
+                            system,
+                            &format!("{m}_vs_memcached"),
+                            v / b,
+                            "ratio",
+                            &w.params(),
+                        )?;
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
