@@ -15,14 +15,17 @@ pub(crate) const CHECKPOINT_FILE: &str = "index.ckpt";
 const CHECKPOINT_TMP: &str = "index.ckpt.tmp";
 const MAGIC: [u8; 8] = *b"FAWNCKPT";
 const TRAILER_MAGIC: [u8; 4] = *b"FCKE";
-const VERSION: u32 = 1;
-const HEADER_BYTES: usize = 64;
+/// Version 2 added `live_bytes`; a version-1 checkpoint is rejected (the index is rebuilt
+/// from the log once, which also recomputes the live bytes).
+const VERSION: u32 = 2;
+const HEADER_BYTES: usize = 72;
 
 /// What a valid checkpoint holds.
 pub(crate) struct Loaded {
     pub index: Index,
     pub covered_end: u64,
     pub max_seq: u64,
+    pub live_bytes: u64,
 }
 
 /// Write a checkpoint of the current index. Skipped when nothing was appended since the last.
@@ -32,10 +35,10 @@ pub(crate) fn write(inner: &Inner) -> Result<(), Error> {
         return Err(Error::Poisoned);
     }
     // Snapshot under the writer lock: index, end and max seq must agree.
-    let (index, end, max_seq) = {
+    let (index, end, max_seq, live_bytes) = {
         let w = inner.writer.lock();
         let index = inner.index.read().clone();
-        (index, w.end, inner.max_seq.load(Ordering::Acquire))
+        (index, w.end, inner.max_seq.load(Ordering::Acquire), inner.live_bytes.load(Ordering::Acquire))
     };
     if end == *last {
         return Ok(());
@@ -43,7 +46,7 @@ pub(crate) fn write(inner: &Inner) -> Result<(), Error> {
     // The checkpoint must only cover durable log bytes: otherwise a power loss could leave
     // a checkpoint pointing at records that never reached the disk.
     inner.sync_to(end)?;
-    let bytes = encode(inner.nonce, end, max_seq, &index);
+    let bytes = encode(inner.nonce, end, max_seq, live_bytes, &index);
     drop(index);
     replace_file(&inner.dir, &bytes)?;
     *last = end;
@@ -51,7 +54,7 @@ pub(crate) fn write(inner: &Inner) -> Result<(), Error> {
     Ok(())
 }
 
-fn encode(nonce: u64, covered_end: u64, max_seq: u64, index: &Index) -> Vec<u8> {
+fn encode(nonce: u64, covered_end: u64, max_seq: u64, live_bytes: u64, index: &Index) -> Vec<u8> {
     let mut out = vec![0u8; HEADER_BYTES];
     image::write(index, &mut out);
     let image_len = (out.len() - HEADER_BYTES) as u64;
@@ -63,8 +66,9 @@ fn encode(nonce: u64, covered_end: u64, max_seq: u64, index: &Index) -> Vec<u8> 
     out[32..40].copy_from_slice(&max_seq.to_le_bytes());
     out[40..48].copy_from_slice(&index.live().to_le_bytes());
     out[48..56].copy_from_slice(&image_len.to_le_bytes());
-    let hcrc = crc32c::crc32c(&out[0..56]);
-    out[56..60].copy_from_slice(&hcrc.to_le_bytes());
+    out[56..64].copy_from_slice(&live_bytes.to_le_bytes());
+    let hcrc = crc32c::crc32c(&out[0..64]);
+    out[64..68].copy_from_slice(&hcrc.to_le_bytes());
     let icrc = crc32c::crc32c(&out[HEADER_BYTES..]);
     out.extend_from_slice(&icrc.to_le_bytes());
     out.extend_from_slice(&TRAILER_MAGIC);
@@ -86,7 +90,7 @@ pub(crate) fn decode(buf: &[u8], nonce: u64, log_len: u64) -> Result<Loaded, Str
     if buf.len() < HEADER_BYTES + 8 || buf[0..8] != MAGIC {
         return Err("bad magic or too short".into());
     }
-    if u32_at(buf, 56) != crc32c::crc32c(&buf[0..56]) {
+    if u32_at(buf, 64) != crc32c::crc32c(&buf[0..64]) {
         return Err("header checksum mismatch".into());
     }
     if u32_at(buf, 8) != VERSION || u32_at(buf, 12) as u64 != OFFSET_UNIT {
@@ -113,7 +117,7 @@ pub(crate) fn decode(buf: &[u8], nonce: u64, log_len: u64) -> Result<Loaded, Str
     if index.live() != u64_at(buf, 40) {
         return Err("live key count does not match the image".into());
     }
-    Ok(Loaded { index, covered_end, max_seq: u64_at(buf, 32) })
+    Ok(Loaded { index, covered_end, max_seq: u64_at(buf, 32), live_bytes: u64_at(buf, 56) })
 }
 
 /// Atomically replace the checkpoint file: temp file, fsync, rename, fsync directory.

@@ -36,6 +36,13 @@ pub enum Error {
     /// Another `DataStore` (in this or another process) has the directory open.
     #[error("datastore directory is locked by another open store")]
     Locked,
+    /// A maintenance request that cannot be carried out as asked (e.g. a split target that
+    /// already exists, a store merged into itself). Nothing was changed.
+    #[error("invalid maintenance request: {0}")]
+    InvalidRequest(String),
+    /// Maintenance stopped because the store is closing; the old state stands.
+    #[error("maintenance cancelled: the store is closing")]
+    Cancelled,
 }
 
 impl Error {

@@ -24,6 +24,7 @@ mod index;
 mod iter;
 pub mod limits;
 mod log;
+mod maint;
 mod record;
 mod recovery;
 mod store;
@@ -33,7 +34,8 @@ use std::time::Duration;
 pub use error::Error;
 pub use iter::Iter;
 pub use log::{FaultInjector, IoOp};
-pub use store::DataStore;
+pub use maint::{MaintenanceKind, MaintenanceReport};
+pub use store::{DataStore, KeyFilter};
 
 /// When appended records are made durable with `fdatasync`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,6 +74,21 @@ pub struct Options {
     pub salvage: bool,
     /// Fault injection for tests (fails appends/fsyncs on demand). Default: none.
     pub faults: FaultInjector,
+    /// Compact automatically on a background thread when garbage (log bytes not holding a
+    /// live record) reaches both `compact_garbage_bytes` and `compact_garbage_ratio` of
+    /// the log. Default true.
+    pub auto_compact: bool,
+    /// Garbage bytes that trigger an automatic compaction. Default 64 MiB.
+    pub compact_garbage_bytes: u64,
+    /// Garbage fraction of the log that triggers an automatic compaction. Default 0.5
+    /// (the log may grow to ~2× its live data: 100 % space overhead at most).
+    pub compact_garbage_ratio: f64,
+    /// How often the automatic compactor checks the thresholds, and the least time between
+    /// two automatic compactions' starts. Default 1 s.
+    pub compact_check_interval: Duration,
+    /// Rate limit of maintenance scans (split, merge, compact), bytes read per second;
+    /// 0 = unlimited. Default 0. Keeps foreground latency when the device is the bottleneck.
+    pub maintenance_bytes_per_sec: u64,
 }
 
 impl Default for Options {
@@ -84,6 +101,11 @@ impl Default for Options {
             expected_keys: 0,
             salvage: false,
             faults: FaultInjector::default(),
+            auto_compact: true,
+            compact_garbage_bytes: 64 << 20,
+            compact_garbage_ratio: 0.5,
+            compact_check_interval: Duration::from_secs(1),
+            maintenance_bytes_per_sec: 0,
         }
     }
 }
@@ -175,4 +197,23 @@ pub struct Stats {
     pub growth_step_max_us: u64,
     /// Writes are refused after a failed write/fsync.
     pub poisoned: bool,
+    /// Bytes of live records: the current put of every key plus delete records.
+    pub live_bytes: u64,
+    /// Log bytes holding no live record (superseded or deleted puts): what compaction frees.
+    pub garbage_bytes: u64,
+    /// Bytes appended by `store`/`delete` since open.
+    pub bytes_written_user: u64,
+    /// Bytes appended by maintenance (compact, merge, split copies) since open.
+    pub bytes_written_cleaning: u64,
+    /// Compactions and merges completed since open.
+    pub maintenance_ops: u64,
+    /// Wall time of the last split/merge/compact (microseconds).
+    pub last_maintenance_us: u64,
+    /// How long the last split/merge/compact held the datastore lock at its end
+    /// (microseconds): writers wait this long.
+    pub last_lock_hold_us: u64,
+    /// Longest such lock hold since open (microseconds).
+    pub max_lock_hold_us: u64,
+    /// Automatic compactions that failed (the store keeps its old log).
+    pub auto_compact_errors: u64,
 }

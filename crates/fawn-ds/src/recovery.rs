@@ -22,7 +22,7 @@ use crate::index::KeyHash;
 use crate::limits::LOG_HEADER_BYTES;
 use crate::log::{self, LogFile, Scanner};
 use crate::record;
-use crate::store::Inner;
+use crate::store::{Counters, Inner};
 use crate::{Options, RecoveryReport};
 
 pub(crate) const LOG_FILE: &str = "data.log";
@@ -30,13 +30,21 @@ const LOCK_FILE: &str = "LOCK";
 /// Rebuilds of logs larger than this first estimate the key count to size the index.
 const PRESIZE_MIN_LOG_BYTES: u64 = 1 << 20;
 
-pub(crate) fn open(dir: &Path, opts: Options) -> Result<(Inner, RecoveryReport), Error> {
+/// Returns the engine state, the report and the persisted `max_seq` floor.
+pub(crate) fn open(
+    dir: &Path,
+    opts: Options,
+    counters: Arc<Counters>,
+) -> Result<(Inner, RecoveryReport, u64), Error> {
     let t0 = Instant::now();
     fs::create_dir_all(dir).map_err(|e| Error::io("creating the datastore directory", e))?;
     let lock = lock_dir(dir)?;
+    // A compaction or merge killed before its rename: the old log stands, drop the new one.
+    crate::maint::remove_leftovers(dir)?;
+    let floor = crate::maint::read_seq_floor(dir)?;
     let mut report = RecoveryReport::default();
     let (log, nonce, len) = open_log(dir, &opts, &mut report)?;
-    let inner = Inner::new(dir.to_path_buf(), opts, log, nonce, lock, len);
+    let inner = Inner::new(dir.to_path_buf(), opts, log, nonce, Arc::new(lock), len, counters);
     let start = load_checkpoint(&inner, len, &mut report);
     // Small logs replay quickly even with growth; large ones get an index sized up front.
     if !report.from_checkpoint && len - start > PRESIZE_MIN_LOG_BYTES {
@@ -52,7 +60,7 @@ pub(crate) fn open(dir: &Path, opts: Options) -> Result<(Inner, RecoveryReport),
     inner.sync_to(end)?;
     report.log_end = end;
     report.duration_us = t0.elapsed().as_micros() as u64;
-    Ok((inner, report))
+    Ok((inner, report, floor))
 }
 
 /// Take an exclusive `flock` on `dir/LOCK` (per open file description, so a second open in
@@ -77,7 +85,7 @@ fn lock_dir(dir: &Path) -> Result<File, Error> {
     Ok(f)
 }
 
-fn new_nonce() -> u64 {
+pub(crate) fn new_nonce() -> u64 {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
@@ -133,6 +141,7 @@ fn load_checkpoint(inner: &Inner, log_len: u64, report: &mut RecoveryReport) -> 
         Ok(loaded) => {
             *inner.index.write() = loaded.index;
             inner.max_seq.store(loaded.max_seq, Ordering::Release);
+            inner.live_bytes.store(loaded.live_bytes, Ordering::Release);
             *inner.ckpt.lock() = loaded.covered_end;
             report.from_checkpoint = true;
             loaded.covered_end
@@ -188,7 +197,7 @@ fn replay(inner: &Inner, start: u64, len: u64, report: &mut RecoveryReport) -> R
         };
         let kh = KeyHash::of(&key);
         let existing = inner.find_existing(kh, &key)?;
-        inner.apply(header.kind, kh, existing, offset);
+        inner.apply(header.kind, kh, existing, offset, header.total_len() as u64);
         inner.max_seq.fetch_max(header.meta.seq, Ordering::AcqRel);
         inner.growth_step(crate::index::MIGRATE_BUCKETS_PER_STEP);
         report.records_replayed += 1;

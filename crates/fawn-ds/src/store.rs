@@ -64,6 +64,17 @@ pub(crate) struct Counters {
     pub checkpoints: AtomicU64,
     pub checkpoint_errors: AtomicU64,
     pub growth_step_max_us: AtomicU64,
+    /// Bytes appended to logs by any write (user writes and maintenance copies).
+    pub appended_bytes: AtomicU64,
+    /// Bytes appended by maintenance (split/merge/compact copies), all time this open.
+    pub cleaning_bytes: AtomicU64,
+    /// Completed compactions / merges (operations that replaced the log).
+    pub maintenance_ops: AtomicU64,
+    pub last_maintenance_us: AtomicU64,
+    pub last_lock_hold_us: AtomicU64,
+    pub max_lock_hold_us: AtomicU64,
+    /// Automatic compactions that failed.
+    pub auto_compact_errors: AtomicU64,
 }
 
 /// State shared by the store handle and its background sync thread.
@@ -79,6 +90,8 @@ pub(crate) struct Inner {
     /// End of the fully appended records (readers and iterators stop here).
     pub written_end: AtomicU64,
     pub max_seq: AtomicU64,
+    /// Bytes of records that are live: the current put of every key, and delete records.
+    pub live_bytes: AtomicU64,
     /// Log bytes known durable (mirror of `SyncState::synced`, readable without the lock);
     /// stamped into every record for recovery.
     pub durable: AtomicU64,
@@ -87,32 +100,42 @@ pub(crate) struct Inner {
     sync_cv: Condvar,
     /// Serializes checkpoints; holds the log end the last one covered.
     pub ckpt: Mutex<u64>,
-    pub counters: Counters,
+    pub counters: Arc<Counters>,
     /// The background index migrator (see `start_migrator`).
     migrator: Mutex<Migrator>,
     /// A weak handle on ourselves, for spawning the migrator (set once by `DataStore::open`).
-    this: std::sync::OnceLock<std::sync::Weak<Inner>>,
-    /// The flock'ed lock file; closing it releases the directory.
-    _lock: File,
+    pub this: std::sync::OnceLock<std::sync::Weak<Inner>>,
+    /// The flock'ed lock file; closing it releases the directory. Shared with the `Inner`
+    /// that replaces this one after maintenance.
+    pub lock: Arc<File>,
 }
 
 /// A datastore: one directory holding the log, the index checkpoint and a lock file.
 /// `Send + Sync`: share it as `Arc<DataStore>`.
 #[derive(Debug)]
 pub struct DataStore {
-    inner: Arc<Inner>,
+    shared: Arc<Shared>,
     report: RecoveryReport,
     background: Option<Background>,
 }
 
+/// A helper thread with a stop flag.
 #[derive(Debug)]
-struct Background {
-    stop: Arc<(Mutex<bool>, Condvar)>,
-    handle: Option<JoinHandle<()>>,
+pub(crate) struct Background {
+    pub stop: Arc<(Mutex<bool>, Condvar)>,
+    pub handle: Option<JoinHandle<()>>,
 }
 
 impl Inner {
-    pub fn new(dir: PathBuf, opts: Options, log: LogFile, nonce: u64, lock: File, end: u64) -> Inner {
+    pub fn new(
+        dir: PathBuf,
+        opts: Options,
+        log: LogFile,
+        nonce: u64,
+        lock: Arc<File>,
+        end: u64,
+        counters: Arc<Counters>,
+    ) -> Inner {
         let index = Index::for_keys(opts.expected_keys);
         Inner {
             dir,
@@ -123,15 +146,16 @@ impl Inner {
             writer: Mutex::new(WriterState { end }),
             written_end: AtomicU64::new(end),
             max_seq: AtomicU64::new(0),
+            live_bytes: AtomicU64::new(0),
             durable: AtomicU64::new(LOG_HEADER_BYTES),
             poisoned: AtomicBool::new(false),
             sync: Mutex::new(SyncState { synced: end, leader: false }),
             sync_cv: Condvar::new(),
             ckpt: Mutex::new(0),
-            counters: Counters::default(),
+            counters,
             migrator: Mutex::new(Migrator::default()),
             this: std::sync::OnceLock::new(),
-            _lock: lock,
+            lock,
         }
     }
 
@@ -154,7 +178,7 @@ impl Inner {
         Ok(())
     }
 
-    fn check_writable(&self) -> Result<(), Error> {
+    pub(crate) fn check_writable(&self) -> Result<(), Error> {
         if self.poisoned.load(Ordering::Acquire) {
             return Err(Error::Poisoned);
         }
@@ -201,14 +225,23 @@ impl Inner {
 
     /// The index location of `key`, if present. Caller holds the writer lock, so the
     /// locations stay valid until it updates the index.
-    pub fn find_existing(&self, kh: KeyHash, key: &[u8]) -> Result<Option<Loc>, Error> {
+    /// Also returns the byte length of the record it points at (live-bytes accounting).
+    pub fn find_existing(&self, kh: KeyHash, key: &[u8]) -> Result<Option<(Loc, u64)>, Error> {
         for c in self.candidates(kh) {
-            let (_, stored) = self.read_key(c.units as u64 * OFFSET_UNIT)?;
+            let (header, stored) = self.read_key(c.units as u64 * OFFSET_UNIT)?;
             if stored == key {
-                return Ok(Some(c.loc));
+                return Ok(Some((c.loc, header.total_len() as u64)));
             }
         }
         Ok(None)
+    }
+
+    /// Whether the index points at the record at `offset` for this key hash: the record
+    /// there is the key's live version. No log read (an index entry holding exactly this
+    /// offset can only belong to the key stored there).
+    pub fn is_live_at(&self, kh: KeyHash, offset: u64) -> bool {
+        let units = (offset / OFFSET_UNIT) as u32;
+        self.candidates(kh).iter().any(|c| c.units == units)
     }
 
     pub fn lookup(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
@@ -246,7 +279,8 @@ impl Inner {
         }
         let existing = self.find_existing(kh, key)?;
         self.append(&mut w, offset, &buf)?;
-        self.apply(kind, kh, existing, offset);
+        self.counters.appended_bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        self.apply(kind, kh, existing, offset, buf.len() as u64);
         self.max_seq.fetch_max(meta.seq, Ordering::AcqRel);
         if self.growth_step(MIGRATE_BUCKETS_PER_STEP) {
             self.start_migrator();
@@ -254,9 +288,18 @@ impl Inner {
         Ok(new_end)
     }
 
-    /// Point the index at a record just appended (or replayed) at `offset`.
-    pub fn apply(&self, kind: RecordKind, kh: KeyHash, existing: Option<Loc>, offset: u64) {
+    /// Point the index at a record of `len` bytes just appended (or replayed) at `offset`.
+    /// Live bytes: a put's record is live until superseded; a delete record counts as
+    /// live (it is kept until the tombstone watermark passes it).
+    pub fn apply(&self, kind: RecordKind, kh: KeyHash, existing: Option<(Loc, u64)>, offset: u64, len: u64) {
         let units = (offset / OFFSET_UNIT) as u32;
+        let old_len = existing.map_or(0, |(_, l)| l);
+        let existing = existing.map(|(loc, _)| loc);
+        self.live_bytes.fetch_add(len, Ordering::AcqRel);
+        // Saturating: a checkpoint/replay mismatch must never wrap the counter.
+        let _ = self
+            .live_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| Some(v.saturating_sub(old_len)));
         let mut idx = self.index.write();
         match (kind, existing) {
             (RecordKind::Put, Some(loc)) => idx.update(loc, units),
@@ -309,7 +352,7 @@ impl Inner {
     /// finishes when writes stop: otherwise the old table (1/3 of the index DRAM) and the
     /// double probing would stay until enough writes came. Writes still step too (above),
     /// which bounds the migration even if this thread is starved.
-    fn start_migrator(&self) {
+    pub(crate) fn start_migrator(&self) {
         let mut m = self.migrator.lock();
         let running = m.handle.as_ref().is_some_and(|h| !h.is_finished());
         if running || m.stop.load(Ordering::Acquire) || !self.index.read().is_migrating() {
@@ -337,8 +380,15 @@ impl Inner {
         m.handle = spawned.ok();
     }
 
+    /// Allow helper threads again after `stop_migrator` (a maintenance that failed before
+    /// its swap hands the store back).
+    pub(crate) fn resume_helpers(&self) {
+        self.migrator.lock().stop = Arc::new(AtomicBool::new(false));
+        self.start_migrator();
+    }
+
     /// Stop and join the helper threads (before the lock file is released).
-    fn stop_migrator(&self) {
+    pub(crate) fn stop_migrator(&self) {
         let (migrator, checkpointer) = {
             let mut m = self.migrator.lock();
             m.stop.store(true, Ordering::Release);
@@ -383,12 +433,12 @@ impl Inner {
         }
     }
 
-    fn synced(&self) -> u64 {
+    pub(crate) fn synced(&self) -> u64 {
         self.sync.lock().synced
     }
 
     /// Work after a write returned from the writer lock: durability, auto checkpoint.
-    fn after_write(&self, end: u64) -> Result<(), Error> {
+    pub(crate) fn after_write(&self, end: u64) -> Result<(), Error> {
         if self.opts.sync == SyncPolicy::Always {
             self.sync_to(end)?;
         }
@@ -403,7 +453,7 @@ impl Inner {
 
     /// Write an automatic checkpoint on a helper thread: at millions of keys it takes a
     /// good fraction of a second, which no writer should wait for.
-    fn start_auto_checkpoint(&self) {
+    pub(crate) fn start_auto_checkpoint(&self) {
         let mut m = self.migrator.lock();
         let busy = m.checkpointer.as_ref().is_some_and(|h| !h.is_finished());
         if busy || m.stop.load(Ordering::Acquire) {
@@ -441,7 +491,25 @@ impl Inner {
             index_migrating: idx.is_migrating(),
             growth_step_max_us: c.growth_step_max_us.load(Ordering::Relaxed),
             poisoned: self.poisoned.load(Ordering::Acquire),
+            live_bytes: self.live_bytes.load(Ordering::Acquire),
+            garbage_bytes: self.garbage_bytes(),
+            bytes_written_user: c
+                .appended_bytes
+                .load(Ordering::Relaxed)
+                .saturating_sub(c.cleaning_bytes.load(Ordering::Relaxed)),
+            bytes_written_cleaning: c.cleaning_bytes.load(Ordering::Relaxed),
+            maintenance_ops: c.maintenance_ops.load(Ordering::Relaxed),
+            last_maintenance_us: c.last_maintenance_us.load(Ordering::Relaxed),
+            last_lock_hold_us: c.last_lock_hold_us.load(Ordering::Relaxed),
+            max_lock_hold_us: c.max_lock_hold_us.load(Ordering::Relaxed),
+            auto_compact_errors: c.auto_compact_errors.load(Ordering::Relaxed),
         }
+    }
+
+    /// Log bytes that hold no live record (superseded or deleted puts).
+    pub fn garbage_bytes(&self) -> u64 {
+        let end = self.written_end.load(Ordering::Acquire);
+        end.saturating_sub(LOG_HEADER_BYTES).saturating_sub(self.live_bytes.load(Ordering::Acquire))
     }
 }
 
@@ -451,10 +519,11 @@ fn free_in_background<T: Send + 'static>(garbage: T) {
     let _ = std::thread::Builder::new().name("fawn-ds-free".into()).spawn(move || drop(garbage));
 }
 
-/// The interval sync thread: wakes every `every`, syncs if there are unsynced appends.
-fn spawn_interval_sync(inner: &Arc<Inner>, every: Duration) -> Result<Background, Error> {
+/// The interval sync thread: wakes every `every`, syncs the current log if it has
+/// unsynced appends.
+fn spawn_interval_sync(shared: &Arc<Shared>, every: Duration) -> Result<Background, Error> {
     let stop = Arc::new((Mutex::new(false), Condvar::new()));
-    let weak = Arc::downgrade(inner);
+    let weak = Arc::downgrade(shared);
     let stop2 = Arc::clone(&stop);
     let every = every.max(Duration::from_millis(1));
     let handle = std::thread::Builder::new()
@@ -469,7 +538,8 @@ fn spawn_interval_sync(inner: &Arc<Inner>, every: Duration) -> Result<Background
                     return;
                 }
             }
-            let Some(inner) = weak.upgrade() else { return };
+            let Some(shared) = weak.upgrade() else { return };
+            let inner = shared.current();
             let end = inner.written_end.load(Ordering::Acquire);
             if end > inner.synced() && !inner.poisoned.load(Ordering::Acquire) {
                 // A failure poisons the store; writers see it on their next call.
@@ -481,7 +551,7 @@ fn spawn_interval_sync(inner: &Arc<Inner>, every: Duration) -> Result<Background
 }
 
 impl Background {
-    fn shutdown(&mut self) {
+    pub(crate) fn shutdown(&mut self) {
         *self.stop.0.lock() = true;
         self.stop.1.notify_all();
         if let Some(h) = self.handle.take() {
@@ -490,19 +560,79 @@ impl Background {
     }
 }
 
+/// A caller-supplied key predicate: `true` = the key belongs to this datastore.
+pub type KeyFilter = Arc<dyn Fn(&[u8]) -> bool + Send + Sync>;
+
+/// What every handle shares: the current engine state (`Inner`, replaced atomically by
+/// compaction and merge) and the maintenance settings.
+pub(crate) struct Shared {
+    /// The current log + index. Writers hold a read guard for the whole append, so taking
+    /// the write guard (maintenance's brief lock) waits for in-flight appends and blocks
+    /// new ones; readers only clone the `Arc`.
+    pub cur: RwLock<Arc<Inner>>,
+    pub dir: PathBuf,
+    pub opts: Options,
+    pub counters: Arc<Counters>,
+    /// One maintenance operation at a time.
+    pub maint: Mutex<()>,
+    /// Delete records with `seq <=` this may be dropped by compaction.
+    pub watermark: AtomicU64,
+    /// Keys outside this filter are dropped by compaction.
+    pub filter: RwLock<Option<KeyFilter>>,
+    /// Persisted lower bound of `max_seq` (see `maint::write_seq_floor`).
+    pub seq_floor: AtomicU64,
+    /// The automatic compactor.
+    pub auto: Mutex<Option<Background>>,
+    /// Set when the store closes: running maintenance stops (the old state stands).
+    pub cancel: AtomicBool,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared").field("dir", &self.dir).finish()
+    }
+}
+
+impl Shared {
+    pub fn current(&self) -> Arc<Inner> {
+        Arc::clone(&self.cur.read())
+    }
+}
+
 impl DataStore {
     /// Open (or create) the datastore in directory `dir`: lock it, load the checkpoint if
     /// valid, replay the log after it (or rebuild from the whole log), cut a torn tail.
+    /// Leftovers of maintenance interrupted by a crash are removed (the old state stands).
     pub fn open(dir: &Path, options: Options) -> Result<DataStore, Error> {
-        let (inner, report) = crate::recovery::open(dir, options)?;
+        let counters = Arc::new(Counters::default());
+        let (inner, report, floor) = crate::recovery::open(dir, options.clone(), Arc::clone(&counters))?;
         let inner = Arc::new(inner);
         let _ = inner.this.set(Arc::downgrade(&inner));
         inner.start_migrator();
+        let shared = Arc::new(Shared {
+            cur: RwLock::new(Arc::clone(&inner)),
+            dir: dir.to_path_buf(),
+            opts: options,
+            counters,
+            maint: Mutex::new(()),
+            watermark: AtomicU64::new(0),
+            filter: RwLock::new(None),
+            seq_floor: AtomicU64::new(floor),
+            auto: Mutex::new(None),
+            cancel: AtomicBool::new(false),
+        });
         let background = match inner.opts.sync {
-            SyncPolicy::Interval(every) => Some(spawn_interval_sync(&inner, every)?),
+            SyncPolicy::Interval(every) => Some(spawn_interval_sync(&shared, every)?),
             _ => None,
         };
-        Ok(DataStore { inner, report, background })
+        if shared.opts.auto_compact {
+            *shared.auto.lock() = crate::maint::spawn_auto_compactor(&shared);
+        }
+        Ok(DataStore { shared, report, background })
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<Shared> {
+        &self.shared
     }
 
     /// What recovery found when this store was opened.
@@ -510,58 +640,85 @@ impl DataStore {
         &self.report
     }
 
+    fn write(&self, kind: RecordKind, key: &[u8], value: &[u8], meta: Meta) -> Result<(), Error> {
+        // The read guard spans the append, so maintenance's swap never loses it.
+        let (inner, end) = {
+            let cur = self.shared.cur.read();
+            let end = cur.write(kind, key, value, meta)?;
+            (Arc::clone(&cur), end)
+        };
+        // A swap after the append is fine: the new log holds the record, made durable
+        // before the swap; syncing the old one too is harmless.
+        inner.after_write(end)
+    }
+
     /// Store `value` under `key` (appends a put record). Under `SyncPolicy::Always` returns
     /// only once the record is durable.
     pub fn store(&self, key: &[u8], value: &[u8], meta: Meta) -> Result<(), Error> {
-        let end = self.inner.write(RecordKind::Put, key, value, meta)?;
-        self.inner.after_write(end)
+        self.write(RecordKind::Put, key, value, meta)
     }
 
     /// Delete `key`: appends a delete record (tombstone) carrying `meta.seq`, even if the
     /// key is absent (replicas keep identical logs).
     pub fn delete(&self, key: &[u8], meta: Meta) -> Result<(), Error> {
-        let end = self.inner.write(RecordKind::Delete, key, &[], meta)?;
-        self.inner.after_write(end)
+        self.write(RecordKind::Delete, key, &[], meta)
     }
 
-    /// The value of `key`, or None if absent or deleted. Expiry is not filtered here.
+    /// The value of `key`, or None if absent or deleted. Expiry is not filtered here (but
+    /// compaction drops expired items).
     pub fn lookup(&self, key: &[u8]) -> Result<Option<Entry>, Error> {
-        self.inner.lookup(key)
+        self.shared.current().lookup(key)
     }
 
-    /// All records in log order, from the start to the end at call time.
+    /// All records in log order, from the start to the end at call time (a snapshot: the
+    /// iterator keeps reading the log it started on even if maintenance replaces it).
+    ///
+    /// Order: for each key, its records come in the order they were applied, i.e. in
+    /// increasing `seq` when the caller writes each key in seq order; replaying the whole
+    /// iteration yields the latest version of every key. The iteration as a whole is in
+    /// log order, which is *not* globally seq-ordered after a `merge` (the other store's
+    /// records follow this one's) — sort by seq if you need that.
     pub fn iter(&self) -> Iter {
         self.iter_from(LOG_HEADER_BYTES)
     }
 
     /// Records from `offset` (a `Record::offset` or an `end_offset()` seen earlier).
+    /// Offsets refer to the current log: compaction and merge replace it, after which
+    /// older offsets are meaningless (iteration from one returns an error or other records).
     pub fn iter_from(&self, offset: u64) -> Iter {
-        let end = self.inner.written_end.load(Ordering::Acquire);
-        Iter::new(Arc::clone(&self.inner.log), offset, end)
+        let inner = self.shared.current();
+        let end = inner.written_end.load(Ordering::Acquire);
+        Iter::new(Arc::clone(&inner.log), offset, end)
     }
 
-    /// Log position after the last appended record.
+    /// Log position after the last appended record (shrinks when compaction replaces the log).
     pub fn end_offset(&self) -> u64 {
-        self.inner.written_end.load(Ordering::Acquire)
+        self.shared.current().written_end.load(Ordering::Acquire)
     }
 
-    /// Highest `meta.seq` appended or recovered (puts and deletes), 0 if none.
+    /// Highest `meta.seq` appended or recovered (puts and deletes), 0 if none. Never goes
+    /// backwards: not when compaction drops the record that held it, not after a restart
+    /// (maintenance persists it in the `MAXSEQ` file).
     pub fn max_seq(&self) -> u64 {
-        self.inner.max_seq.load(Ordering::Acquire)
+        let inner = self.shared.current().max_seq.load(Ordering::Acquire);
+        inner.max(self.shared.seq_floor.load(Ordering::Acquire))
     }
 
     /// Make every record appended so far durable.
     pub fn sync(&self) -> Result<(), Error> {
-        let end = self.inner.written_end.load(Ordering::Acquire);
-        self.inner.sync_to(end)
+        let inner = self.shared.current();
+        let end = inner.written_end.load(Ordering::Acquire);
+        inner.sync_to(end)
     }
 
     /// Write an index checkpoint (after syncing the log it covers).
     pub fn checkpoint(&self) -> Result<(), Error> {
-        crate::checkpoint::write(&self.inner)
+        // Held across the write so that maintenance does not swap the log underneath.
+        let cur = self.shared.cur.read();
+        crate::checkpoint::write(&cur)
     }
 
-    /// Sync, checkpoint, stop the background thread and release the directory lock.
+    /// Sync, checkpoint, stop the background threads and release the directory lock.
     pub fn close(mut self) -> Result<(), Error> {
         self.stop_background();
         self.sync()?;
@@ -570,19 +727,37 @@ impl DataStore {
 
     /// Counters and sizes.
     pub fn stats(&self) -> Stats {
-        self.inner.stats()
+        self.shared.current().stats()
     }
 
     /// The datastore directory.
     pub fn path(&self) -> &Path {
-        &self.inner.dir
+        &self.shared.dir
+    }
+
+    /// Compaction may drop delete records whose `seq <=` this watermark (a caller that
+    /// knows every replica has seen them says so). Default 0: every tombstone is kept.
+    /// Never lowers a watermark already set.
+    pub fn set_tombstone_watermark(&self, seq: u64) {
+        self.shared.watermark.fetch_max(seq, Ordering::AcqRel);
+    }
+
+    /// Keys for which `filter` returns false are out of range: compaction (manual or
+    /// automatic) drops their records. `None` keeps all keys (the default).
+    pub fn set_key_filter(&self, filter: Option<KeyFilter>) {
+        *self.shared.filter.write() = filter;
     }
 
     fn stop_background(&mut self) {
         if let Some(mut bg) = self.background.take() {
             bg.shutdown();
         }
-        self.inner.stop_migrator();
+        self.shared.cancel.store(true, Ordering::Release);
+        let auto = self.shared.auto.lock().take();
+        if let Some(mut a) = auto {
+            a.shutdown();
+        }
+        self.shared.current().stop_migrator();
     }
 }
 
@@ -591,7 +766,7 @@ impl Drop for DataStore {
         self.stop_background();
         // Best effort: a dropped (not closed) store still syncs what it acknowledged under
         // an interval policy. Errors poison nothing further; there is no caller to tell.
-        if matches!(self.inner.opts.sync, SyncPolicy::Interval(_)) {
+        if matches!(self.shared.opts.sync, SyncPolicy::Interval(_)) {
             let _ = self.sync();
         }
     }

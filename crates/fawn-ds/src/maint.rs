@@ -1,0 +1,570 @@
+//! Maintenance (paper §3.3.2–3.3.3): split, merge, compact, and the automatic compactor.
+//!
+//! Each operation is a sequential scan of a log that writes the surviving records into a
+//! new log while the store keeps serving. Because the log is append-only, the scan runs
+//! until it reaches the end, repeats over what was appended meanwhile until only a small
+//! tail is left, then takes the store's lock (writers wait; lookups continue on the old
+//! log), copies that last tail, makes the new log durable and swaps it in atomically
+//! (`rename` over `data.log`, then the in-memory state), and releases the lock.
+//!
+//! What survives: the live put of every key (the one the index points at) and delete
+//! records not superseded by a later put. Compaction also drops keys outside the key
+//! filter, expired puts, and delete records at or below the tombstone watermark.
+//!
+//! Crash safety: before the `rename` the old `data.log` is complete and authoritative
+//! (`data.log.compact` is deleted at open); after it, the new log is complete and
+//! fsynced. `max_seq` survives the loss of the record that held it through the `MAXSEQ`
+//! file, written (atomically) before the rename whenever the new log would lack it.
+
+use std::fs::{self, File, OpenOptions};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use parking_lot::{Condvar, Mutex};
+
+use crate::checkpoint::CHECKPOINT_FILE;
+use crate::error::Error;
+use crate::index::KeyHash;
+use crate::limits::LOG_HEADER_BYTES;
+use crate::log::{self, LogFile, Scanner};
+use crate::record::{self, Header};
+use crate::recovery::LOG_FILE;
+use crate::store::{Background, Inner, KeyFilter, Shared};
+use crate::{DataStore, Options, RecordKind, SyncPolicy};
+
+/// The new log of a compaction or merge, renamed over `data.log` at the swap.
+const COMPACT_FILE: &str = "data.log.compact";
+/// The persisted lower bound of `max_seq`.
+const SEQ_FILE: &str = "MAXSEQ";
+const SEQ_TMP: &str = "MAXSEQ.tmp";
+const SEQ_MAGIC: [u8; 8] = *b"FAWNSEQ\0";
+const SEQ_FILE_BYTES: usize = 24;
+/// A split builds its datastore in `<target>` + this suffix and renames it when complete.
+const SPLIT_TMP_SUFFIX: &str = ".split-tmp";
+/// Unlocked catch-up passes stop once the unscanned tail is at most this many bytes...
+const CATCH_UP_LOCKED_BYTES_MAX: u64 = 256 << 10;
+/// ...or after this many passes (writers faster than the copy): the rest is copied locked.
+const CATCH_UP_PASSES_MAX: usize = 8;
+
+/// Which maintenance operation a report describes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MaintenanceKind {
+    Compact,
+    Merge,
+    Split,
+}
+
+/// What one maintenance operation did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MaintenanceReport {
+    pub kind: MaintenanceKind,
+    /// Records read by the scans (all passes, both stores for a merge).
+    pub records_scanned: u64,
+    /// Records written to the new log.
+    pub records_written: u64,
+    pub bytes_scanned: u64,
+    pub bytes_written: u64,
+    /// Log bytes before (this store's log; for a merge plus the other's).
+    pub log_bytes_before: u64,
+    /// Log bytes of the new log right after the swap (for a split: the new store's).
+    pub log_bytes_after: u64,
+    /// Bytes copied while holding the lock (the last tail).
+    pub locked_catch_up_bytes: u64,
+    /// Wall time of the whole operation.
+    pub duration_us: u64,
+    /// Time spent waiting for the lock (in-flight writes finishing).
+    pub lock_wait_us: u64,
+    /// Time the lock was held: writers were blocked this long.
+    pub lock_hold_us: u64,
+}
+
+impl MaintenanceReport {
+    fn new(kind: MaintenanceKind) -> MaintenanceReport {
+        MaintenanceReport {
+            kind,
+            records_scanned: 0,
+            records_written: 0,
+            bytes_scanned: 0,
+            bytes_written: 0,
+            log_bytes_before: 0,
+            log_bytes_after: 0,
+            locked_catch_up_bytes: 0,
+            duration_us: 0,
+            lock_wait_us: 0,
+            lock_hold_us: 0,
+        }
+    }
+}
+
+/// Which records of a source log are written to the new one.
+#[derive(Clone)]
+enum Keep {
+    /// Compaction: drop out-of-filter keys, superseded puts, expired puts, superseded
+    /// deletes and deletes at or below the watermark.
+    Compact { watermark: u64, filter: Option<KeyFilter>, now: u32 },
+    /// Split / merge: the live put of each key in the filter, and its unsuperseded deletes.
+    Carry { filter: Option<KeyFilter> },
+}
+
+impl Keep {
+    fn wants(&self, src: &Inner, offset: u64, header: &Header, key: &[u8]) -> Result<bool, Error> {
+        let filter = match self {
+            Keep::Compact { filter, .. } | Keep::Carry { filter } => filter,
+        };
+        if filter.as_ref().is_some_and(|f| !f(key)) {
+            return Ok(false);
+        }
+        let kh = KeyHash::of(key);
+        match header.kind {
+            RecordKind::Put => {
+                if !src.is_live_at(kh, offset) {
+                    return Ok(false);
+                }
+                if let Keep::Compact { now, .. } = self {
+                    let e = header.meta.expiry;
+                    if e != 0 && e <= *now {
+                        return Ok(false);
+                    }
+                }
+                Ok(true)
+            }
+            RecordKind::Delete => {
+                if let Keep::Compact { watermark, .. } = self {
+                    if header.meta.seq <= *watermark {
+                        return Ok(false);
+                    }
+                }
+                // A live put of the key is later than this delete: the delete is superseded.
+                Ok(src.find_existing(kh, key)?.is_none())
+            }
+        }
+    }
+}
+
+/// Paces scans to `Options::maintenance_bytes_per_sec`.
+struct Limiter {
+    rate: u64,
+    start: Instant,
+    bytes: u64,
+}
+
+impl Limiter {
+    fn new(rate: u64) -> Limiter {
+        Limiter { rate, start: Instant::now(), bytes: 0 }
+    }
+
+    fn account(&mut self, n: u64) {
+        if self.rate == 0 {
+            return;
+        }
+        self.bytes += n;
+        let due = Duration::from_secs_f64(self.bytes as f64 / self.rate as f64);
+        let elapsed = self.start.elapsed();
+        if due > elapsed + Duration::from_millis(2) {
+            std::thread::sleep(due - elapsed);
+        }
+    }
+}
+
+/// Copies records from one log into the log being built.
+struct Copier<'a> {
+    dst: &'a Inner,
+    rep: MaintenanceReport,
+    limiter: Limiter,
+    cancel: Option<&'a std::sync::atomic::AtomicBool>,
+}
+
+impl Copier<'_> {
+    /// Scan `src` over `[from, to)` and write the records `keep` wants.
+    fn copy(&mut self, src: &Inner, from: u64, to: u64, keep: &Keep, paced: bool) -> Result<(), Error> {
+        let mut sc = Scanner::new(Arc::clone(&src.log), from, to);
+        while let Some((offset, header, bytes)) = sc.next_record()? {
+            if self.cancel.is_some_and(|c| c.load(Ordering::Acquire)) {
+                return Err(Error::Cancelled);
+            }
+            let total = header.total_len() as u64;
+            self.rep.records_scanned += 1;
+            self.rep.bytes_scanned += total;
+            let key = record::key_of(bytes, &header);
+            if keep.wants(src, offset, &header, key)? {
+                let value = record::value_of(bytes, &header);
+                self.dst.write(header.kind, key, value, header.meta)?;
+                self.rep.records_written += 1;
+                self.rep.bytes_written += total;
+                self.dst.counters.cleaning_bytes.fetch_add(total, Ordering::Relaxed);
+            }
+            if paced {
+                self.limiter.account(total);
+            }
+        }
+        Ok(())
+    }
+
+    /// Unlocked passes over `src` from `pos` until the remaining tail is small; returns
+    /// the position reached.
+    fn catch_up(&mut self, src: &Inner, mut pos: u64, keep: &Keep) -> Result<u64, Error> {
+        for _ in 0..CATCH_UP_PASSES_MAX {
+            let end = src.written_end.load(Ordering::Acquire);
+            if end.saturating_sub(pos) <= CATCH_UP_LOCKED_BYTES_MAX {
+                break;
+            }
+            self.copy(src, pos, end, keep, true)?;
+            pos = end;
+        }
+        Ok(pos)
+    }
+}
+
+fn now_secs() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs().min(u32::MAX as u64) as u32)
+        .unwrap_or(0)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), Error> {
+    File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io("syncing the datastore directory", e))
+}
+
+/// Remove what a compaction/merge killed before its rename left behind (open calls this).
+pub(crate) fn remove_leftovers(dir: &Path) -> Result<(), Error> {
+    for name in [COMPACT_FILE, SEQ_TMP] {
+        match fs::remove_file(dir.join(name)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("removing an interrupted maintenance file", e)),
+        }
+    }
+    Ok(())
+}
+
+/// The persisted `max_seq` floor, 0 if there is none.
+pub(crate) fn read_seq_floor(dir: &Path) -> Result<u64, Error> {
+    let bytes = match fs::read(dir.join(SEQ_FILE)) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(Error::io("reading MAXSEQ", e)),
+    };
+    if bytes.len() != SEQ_FILE_BYTES || bytes[0..8] != SEQ_MAGIC {
+        return Err(Error::corrupt(0, "MAXSEQ: bad magic or length"));
+    }
+    let crc = u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]);
+    if crc != crc32c::crc32c(&bytes[0..16]) || bytes[20..24] != [0; 4] {
+        return Err(Error::corrupt(0, "MAXSEQ: checksum mismatch"));
+    }
+    let mut s = [0u8; 8];
+    s.copy_from_slice(&bytes[8..16]);
+    Ok(u64::from_le_bytes(s))
+}
+
+/// Atomically persist a `max_seq` floor: temp file, fsync, rename, fsync directory.
+pub(crate) fn write_seq_floor(dir: &Path, seq: u64) -> Result<(), Error> {
+    let mut b = [0u8; SEQ_FILE_BYTES];
+    b[0..8].copy_from_slice(&SEQ_MAGIC);
+    b[8..16].copy_from_slice(&seq.to_le_bytes());
+    let crc = crc32c::crc32c(&b[0..16]);
+    b[16..20].copy_from_slice(&crc.to_le_bytes());
+    let tmp = dir.join(SEQ_TMP);
+    let result = (|| {
+        let mut f = File::create(&tmp)?;
+        std::io::Write::write_all(&mut f, &b)?;
+        f.sync_all()?;
+        fs::rename(&tmp, dir.join(SEQ_FILE))
+    })();
+    result.map_err(|e| Error::io("writing MAXSEQ", e))?;
+    sync_dir(dir)
+}
+
+/// A new, empty log at `path` (truncating any leftover) with a fresh nonce and index.
+fn fresh_inner(shared: &Shared, path: &Path, expected_keys: u64, lock: Arc<File>) -> Result<Inner, Error> {
+    let f = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(path)
+        .map_err(|e| Error::io("creating the maintenance log", e))?;
+    let log = LogFile::new(f, shared.opts.faults.clone());
+    let nonce = crate::recovery::new_nonce();
+    log.write_all_at(&log::encode_header(nonce), 0).map_err(|e| Error::io("writing the log header", e))?;
+    let mut opts = shared.opts.clone();
+    // Right-size the new index: no growth while copying.
+    opts.expected_keys = opts.expected_keys.max(expected_keys + expected_keys / 16);
+    let counters = Arc::clone(&shared.counters);
+    Ok(Inner::new(shared.dir.clone(), opts, log, nonce, lock, LOG_HEADER_BYTES, counters))
+}
+
+fn compact_keep(shared: &Shared) -> Keep {
+    Keep::Compact {
+        watermark: shared.watermark.load(Ordering::Acquire),
+        filter: shared.filter.read().clone(),
+        now: now_secs(),
+    }
+}
+
+/// Compact `shared` (merging `other` in, if given) into a new log and swap it in. The
+/// caller holds the maintenance locks of both.
+fn rewrite(shared: &Shared, other: Option<&Shared>) -> Result<MaintenanceReport, Error> {
+    let t0 = Instant::now();
+    let kind = if other.is_some() { MaintenanceKind::Merge } else { MaintenanceKind::Compact };
+    let old = shared.current();
+    old.check_writable()?;
+    let other_inner = other.map(|o| o.current());
+    let keep_self = compact_keep(shared);
+    let keep_other = Keep::Carry { filter: None };
+    let expected = old.index.read().live() + other_inner.as_ref().map_or(0, |o| o.index.read().live());
+    let path = shared.dir.join(COMPACT_FILE);
+    let new = Arc::new(fresh_inner(shared, &path, expected, Arc::clone(&old.lock))?);
+    let mut c = Copier {
+        dst: &new,
+        rep: MaintenanceReport::new(kind),
+        limiter: Limiter::new(shared.opts.maintenance_bytes_per_sec),
+        cancel: Some(&shared.cancel),
+    };
+    let result = (|| {
+        // 1. Scan to the end, unlocked; then catch up until the tail is small.
+        let end = old.written_end.load(Ordering::Acquire);
+        c.copy(&old, LOG_HEADER_BYTES, end, &keep_self, true)?;
+        let mut pos = c.catch_up(&old, end, &keep_self)?;
+        let mut other_pos = LOG_HEADER_BYTES;
+        if let Some(oi) = &other_inner {
+            let end = oi.written_end.load(Ordering::Acquire);
+            c.copy(oi, LOG_HEADER_BYTES, end, &keep_other, true)?;
+            other_pos = c.catch_up(oi, end, &keep_other)?;
+            pos = c.catch_up(&old, pos, &keep_self)?;
+        }
+        new.sync_to(new.written_end.load(Ordering::Acquire))?;
+        // No checkpoint of the old log may be written after the swap.
+        old.stop_migrator();
+        Ok::<_, Error>((pos, other_pos))
+    })();
+    let (pos, other_pos) = match result {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = fs::remove_file(&path);
+            return Err(e);
+        }
+    };
+    // 2. The brief lock: no writer is appending to either store while it is held.
+    let wait0 = Instant::now();
+    let mut cur = shared.cur.write();
+    let other_guard = other.map(|o| o.cur.write());
+    let held = Instant::now();
+    c.rep.lock_wait_us = (held - wait0).as_micros() as u64;
+    let swapped = (|| {
+        let end = old.written_end.load(Ordering::Acquire);
+        c.rep.locked_catch_up_bytes = end - pos;
+        c.copy(&old, pos, end, &keep_self, false)?;
+        let mut top = old.max_seq.load(Ordering::Acquire);
+        if let Some(oi) = &other_inner {
+            let oend = oi.written_end.load(Ordering::Acquire);
+            c.rep.locked_catch_up_bytes += oend - other_pos;
+            c.copy(oi, other_pos, oend, &keep_other, false)?;
+            top = top.max(oi.max_seq.load(Ordering::Acquire));
+            c.rep.log_bytes_before += oend;
+        }
+        c.rep.log_bytes_before += end;
+        top = top.max(shared.seq_floor.load(Ordering::Acquire));
+        // The record holding the highest seq may have been dropped: persist it first.
+        if new.max_seq.load(Ordering::Acquire) < top && shared.seq_floor.load(Ordering::Acquire) < top {
+            write_seq_floor(&shared.dir, top)?;
+            shared.seq_floor.fetch_max(top, Ordering::AcqRel);
+        }
+        new.max_seq.fetch_max(top, Ordering::AcqRel);
+        new.sync_to(new.written_end.load(Ordering::Acquire))?;
+        // The commit point.
+        fs::rename(&path, shared.dir.join(LOG_FILE))
+            .map_err(|e| Error::io("renaming the compacted log", e))?;
+        Ok::<_, Error>(())
+    })();
+    if let Err(e) = swapped {
+        drop(other_guard);
+        drop(cur);
+        let _ = fs::remove_file(&path);
+        old.resume_helpers();
+        return Err(e);
+    }
+    let _ = new.this.set(Arc::downgrade(&new));
+    *cur = Arc::clone(&new);
+    drop(other_guard);
+    drop(cur);
+    let hold_us = held.elapsed().as_micros() as u64;
+    c.rep.lock_hold_us = hold_us;
+    // The rename is durable once the directory is; the old checkpoint is useless now.
+    let _ = fs::remove_file(shared.dir.join(CHECKPOINT_FILE));
+    let dir_synced = sync_dir(&shared.dir);
+    new.start_migrator();
+    new.start_auto_checkpoint();
+    c.rep.log_bytes_after = new.written_end.load(Ordering::Acquire);
+    c.rep.duration_us = t0.elapsed().as_micros() as u64;
+    let counters = &shared.counters;
+    counters.maintenance_ops.fetch_add(1, Ordering::Relaxed);
+    counters.last_maintenance_us.store(c.rep.duration_us, Ordering::Relaxed);
+    counters.last_lock_hold_us.store(hold_us, Ordering::Relaxed);
+    counters.max_lock_hold_us.fetch_max(hold_us, Ordering::Relaxed);
+    dir_synced?;
+    Ok(c.rep)
+}
+
+/// Merges serialize globally so that two merges in opposite directions cannot deadlock.
+static MERGE_LOCK: Mutex<()> = Mutex::new(());
+
+impl DataStore {
+    /// Compact: write a new log holding only the live put of every key in the key filter
+    /// (not expired) and the delete records above the tombstone watermark that no later
+    /// put supersedes, concurrently with stores, lookups and deletes; then swap it in under
+    /// a brief lock. A crash at any moment leaves the old or the new log.
+    pub fn compact(&self) -> Result<MaintenanceReport, Error> {
+        let shared = self.shared();
+        let _m = shared.maint.lock();
+        rewrite(shared, None)
+    }
+
+    /// Merge `other` into this store: every live put and delete record of `other` is
+    /// appended (after this store's own records, which are compacted at the same time),
+    /// atomically: after a crash this store holds all of `other` or none of it. `other`
+    /// is left unchanged; writes to it after `merge` returns are not carried over. The
+    /// key ranges are expected to be disjoint; for a key in both, `other`'s version wins
+    /// over this store's versions written before the merge began.
+    pub fn merge(&self, other: &DataStore) -> Result<MaintenanceReport, Error> {
+        let (a, b) = (self.shared(), other.shared());
+        if Arc::ptr_eq(a, b) {
+            return Err(Error::InvalidRequest("a datastore cannot be merged into itself".into()));
+        }
+        let _g = MERGE_LOCK.lock();
+        let _ma = a.maint.lock();
+        let _mb = b.maint.lock();
+        rewrite(a, Some(b))
+    }
+
+    /// Split: write every record this store holds for the keys where `belongs` is true —
+    /// the live put of each and its delete records — into a new datastore at `target`,
+    /// concurrently with stores, lookups and deletes here; the last appends are copied
+    /// under a brief lock, so the new store holds exactly this store's state for those keys
+    /// as of that moment. This store is not changed (set a key filter and `compact` to drop
+    /// the split-off keys). The new store's `max_seq` starts at this store's. `target` must
+    /// not exist; it is built in `<target>.split-tmp` and renamed when complete, so after a
+    /// crash it either does not exist or is complete. Returns the new store, opened with
+    /// `options`, and the report.
+    pub fn split(
+        &self,
+        belongs: KeyFilter,
+        target: &Path,
+        options: Options,
+    ) -> Result<(DataStore, MaintenanceReport), Error> {
+        let t0 = Instant::now();
+        let shared = self.shared();
+        if target.exists() {
+            return Err(Error::InvalidRequest(format!("split target {} already exists", target.display())));
+        }
+        let tmp = split_tmp(target)?;
+        if tmp.exists() {
+            fs::remove_dir_all(&tmp).map_err(|e| Error::io("removing an interrupted split", e))?;
+        }
+        let _m = shared.maint.lock();
+        let src = shared.current();
+        let build_opts = Options { sync: SyncPolicy::Never, auto_compact: false, ..options.clone() };
+        let built = DataStore::open(&tmp, build_opts)?;
+        let dst = built.shared().current();
+        let keep = Keep::Carry { filter: Some(belongs) };
+        let mut c = Copier {
+            dst: &dst,
+            rep: MaintenanceReport::new(MaintenanceKind::Split),
+            limiter: Limiter::new(shared.opts.maintenance_bytes_per_sec),
+            cancel: Some(&shared.cancel),
+        };
+        let result = (|| {
+            let end = src.written_end.load(Ordering::Acquire);
+            c.copy(&src, LOG_HEADER_BYTES, end, &keep, true)?;
+            let pos = c.catch_up(&src, end, &keep)?;
+            let wait0 = Instant::now();
+            let guard = shared.cur.write();
+            let held = Instant::now();
+            c.rep.lock_wait_us = (held - wait0).as_micros() as u64;
+            let end = src.written_end.load(Ordering::Acquire);
+            c.rep.locked_catch_up_bytes = end - pos;
+            let copied = c.copy(&src, pos, end, &keep, false);
+            let cut_seq = src.max_seq.load(Ordering::Acquire).max(shared.seq_floor.load(Ordering::Acquire));
+            drop(guard);
+            c.rep.lock_hold_us = held.elapsed().as_micros() as u64;
+            copied?;
+            c.rep.log_bytes_before = end;
+            write_seq_floor(&tmp, cut_seq)?;
+            Ok::<_, Error>(())
+        })();
+        c.rep.log_bytes_after = dst.written_end.load(Ordering::Acquire);
+        let rep = c.rep;
+        drop(dst);
+        let finished = result.and_then(|()| built.close());
+        if let Err(e) = finished {
+            let _ = fs::remove_dir_all(&tmp);
+            return Err(e);
+        }
+        // The commit point: the complete store appears under its name.
+        fs::rename(&tmp, target).map_err(|e| Error::io("renaming the split datastore", e))?;
+        if let Some(parent) = target.parent().filter(|p| !p.as_os_str().is_empty()) {
+            sync_dir(parent)?;
+        }
+        let store = DataStore::open(target, options)?;
+        let mut rep = rep;
+        rep.duration_us = t0.elapsed().as_micros() as u64;
+        let counters = &shared.counters;
+        counters.last_maintenance_us.store(rep.duration_us, Ordering::Relaxed);
+        counters.last_lock_hold_us.store(rep.lock_hold_us, Ordering::Relaxed);
+        counters.max_lock_hold_us.fetch_max(rep.lock_hold_us, Ordering::Relaxed);
+        Ok((store, rep))
+    }
+}
+
+fn split_tmp(target: &Path) -> Result<PathBuf, Error> {
+    let name = target
+        .file_name()
+        .ok_or_else(|| Error::InvalidRequest(format!("split target {} has no name", target.display())))?;
+    let mut tmp = name.to_os_string();
+    tmp.push(SPLIT_TMP_SUFFIX);
+    Ok(target.with_file_name(tmp))
+}
+
+/// Whether the store's garbage crosses both automatic-compaction thresholds.
+pub(crate) fn wants_compaction(shared: &Shared) -> bool {
+    let inner = shared.current();
+    let log = inner.written_end.load(Ordering::Acquire).saturating_sub(LOG_HEADER_BYTES);
+    let garbage = inner.garbage_bytes();
+    log > 0
+        && garbage >= shared.opts.compact_garbage_bytes
+        && garbage as f64 >= shared.opts.compact_garbage_ratio * log as f64
+}
+
+/// The automatic compactor: every `compact_check_interval`, compacts if the garbage
+/// thresholds are crossed and no other maintenance is running.
+pub(crate) fn spawn_auto_compactor(shared: &Arc<Shared>) -> Option<Background> {
+    let stop = Arc::new((Mutex::new(false), Condvar::new()));
+    let stop2 = Arc::clone(&stop);
+    let weak: Weak<Shared> = Arc::downgrade(shared);
+    let every = shared.opts.compact_check_interval.max(Duration::from_millis(10));
+    let handle = std::thread::Builder::new()
+        .name("fawn-ds-compact".into())
+        .spawn(move || loop {
+            {
+                let mut stopped = stop2.0.lock();
+                if !*stopped {
+                    stop2.1.wait_for(&mut stopped, every);
+                }
+                if *stopped {
+                    return;
+                }
+            }
+            let Some(shared) = weak.upgrade() else { return };
+            if !wants_compaction(&shared) {
+                continue;
+            }
+            let Some(_m) = shared.maint.try_lock() else { continue };
+            if rewrite(&shared, None).is_err() {
+                shared.counters.auto_compact_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+        .ok()?;
+    Some(Background { stop, handle: Some(handle) })
+}
