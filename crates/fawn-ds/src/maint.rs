@@ -206,7 +206,7 @@ impl Copier<'_> {
     /// the position reached.
     fn catch_up(&mut self, src: &Inner, mut pos: u64, keep: &Keep) -> Result<u64, Error> {
         for _ in 0..CATCH_UP_PASSES_MAX {
-            let end = src.written_end.load(Ordering::Acquire);
+            let end = src.applied_end.load(Ordering::Acquire);
             if end.saturating_sub(pos) <= CATCH_UP_LOCKED_BYTES_MAX {
                 break;
             }
@@ -325,17 +325,17 @@ fn rewrite(shared: &Shared, other: Option<&Shared>) -> Result<MaintenanceReport,
     };
     let result = (|| {
         // 1. Scan to the end, unlocked; then catch up until the tail is small.
-        let end = old.written_end.load(Ordering::Acquire);
+        let end = old.applied_end.load(Ordering::Acquire);
         c.copy(&old, LOG_HEADER_BYTES, end, &keep_self, true)?;
         let mut pos = c.catch_up(&old, end, &keep_self)?;
         let mut other_pos = LOG_HEADER_BYTES;
         if let Some(oi) = &other_inner {
-            let end = oi.written_end.load(Ordering::Acquire);
+            let end = oi.applied_end.load(Ordering::Acquire);
             c.copy(oi, LOG_HEADER_BYTES, end, &keep_other, true)?;
             other_pos = c.catch_up(oi, end, &keep_other)?;
             pos = c.catch_up(&old, pos, &keep_self)?;
         }
-        new.sync_to(new.written_end.load(Ordering::Acquire))?;
+        new.sync_to(new.applied_end.load(Ordering::Acquire))?;
         // No checkpoint of the old log may be written after the swap.
         old.stop_migrator();
         Ok::<_, Error>((pos, other_pos))
@@ -354,12 +354,12 @@ fn rewrite(shared: &Shared, other: Option<&Shared>) -> Result<MaintenanceReport,
     let held = Instant::now();
     c.rep.lock_wait_us = (held - wait0).as_micros() as u64;
     let swapped = (|| {
-        let end = old.written_end.load(Ordering::Acquire);
+        let end = old.applied_end.load(Ordering::Acquire);
         c.rep.locked_catch_up_bytes = end - pos;
         c.copy(&old, pos, end, &keep_self, false)?;
         let mut top = old.max_seq.load(Ordering::Acquire);
         if let Some(oi) = &other_inner {
-            let oend = oi.written_end.load(Ordering::Acquire);
+            let oend = oi.applied_end.load(Ordering::Acquire);
             c.rep.locked_catch_up_bytes += oend - other_pos;
             c.copy(oi, other_pos, oend, &keep_other, false)?;
             top = top.max(oi.max_seq.load(Ordering::Acquire));
@@ -373,7 +373,7 @@ fn rewrite(shared: &Shared, other: Option<&Shared>) -> Result<MaintenanceReport,
             shared.seq_floor.fetch_max(top, Ordering::AcqRel);
         }
         new.max_seq.fetch_max(top, Ordering::AcqRel);
-        new.sync_to(new.written_end.load(Ordering::Acquire))?;
+        new.sync_to(new.applied_end.load(Ordering::Acquire))?;
         // The commit point.
         fs::rename(&path, shared.dir.join(LOG_FILE))
             .map_err(|e| Error::io("renaming the compacted log", e))?;
@@ -397,7 +397,7 @@ fn rewrite(shared: &Shared, other: Option<&Shared>) -> Result<MaintenanceReport,
     let dir_synced = sync_dir(&shared.dir);
     new.start_migrator();
     new.start_auto_checkpoint();
-    c.rep.log_bytes_after = new.written_end.load(Ordering::Acquire);
+    c.rep.log_bytes_after = new.applied_end.load(Ordering::Acquire);
     c.rep.duration_us = t0.elapsed().as_micros() as u64;
     let counters = &shared.counters;
     counters.maintenance_ops.fetch_add(1, Ordering::Relaxed);
@@ -476,14 +476,14 @@ impl DataStore {
             cancel: Some(&shared.cancel),
         };
         let result = (|| {
-            let end = src.written_end.load(Ordering::Acquire);
+            let end = src.applied_end.load(Ordering::Acquire);
             c.copy(&src, LOG_HEADER_BYTES, end, &keep, true)?;
             let pos = c.catch_up(&src, end, &keep)?;
             let wait0 = Instant::now();
             let guard = shared.cur.write();
             let held = Instant::now();
             c.rep.lock_wait_us = (held - wait0).as_micros() as u64;
-            let end = src.written_end.load(Ordering::Acquire);
+            let end = src.applied_end.load(Ordering::Acquire);
             c.rep.locked_catch_up_bytes = end - pos;
             let copied = c.copy(&src, pos, end, &keep, false);
             let cut_seq = src.max_seq.load(Ordering::Acquire).max(shared.seq_floor.load(Ordering::Acquire));
@@ -494,7 +494,7 @@ impl DataStore {
             write_seq_floor(&tmp, cut_seq)?;
             Ok::<_, Error>(())
         })();
-        c.rep.log_bytes_after = dst.written_end.load(Ordering::Acquire);
+        c.rep.log_bytes_after = dst.applied_end.load(Ordering::Acquire);
         let rep = c.rep;
         drop(dst);
         let finished = result.and_then(|()| built.close());
@@ -530,7 +530,7 @@ fn split_tmp(target: &Path) -> Result<PathBuf, Error> {
 /// Whether the store's garbage crosses both automatic-compaction thresholds.
 pub(crate) fn wants_compaction(shared: &Shared) -> bool {
     let inner = shared.current();
-    let log = inner.written_end.load(Ordering::Acquire).saturating_sub(LOG_HEADER_BYTES);
+    let log = inner.applied_end.load(Ordering::Acquire).saturating_sub(LOG_HEADER_BYTES);
     let garbage = inner.garbage_bytes();
     log > 0
         && garbage >= shared.opts.compact_garbage_bytes

@@ -56,6 +56,7 @@ pub(crate) fn open(
     inner.log.sync_data().map_err(|e| Error::io("syncing the log at open", e))?;
     inner.writer.lock().end = end;
     inner.written_end.store(end, Ordering::Release);
+    inner.applied_end.store(end, Ordering::Release);
     inner.durable.store(end, Ordering::Release);
     inner.sync_to(end)?;
     report.log_end = end;

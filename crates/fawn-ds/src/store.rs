@@ -89,6 +89,9 @@ pub(crate) struct Inner {
     pub writer: Mutex<WriterState>,
     /// End of the fully appended records (readers and iterators stop here).
     pub written_end: AtomicU64,
+    /// End of the records whose index update is done too (trails `written_end` briefly):
+    /// maintenance scans stop here, so every record they judge is already in the index.
+    pub applied_end: AtomicU64,
     pub max_seq: AtomicU64,
     /// Bytes of records that are live: the current put of every key, and delete records.
     pub live_bytes: AtomicU64,
@@ -145,6 +148,7 @@ impl Inner {
             index: RwLock::new(index),
             writer: Mutex::new(WriterState { end }),
             written_end: AtomicU64::new(end),
+            applied_end: AtomicU64::new(end),
             max_seq: AtomicU64::new(0),
             live_bytes: AtomicU64::new(0),
             durable: AtomicU64::new(LOG_HEADER_BYTES),
@@ -281,6 +285,7 @@ impl Inner {
         self.append(&mut w, offset, &buf)?;
         self.counters.appended_bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
         self.apply(kind, kh, existing, offset, buf.len() as u64);
+        self.applied_end.store(new_end, Ordering::Release);
         self.max_seq.fetch_max(meta.seq, Ordering::AcqRel);
         if self.growth_step(MIGRATE_BUCKETS_PER_STEP) {
             self.start_migrator();
