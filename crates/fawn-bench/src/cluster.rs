@@ -66,8 +66,19 @@ pub struct ClusterArgs {
     pub memcached_bin: String,
 }
 
-/// Parse workload flags the way the command line would (the defaults stay in one place).
+/// Parse workload flags the way the command line would (the defaults stay in one place). A flag
+/// given again replaces its earlier value.
 pub(crate) fn workload(args: &[String]) -> Result<Workload> {
+    let mut flags: Vec<(String, Option<String>)> = Vec::new();
+    let mut it = args.iter().peekable();
+    while let Some(a) = it.next() {
+        let value = it.next_if(|v| !v.starts_with("--")).cloned();
+        match flags.iter_mut().find(|(f, _)| f == a) {
+            Some(slot) => slot.1 = value,
+            None => flags.push((a.clone(), value)),
+        }
+    }
+    let args: Vec<String> = flags.into_iter().flat_map(|(f, v)| std::iter::once(f).chain(v)).collect();
     #[derive(Parser)]
     struct W {
         #[command(flatten)]
@@ -76,11 +87,6 @@ pub(crate) fn workload(args: &[String]) -> Result<Workload> {
     let argv = std::iter::once("w".to_string()).chain(args.iter().cloned());
     let parsed = W::try_parse_from(argv).map_err(|e| anyhow!("workload {args:?}: {e}"))?;
     parsed.w.points()?.into_iter().next().context("empty workload")
-}
-
-/// `workload` from `&str`s.
-pub(crate) fn wl(args: &[&str]) -> Result<Workload> {
-    workload(&args.iter().map(|s| s.to_string()).collect::<Vec<_>>())
 }
 
 /// Preload (if the workload says so) and run it against a memcached-protocol or Redis server.
@@ -196,7 +202,7 @@ fn w_of(args: &ClusterArgs, extra: &[String]) -> Result<Workload> {
     workload(&v)
 }
 
-fn s(x: impl ToString) -> String {
+pub(crate) fn s(x: impl ToString) -> String {
     x.to_string()
 }
 

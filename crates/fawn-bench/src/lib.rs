@@ -30,7 +30,9 @@ pub mod loadgen;
 pub mod native;
 pub mod netbench;
 pub mod output;
+pub mod paper;
 mod par;
+pub mod plot;
 mod progress;
 pub mod proto;
 mod raw;
@@ -78,6 +80,9 @@ pub enum BenchCommand {
     /// Cluster benchmarks against clusters this command starts: throughput and latency
     /// (memcached protocol and native), R = 1 vs R = 3, one back-end vs local, vs memcached.
     Cluster(cluster::ClusterArgs),
+    /// The paper's evaluation end to end (Tables 1-3, Figures 9-15, failure timing): JSON, CSV
+    /// and SVG plots in --out-dir.
+    Paper(paper::PaperArgs),
 }
 
 /// Run `fawn bench` with parsed arguments.
@@ -104,6 +109,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         BenchCommand::Device(d) => device::run(d, args.quiet, &mut rep),
         BenchCommand::Files(f) => files::run(f, args.quiet, &mut rep),
         BenchCommand::Cluster(c) => cluster::run(c, args.quiet, &mut rep),
+        BenchCommand::Paper(p) => paper::run(p, args.quiet),
     }
 }
 
