@@ -27,6 +27,7 @@ pub mod files;
 pub mod keydist;
 pub mod launch;
 pub mod loadgen;
+pub mod maint;
 pub mod native;
 pub mod netbench;
 pub mod output;
@@ -80,6 +81,9 @@ pub enum BenchCommand {
     /// Cluster benchmarks against clusters this command starts: throughput and latency
     /// (memcached protocol and native), R = 1 vs R = 3, one back-end vs local, vs memcached.
     Cluster(cluster::ClusterArgs),
+    /// FAWN-DS maintenance under load (issue 3): gets during split/merge/compact (Figure 14),
+    /// lock hold times, write amplification, put-fraction sweep with compaction (Figure 10).
+    Maint(maint::MaintArgs),
     /// The paper's evaluation end to end (Tables 1-3, Figures 9-15, failure timing): JSON, CSV
     /// and SVG plots in --out-dir.
     Paper(paper::PaperArgs),
@@ -110,6 +114,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         BenchCommand::Files(f) => files::run(f, args.quiet, &mut rep),
         BenchCommand::Cluster(c) => cluster::run(c, args.quiet, &mut rep),
         BenchCommand::Paper(p) => paper::run(p, args.quiet),
+        BenchCommand::Maint(m) => maint::run(m, args.quiet, &mut rep),
     }
 }
 

@@ -373,7 +373,13 @@ fn rewrite(shared: &Shared, other: Option<&Shared>) -> Result<MaintenanceReport,
             shared.seq_floor.fetch_max(top, Ordering::AcqRel);
         }
         new.max_seq.fetch_max(top, Ordering::AcqRel);
-        new.sync_to(new.applied_end.load(Ordering::Acquire))?;
+        // Under `Always` the tail holds acknowledged-durable writes: they must be durable
+        // in the new log before it replaces the old one. Otherwise the tail (at most the
+        // last catch-up pass) is synced right after the lock is released, like any
+        // recent write under `Interval`/`Never` (the bulk of the new log already is).
+        if shared.opts.sync == SyncPolicy::Always {
+            new.sync_to(new.applied_end.load(Ordering::Acquire))?;
+        }
         // The commit point.
         fs::rename(&path, shared.dir.join(LOG_FILE))
             .map_err(|e| Error::io("renaming the compacted log", e))?;
@@ -394,7 +400,8 @@ fn rewrite(shared: &Shared, other: Option<&Shared>) -> Result<MaintenanceReport,
     c.rep.lock_hold_us = hold_us;
     // The rename is durable once the directory is; the old checkpoint is useless now.
     let _ = fs::remove_file(shared.dir.join(CHECKPOINT_FILE));
-    let dir_synced = sync_dir(&shared.dir);
+    let dir_synced =
+        new.sync_to(new.written_end.load(Ordering::Acquire)).and_then(|()| sync_dir(&shared.dir));
     new.start_migrator();
     new.start_auto_checkpoint();
     c.rep.log_bytes_after = new.applied_end.load(Ordering::Acquire);
