@@ -40,10 +40,9 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 self.buf.drain(..self.pos);
                 self.pos = 0;
             }
-            let start = self.buf.len();
-            self.buf.resize(start + READ_CHUNK_BYTES, 0);
-            let n = self.inner.read(&mut self.buf[start..]).await?;
-            self.buf.truncate(start + n);
+            // read_buf fills spare capacity without zeroing it first.
+            self.buf.reserve(READ_CHUNK_BYTES);
+            let n = self.inner.read_buf(&mut self.buf).await?;
             if n == 0 {
                 return if self.buf.is_empty() { Ok(None) } else { Err(ReadError::Truncated) };
             }

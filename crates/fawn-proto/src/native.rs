@@ -49,7 +49,12 @@ pub enum Message {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Request {
     /// Read at the tail (to a back-end) or via the owning front-end.
-    Get { epoch: Epoch, key: Vec<u8>, forwarded: bool },
+    Get {
+        epoch: Epoch,
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        forwarded: bool,
+    },
     /// An update to the head (to a back-end) or via the owning front-end.
     Update { epoch: Epoch, req: ReqId, update: Update, forwarded: bool },
     /// Cluster-wide flush (to a front-end, which asks the manager).
@@ -129,7 +134,13 @@ pub enum ChainMsg {
     /// Start of a snapshot; the receiver empties its copy of the range.
     SnapshotBegin { epoch: Epoch, range: Range },
     /// One record of a snapshot, in the sender's log order.
-    SnapshotRecord { range: Range, seq: u64, key: Vec<u8>, effect: ReplEffect },
+    SnapshotRecord {
+        range: Range,
+        seq: u64,
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+        effect: ReplEffect,
+    },
     /// End of a snapshot: it held every update up to `upto_seq`.
     SnapshotEnd { epoch: Epoch, range: Range, upto_seq: u64 },
     /// Answer to `Resend`: every update the sender had when it handled the resend was sent
@@ -142,6 +153,7 @@ pub enum ChainMsg {
         range: Range,
         seq: u64,
         prev_seq: u64,
+        #[serde(with = "serde_bytes")]
         key: Vec<u8>,
         effect: ReplEffect,
         /// The client request and its outcome, so every replica can deduplicate a retry
@@ -158,7 +170,12 @@ pub enum ChainMsg {
 /// The replicated effect of an update.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ReplEffect {
-    Put { value: Vec<u8>, flags: u32, expiry: u32 },
+    Put {
+        #[serde(with = "serde_bytes")]
+        value: Vec<u8>,
+        flags: u32,
+        expiry: u32,
+    },
     Delete,
 }
 
@@ -266,6 +283,7 @@ pub struct NodeStatus {
 /// One committed item of a range, for replica comparison.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DigestEntry {
+    #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
     pub seq: u64,
     /// CRC32C of the value, or `None` for a delete record.

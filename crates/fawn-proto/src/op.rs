@@ -13,6 +13,7 @@ pub type UnixSeconds = u32;
 /// An item as clients see it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Item {
+    #[serde(with = "serde_bytes")]
     pub value: Vec<u8>,
     /// memcached client flags (opaque to the server).
     pub flags: u32,
@@ -51,9 +52,11 @@ pub enum Mutation {
 /// An update request as the head receives it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Update {
+    #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
     pub mutation: Mutation,
     /// The value for Set/Add/Replace/Append/Prepend/Cas; empty otherwise.
+    #[serde(with = "serde_bytes")]
     pub value: Vec<u8>,
     /// Flags for Set/Add/Replace/Cas.
     pub flags: u32,
@@ -88,6 +91,7 @@ pub enum Effect {
     /// Nothing to write (the condition failed).
     None,
     Put {
+        #[serde(with = "serde_bytes")]
         value: Vec<u8>,
         flags: u32,
         expiry: UnixSeconds,

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use fawn_ds::{DataStore, Meta, RecordKind};
 use fawn_proto::native::{ChainMsg, Epoch, RangeConfig, ReplEffect, ReqId, WireError};
-use fawn_proto::op::{decide, Effect, Item, Outcome, Update};
+use fawn_proto::op::{decide, Effect, Item, Mutation, Outcome, Update};
 use fawn_ring::{NodeId, Range};
 use parking_lot::Mutex;
 use tokio::sync::{mpsc, oneshot};
@@ -185,7 +185,11 @@ impl RangeReplica {
         if let Some((seq, outcome)) = st.recent.get(&req) {
             return Ok(Ordered::AwaitAck { seq: *seq, outcome: outcome.clone() });
         }
-        let current = self.read(&update.key, flush_at)?;
+        // A plain set does not depend on the current item: skip the read.
+        let current = match update.mutation {
+            Mutation::Set => None,
+            _ => self.read(&update.key, flush_at)?,
+        };
         let seq = next_seq(st.last_seq.max(self.store.max_seq()));
         let (outcome, effect) = decide(update, current.as_ref(), unix_now(), seq);
         let effect = match effect {

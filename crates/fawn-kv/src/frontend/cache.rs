@@ -65,12 +65,21 @@ impl QueryCache {
         *self.generations[self.hash(key) % GENERATION_SLOTS].lock()
     }
 
-    /// Caches a value read from the tail if no update touched the key since `generation`.
+    /// Caches a value read from the tail if no update touched the key since `generation`
+    /// and the cache holds nothing newer. Two reads of one key can finish out of order (an
+    /// update may commit without passing this front-end's cache, e.g. when it was sent through
+    /// a predecessor of this process that crashed); the later-started read must win.
     pub fn fill(&self, key: &[u8], item: Item, generation: u64) {
         let gen = self.generations[self.hash(key) % GENERATION_SLOTS].lock();
-        if *gen == generation {
-            self.insert(key, item);
+        if *gen != generation || self.entries_per_shard_max == 0 {
+            return;
         }
+        let shard = self.shards[self.hash(key) % SHARDS].lock();
+        if shard.map.get(key).is_some_and(|(cached, _)| cached.cas >= item.cas) {
+            return;
+        }
+        drop(shard);
+        self.insert(key, item);
     }
 
     /// An update of `key` starts or ends: drop the cached item and move the generation.
@@ -78,13 +87,6 @@ impl QueryCache {
         let mut gen = self.generations[self.hash(key) % GENERATION_SLOTS].lock();
         *gen += 1;
         self.shards[self.hash(key) % SHARDS].lock().map.remove(key);
-    }
-
-    /// An update of `key` committed with this exact resulting item.
-    pub fn store_committed(&self, key: &[u8], item: Item) {
-        let mut gen = self.generations[self.hash(key) % GENERATION_SLOTS].lock();
-        *gen += 1;
-        self.insert(key, item);
     }
 
     fn insert(&self, key: &[u8], item: Item) {
@@ -131,19 +133,29 @@ mod tests {
     fn a_fill_that_raced_an_update_is_dropped() {
         let c = QueryCache::new(100);
         let g = c.generation(b"k");
-        c.store_committed(b"k", item(b"new", 2));
-        c.fill(b"k", item(b"old", 1), g);
-        assert_eq!(c.get(b"k").unwrap().value, b"new");
         c.invalidate(b"k");
         c.fill(b"k", item(b"old", 1), g);
         assert!(c.get(b"k").is_none());
+        let g = c.generation(b"k");
+        c.fill(b"k", item(b"new", 2), g);
+        assert_eq!(c.get(b"k").unwrap().value, b"new");
+    }
+
+    #[test]
+    fn an_older_read_never_replaces_a_newer_one() {
+        let c = QueryCache::new(100);
+        let g = c.generation(b"k");
+        c.fill(b"k", item(b"new", 9), g);
+        c.fill(b"k", item(b"old", 5), g);
+        assert_eq!(c.get(b"k").unwrap().value, b"new");
     }
 
     #[test]
     fn stays_bounded() {
         let c = QueryCache::new(64);
         for i in 0..10_000u32 {
-            c.store_committed(&i.to_le_bytes(), item(b"v", 1));
+            let key = i.to_le_bytes();
+            c.fill(&key, item(b"v", 1), c.generation(&key));
         }
         let total: usize = c.shards.iter().map(|s| s.lock().map.len()).sum();
         assert!(total <= 64, "{total}");

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use fawn_client::pool::Pool;
 use fawn_proto::native::{ClusterConfig, NodeStatus, ReqId, Request, Response, WireError};
-use fawn_proto::op::{is_expired, Item, Mutation, Outcome, Update};
+use fawn_proto::op::{is_expired, Item, Outcome, Update};
 use fawn_ring::{key_id, wedge_of};
 use parking_lot::RwLock;
 use tokio::sync::watch;
@@ -170,8 +170,10 @@ impl Frontend {
                 // The tail filters too; this covers a tail that has not yet installed the
                 // configuration with the latest flush_all.
                 let item = item.filter(|i| self.visible(i, now));
-                if let Some(item) = &item {
-                    self.cache.fill(key, item.clone(), generation);
+                match &item {
+                    Some(item) => self.cache.fill(key, item.clone(), generation),
+                    // The key is absent now: no read that started earlier may cache a value.
+                    None => self.cache.invalidate(key),
                 }
                 Ok(item)
             }
@@ -204,18 +206,11 @@ impl Frontend {
             |v: &View| v.config.range_of(id).and_then(|rc| v.backend_addr(rc.head()?).map(str::to_string));
         let make = |epoch| Request::Update { epoch, req, update: update.clone(), forwarded: true };
         let result = self.call_with_retries(head, make).await;
-        match &result {
-            Ok(Response::Update(Outcome::Stored { cas })) if stores_given_value(update.mutation) => {
-                let item = Item {
-                    value: update.value.clone(),
-                    flags: update.flags,
-                    expiry: update.expiry,
-                    cas: *cas,
-                };
-                self.cache.store_committed(&key, item);
-            }
-            _ => self.cache.invalidate(&key),
-        }
+        // Invalidate, never install the written value: concurrent updates of one key can
+        // finish here in a different order than the head applied them (found by the
+        // linearizability checker), and a delete's outcome carries no sequence number to order
+        // it by. The next get refills the cache from the tail.
+        self.cache.invalidate(&key);
         match result? {
             Response::Update(outcome) => Ok(outcome),
             other => Err(unexpected(other)),
@@ -314,11 +309,6 @@ impl Frontend {
             counters,
         })
     }
-}
-
-/// Mutations whose stored value is exactly the request's value (so the cache can keep it).
-fn stores_given_value(m: Mutation) -> bool {
-    matches!(m, Mutation::Set | Mutation::Add | Mutation::Replace | Mutation::Cas { .. })
 }
 
 fn unexpected(resp: Response) -> WireError {
