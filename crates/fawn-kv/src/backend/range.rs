@@ -252,6 +252,9 @@ impl RangeReplica {
     /// Records that everything up to `seq` is committed.
     fn on_ack_local(&self, seq: u64) {
         self.acked.fetch_max(seq, Ordering::AcqRel);
+        // Every in-chain replica holds committed deletes, and a new replica starts from a
+        // snapshot: compaction may drop tombstones up to here.
+        self.store.set_tombstone_watermark(self.acked.load(Ordering::Acquire));
         {
             let mut unacked = self.unacked.lock();
             let rest = unacked.split_off(&(seq + 1));
