@@ -294,8 +294,8 @@ fn lock(args: &MaintArgs, dir: &Path, quiet: bool, rep: &mut Reporter) -> Result
                 ds.store(&key(rng.gen_range(0..keys)), &value, Meta { seq: s, ..Meta::default() })?;
                 n += 1;
                 let due = Duration::from_secs_f64(n as f64 / 10_000.0);
-                if due > start.elapsed() {
-                    std::thread::sleep(due - start.elapsed());
+                if let Some(wait) = due.checked_sub(start.elapsed()) {
+                    std::thread::sleep(wait);
                 }
             }
             Ok(())

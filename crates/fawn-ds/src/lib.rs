@@ -15,6 +15,8 @@
 //! - `index`: the cuckoo hash index and its checkpoint image.
 //! - `store`: `DataStore` — appends, lookups, group commit, growth steps.
 //! - `recovery` / `checkpoint`: open = checkpoint + replay, or rebuild from the log.
+//! - `maint`: split, merge, compact under live traffic (scan, catch up, brief lock, atomic
+//!   swap), the `MAXSEQ` floor, the automatic compactor.
 //!
 //! File formats and media assumptions: `docs/FORMAT.md`.
 
