@@ -44,7 +44,7 @@ const SEQ_FILE_BYTES: usize = 24;
 /// A split builds its datastore in `<target>` + this suffix and renames it when complete.
 const SPLIT_TMP_SUFFIX: &str = ".split-tmp";
 /// Unlocked catch-up passes stop once the unscanned tail is at most this many bytes...
-const CATCH_UP_LOCKED_BYTES_MAX: u64 = 256 << 10;
+const CATCH_UP_LOCKED_BYTES_MAX: u64 = 64 << 10;
 /// ...or after this many passes (writers faster than the copy): the rest is copied locked.
 const CATCH_UP_PASSES_MAX: usize = 8;
 
@@ -338,6 +338,12 @@ fn rewrite(shared: &Shared, other: Option<&Shared>) -> Result<MaintenanceReport,
         new.sync_to(new.applied_end.load(Ordering::Acquire))?;
         // No checkpoint of the old log may be written after the swap.
         old.stop_migrator();
+        // The sync and the join took time: catch up what was appended meanwhile, so the
+        // lock only covers a small tail.
+        if let Some(oi) = &other_inner {
+            other_pos = c.catch_up(oi, other_pos, &keep_other)?;
+        }
+        pos = c.catch_up(&old, pos, &keep_self)?;
         Ok::<_, Error>((pos, other_pos))
     })();
     let (pos, other_pos) = match result {
