@@ -2,6 +2,8 @@
 //! seed: kill -9 + restart of a back-end, a short or long SIGSTOP of a back-end, a kill -9 +
 //! restart of a front-end. At most one back-end is down at once (R=3 tolerates two). Every
 //! run: the history is linearizable and the final scan finds every acknowledged write.
+//! Clients abandon an operation after 2.5 s here, so updates caught by a fault are recorded
+//! as of unknown outcome (they may still take effect) and the checker must account for them.
 //! Seeds: FAWN_SEED (one or a comma-separated list), else the default below; scripts/soak.sh
 //! runs many.
 
@@ -15,6 +17,7 @@ fn random_faults_under_load() {
     let mut sc = Scenario::new("faults_mixed");
     sc.shape.frontends = 2;
     sc.cooldown = std::time::Duration::from_secs(4);
+    sc.workload.op_deadline = std::time::Duration::from_millis(2500);
     let rounds: u32 = std::env::var("FAWN_FAULT_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
     run_scenario(&sc, &[701], |f| {
         for _ in 0..rounds {

@@ -77,6 +77,8 @@ pub struct Invocation {
 /// A thread-safe history recorder.
 pub struct Recorder {
     start: Instant,
+    /// Wall-clock time of `start`, to line history times up with the roles' logs.
+    pub started_utc: String,
     entries: Mutex<Vec<Entry>>,
     next_value: AtomicU64,
 }
@@ -89,7 +91,12 @@ impl Default for Recorder {
 
 impl Recorder {
     pub fn new() -> Recorder {
-        Recorder { start: Instant::now(), entries: Mutex::new(Vec::new()), next_value: AtomicU64::new(0) }
+        Recorder {
+            start: Instant::now(),
+            started_utc: super::procs::utc_now(),
+            entries: Mutex::new(Vec::new()),
+            next_value: AtomicU64::new(0),
+        }
     }
 
     /// Nanoseconds since the recorder was made (monotonic).
@@ -417,8 +424,8 @@ impl Scenario {
             name,
             shape: ProcShape::default(),
             workload: Workload::default(),
-            warmup: Duration::from_secs(2),
-            cooldown: Duration::from_secs(3),
+            warmup: Duration::from_millis(1500),
+            cooldown: Duration::from_millis(2500),
             settle: Duration::from_secs(30),
         }
     }
@@ -463,7 +470,8 @@ impl FaultCtx<'_> {
     /// Records a fault description with its time.
     pub fn note(&mut self, what: impl Into<String>) {
         let what = what.into();
-        let line = format!("t={:.2}s {what}", self.started.elapsed().as_secs_f64());
+        let line =
+            format!("t={:.2}s ({}) {what}", self.started.elapsed().as_secs_f64(), super::procs::utc_now());
         eprintln!("  fault: {line}");
         self.log.push(line);
     }
@@ -592,7 +600,8 @@ pub fn run_seed(sc: &Scenario, seed: u64, faults: &mut dyn FnMut(&mut FaultCtx))
     let keep = !problems.is_empty() || std::env::var_os("FAWN_KEEP").is_some();
     let evidence = if keep {
         procs.save_logs(&dir);
-        std::fs::write(dir.join("faults.txt"), fault_log.join("\n") + "\n").expect("faults.txt");
+        let header = format!("history.jsonl time 0 = {} (UTC)\n", rec.started_utc);
+        std::fs::write(dir.join("faults.txt"), header + &fault_log.join("\n") + "\n").expect("faults.txt");
         Some(dir)
     } else {
         let _ = std::fs::remove_dir_all(&dir);

@@ -215,7 +215,7 @@ impl Procs {
         assert!(p.child.is_none(), "{} is already running", p.name);
         let mut log =
             OpenOptions::new().create(true).append(true).open(self.log_path(&p.name)).expect("open role log");
-        let _ = writeln!(log, "===== test harness: starting {} {}", p.name, p.args.join(" "));
+        let _ = writeln!(log, "===== test harness {}: starting {} {}", utc_now(), p.name, p.args.join(" "));
         let child = Command::new(env!("CARGO_BIN_EXE_fawn"))
             .args(&p.args)
             .env("FAWN_LOG", std::env::var("FAWN_TEST_LOG").unwrap_or_else(|_| "info".into()))
@@ -231,7 +231,7 @@ impl Procs {
     /// Appends a marker line to a role's log (to line up faults with log lines).
     pub fn mark(&self, name: &str, what: &str) {
         if let Ok(mut log) = OpenOptions::new().append(true).open(self.log_path(name)) {
-            let _ = writeln!(log, "===== test harness: {what}");
+            let _ = writeln!(log, "===== test harness {}: {what}", utc_now());
         }
     }
 
@@ -431,6 +431,31 @@ impl Procs {
             p.kill9();
         }
     }
+}
+
+/// The wall-clock time as the roles' logs print it (`2026-01-02T03:04:05.678901Z`), so that
+/// harness markers line up with log lines.
+pub fn utc_now() -> String {
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    let secs = now.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:06}Z",
+        rem / 3600,
+        rem / 60 % 60,
+        rem % 60,
+        now.subsec_micros()
+    )
 }
 
 fn placeholder() -> Proc {
