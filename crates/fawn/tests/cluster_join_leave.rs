@@ -1,0 +1,117 @@
+//! Guards membership changes under traffic: a fourth back-end joins a formed 3-back-end
+//! cluster (it syncs the ranges the ring prefers it for and the chains drop the node it
+//! replaces), then another back-end leaves gracefully (its replacements sync before it is
+//! dropped). Writes continue throughout; afterwards every acknowledged write is readable,
+//! chains are back to R in-sync replicas, and every replica of every chain agrees.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Cluster, Shape};
+use fawn_client::pool::Pool;
+use fawn_proto::native::{ClusterConfig, NodeState, Request, Response};
+
+async fn wait_settled(cluster: &Cluster, what: &str, done: impl Fn(&ClusterConfig) -> bool) -> ClusterConfig {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let c = cluster.config().await;
+        if done(&c) && c.ranges.iter().all(|r| r.chain.len() == 3 && r.syncing.is_empty()) {
+            return c;
+        }
+        assert!(Instant::now() < deadline, "{what} did not settle: {c:?}\n{}", cluster.role_logs());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn join_then_leave_under_writes() {
+    let cluster = Cluster::start(Shape::default());
+    let client = cluster.client().await;
+    let mut acked = BTreeMap::new();
+    for i in 0..600u32 {
+        let (k, v) = (format!("m-{i}"), format!("v0-{i}"));
+        client.put(k.as_bytes(), v.as_bytes()).await.expect("put");
+        acked.insert(k, v);
+    }
+
+    let joiner_dir = cluster.dir.join("backend-3");
+    let log = std::fs::File::create(cluster.dir.join("backend-3.log")).expect("log");
+    let mut joiner = Command::new(env!("CARGO_BIN_EXE_fawn"))
+        .args(["backend", "--node", "3", "--listen", &format!("127.0.0.1:{}", cluster.base_port + 4)])
+        .args(["--manager", &cluster.manager_addr(), "--data-dir", &joiner_dir.display().to_string()])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("log"))
+        .stderr(log)
+        .spawn()
+        .expect("spawn joiner");
+
+    // Keep writing while the joiner syncs.
+    let writer = {
+        let client = client.clone();
+        tokio::spawn(async move {
+            let mut acked = BTreeMap::new();
+            let start = Instant::now();
+            let mut i = 0u32;
+            while start.elapsed() < Duration::from_secs(4) {
+                let (k, v) = (format!("m-{}", i % 900), format!("v1-{i}"));
+                if client.put(k.as_bytes(), v.as_bytes()).await.is_ok() {
+                    acked.insert(k, v);
+                }
+                i += 1;
+            }
+            acked
+        })
+    };
+    let c = wait_settled(&cluster, "join", |c| c.ranges.iter().any(|r| r.chain.contains(&3))).await;
+    assert!(c.backends.iter().any(|b| b.node == 3 && b.state == NodeState::Alive));
+    acked.extend(writer.await.expect("writer"));
+
+    // Node 0 leaves gracefully.
+    let pool = Pool::new(Duration::from_secs(2));
+    let reply = pool.call(&cluster.manager_addr(), Request::Leave { node: 0 }, Duration::from_secs(2)).await;
+    assert!(matches!(reply, Ok(Response::Config(_))), "{reply:?}");
+    let c = wait_settled(&cluster, "leave", |c| c.ranges.iter().all(|r| !r.chain.contains(&0))).await;
+    assert_eq!(c.backends.iter().find(|b| b.node == 0).map(|b| b.state), Some(NodeState::Left));
+
+    for (k, v) in &acked {
+        let got = client.get(k.as_bytes()).await.expect("get").map(|it| it.value);
+        assert_eq!(got.as_deref(), Some(v.as_bytes()), "{k}");
+    }
+    for rc in &c.ranges {
+        let mut digests = Vec::new();
+        for node in &rc.chain {
+            let addr = c.backend_addr(*node).expect("addr").to_string();
+            digests.push(live_digest(&pool, &addr, rc.range).await);
+        }
+        assert!(
+            digests.windows(2).all(|w| w[0] == w[1]),
+            "replicas differ for range {}",
+            rc.range.id_string()
+        );
+    }
+    let _ = joiner.kill();
+    let _ = joiner.wait();
+}
+
+/// Key -> (sequence number, value checksum) of a range's live items on one replica.
+async fn live_digest(pool: &Pool, addr: &str, range: fawn_ring::Range) -> BTreeMap<Vec<u8>, (u64, u32)> {
+    let mut out = BTreeMap::new();
+    let mut after = None;
+    loop {
+        let req = Request::RangeDigest { range, after_key: after.clone(), limit: 10_000 };
+        let page = match pool.call(addr, req, Duration::from_secs(10)).await.expect("digest") {
+            Response::Digest(page) => page,
+            other => panic!("{other:?}"),
+        };
+        let Some(last) = page.last() else { return out };
+        after = Some(last.key.clone());
+        for e in page {
+            if let Some(crc) = e.value_crc {
+                out.insert(e.key, (e.seq, crc));
+            }
+        }
+    }
+}
