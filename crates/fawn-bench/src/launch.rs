@@ -120,7 +120,7 @@ pub fn free_base_port(seed: u64) -> Result<u16> {
     for attempt in 0..200u64 {
         let base = 30_000 + ((seed.wrapping_mul(7919).wrapping_add(attempt * 1009)) % 25_000) as u16;
         let base = base - base % 10;
-        let ports = (0..16).chain(100..104).chain(200..204);
+        let ports = (0..16).chain(50..58).chain(100..104).chain(200..204);
         if ports.map(|o| base + o).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
             return Ok(base);
         }

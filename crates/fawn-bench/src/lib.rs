@@ -22,6 +22,7 @@ use anyhow::{Context, Result};
 
 pub mod cluster;
 pub mod device;
+pub mod distance;
 pub mod ds;
 pub mod files;
 pub mod keydist;
@@ -84,6 +85,9 @@ pub enum BenchCommand {
     /// FAWN-DS maintenance under load (issue 3): gets during split/merge/compact (Figure 14),
     /// lock hold times, write amplification, put-fraction sweep with compaction (Figure 10).
     Maint(maint::MaintArgs),
+    /// Throughput vs concurrency with 0/1/5 ms between front-end and back-ends (netns + netem
+    /// when the kernel has it, else a delay proxy).
+    Distance(distance::DistanceArgs),
     /// The paper's evaluation end to end (Tables 1-3, Figures 9-15, failure timing): JSON, CSV
     /// and SVG plots in --out-dir.
     Paper(paper::PaperArgs),
@@ -114,6 +118,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         BenchCommand::Files(f) => files::run(f, args.quiet, &mut rep),
         BenchCommand::Cluster(c) => cluster::run(c, args.quiet, &mut rep),
         BenchCommand::Paper(p) => paper::run(p, args.quiet),
+        BenchCommand::Distance(d) => distance::run(d, args.quiet, &mut rep),
         BenchCommand::Maint(m) => maint::run(m, args.quiet, &mut rep),
     }
 }

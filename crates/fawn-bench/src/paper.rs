@@ -14,6 +14,7 @@
 //! | `fig15_latency_cdf.svg` | Figure 15: get latency CDFs, normal and during a join, low and high load |
 //! | `failure.svg` | issue 6: get rate while a back-end is frozen (SIGSTOP) and its ranges repair |
 //! | `table3_qpcs.svg` | Table 3 analogue: queries per CPU-second, FAWN vs memcached vs Redis |
+//! | `distance.svg` | throughput vs concurrency with +0/1/5 ms between front-end and back-ends |
 //!
 //! `--quick` shrinks every size so the whole run takes a few minutes on 2 cores.
 
@@ -50,7 +51,8 @@ pub struct PaperArgs {
     /// when the datastore outgrows the page cache (needs a writable /sys/fs/cgroup: root).
     #[arg(long)]
     pub memcap: Option<String>,
-    /// Skip these parts: device, table2, files, fig10, fig11, join, failure, table3, cluster.
+    /// Skip these parts: device, table2, files, fig10, fig11, join, failure, table3, distance,
+    /// cluster.
     #[arg(long, value_delimiter = ',')]
     pub skip: Vec<String>,
     /// The `fawn` binary (default: this one, `fawn` next to it, $FAWN_BIN, or on the PATH).
@@ -85,6 +87,8 @@ struct Sizes {
     timeline_s: f64,
     join_s: f64,
     cluster_duration: f64,
+    distance_conns: Vec<usize>,
+    distance_gets: Vec<f64>,
 }
 
 impl Sizes {
@@ -103,6 +107,8 @@ impl Sizes {
                 timeline_s: 2.0,
                 join_s: 4.0,
                 cluster_duration: 0.0,
+                distance_conns: vec![1, 8],
+                distance_gets: vec![1.0],
             }
         } else if quick {
             Sizes {
@@ -118,6 +124,8 @@ impl Sizes {
                 timeline_s: 8.0,
                 join_s: 12.0,
                 cluster_duration: 2.0,
+                distance_conns: vec![1, 16, 128],
+                distance_gets: vec![1.0, 0.0],
             }
         } else {
             Sizes {
@@ -133,6 +141,8 @@ impl Sizes {
                 timeline_s: 30.0,
                 join_s: 40.0,
                 cluster_duration: 8.0,
+                distance_conns: vec![1, 4, 16, 64, 256],
+                distance_gets: vec![1.0, 0.0],
             }
         }
     }
@@ -154,7 +164,7 @@ pub fn run(args: &PaperArgs, quiet: bool) -> Result<()> {
     let scratch = env.work.path().to_path_buf();
     let started = Instant::now();
     let mut failed = Vec::new();
-    let parts: [(&str, Part); 9] = [
+    let parts: [(&str, Part); 10] = [
         ("device", table1),
         ("table2", table2),
         ("files", fig9),
@@ -163,6 +173,7 @@ pub fn run(args: &PaperArgs, quiet: bool) -> Result<()> {
         ("join", join),
         ("failure", failure),
         ("table3", table3),
+        ("distance", distance_part),
         ("cluster", cluster_part),
     ];
     let mut ctx = Ctx { args, z: &z, env: &mut env, rep: &mut rep, scratch, out: &args.out_dir, quiet };
@@ -604,7 +615,7 @@ fn join(c: &mut Ctx) -> Result<()> {
         let mut e = c.timing();
         e.extend([s("--get-ratio"), s(1), s("--scenario"), format!("join/{load}/normal")]);
         if load == "low" {
-            e.extend([s("--rate"), s((0.3 * max_rate).round().max(100.0))]);
+            e.extend([s("--rate"), s((0.3 * max_rate).round().max(100.0)), s("--pipeline"), s(8)]);
         }
         let w = workload(&e)?;
         let st =
@@ -628,7 +639,7 @@ fn join(c: &mut Ctx) -> Result<()> {
             format!("join/{load}/during-join"),
         ]);
         if load == "low" {
-            e.extend([s("--rate"), s((0.3 * max_rate).round().max(100.0))]);
+            e.extend([s("--rate"), s((0.3 * max_rate).round().max(100.0)), s("--pipeline"), s(8)]);
         }
         let w = workload(&e)?;
         let lead = Duration::from_secs_f64(c.z.warmup + 2.0);
@@ -881,6 +892,21 @@ fn table3(c: &mut Ctx) -> Result<()> {
             Scale::Linear,
         ),
     )
+}
+
+fn distance_part(c: &mut Ctx) -> Result<()> {
+    let a = crate::distance::DistanceArgs {
+        delays_ms: vec![0.0, 1.0, 5.0],
+        connections: c.z.distance_conns.clone(),
+        get_ratios: c.z.distance_gets.clone(),
+        keys: c.z.keys,
+        duration: c.z.duration.min(3.0),
+        warmup: c.z.warmup.min(1.0),
+        svg: Some(c.out.join("distance.svg")),
+        fawn_bin: Some(c.env.bin.clone()),
+        dir: Some(c.scratch.clone()),
+    };
+    crate::distance::run(&a, c.quiet, c.rep)
 }
 
 fn cluster_part(c: &mut Ctx) -> Result<()> {

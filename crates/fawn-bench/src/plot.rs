@@ -3,10 +3,10 @@
 
 use std::fmt::Write;
 
-const W: f64 = 720.0;
+const W: f64 = 900.0;
 const H: f64 = 420.0;
 const LEFT: f64 = 80.0;
-const RIGHT: f64 = 170.0;
+const RIGHT: f64 = 250.0;
 const TOP: f64 = 40.0;
 const BOTTOM: f64 = 60.0;
 const COLORS: [&str; 8] =
@@ -143,7 +143,7 @@ fn frame(svg: &mut String, title: &str, xlabel: &str, ylabel: &str) {
         svg,
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="12">
 <rect width="100%" height="100%" fill="white"/>
-<text x="{}" y="22" text-anchor="middle" font-size="15" font-weight="bold">{}</text>
+<text x="{}" y="22" text-anchor="middle" font-size="14" font-weight="bold">{}</text>
 <text x="{}" y="{}" text-anchor="middle">{}</text>
 <text transform="translate(18,{}) rotate(-90)" text-anchor="middle">{}</text>
 "#,

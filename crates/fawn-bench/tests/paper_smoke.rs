@@ -45,6 +45,7 @@ fn tiny_paper_run_writes_every_figure() {
         "fig15_latency_cdf.svg",
         "failure.svg",
         "table3_qpcs.svg",
+        "distance.svg",
     ] {
         let svg = std::fs::read_to_string(out.join(f)).unwrap_or_else(|e| panic!("{f}: {e}"));
         assert!(svg.starts_with("<svg") && (svg.contains("polyline") || svg.contains("<rect x=")), "{f}");
