@@ -373,8 +373,21 @@ fn local(rt: &tokio::runtime::Runtime, env: &mut Env, args: &ClusterArgs, rep: &
     Ok(())
 }
 
-/// GET/SET vs memcached -t 1, pipelined or not, cache-hit and full-path gets.
+/// GET/SET vs memcached -t 1, pipelined or not, cache-hit and full-path gets, per value size.
 fn peers(rt: &tokio::runtime::Runtime, env: &mut Env, args: &ClusterArgs, rep: &mut Reporter) -> Result<()> {
+    for &vs in &args.value_sizes {
+        peers_at(rt, env, args, rep, vs)?;
+    }
+    Ok(())
+}
+
+fn peers_at(
+    rt: &tokio::runtime::Runtime,
+    env: &mut Env,
+    args: &ClusterArgs,
+    rep: &mut Reporter,
+    vs: usize,
+) -> Result<()> {
     let points: Vec<(&str, &str, usize)> =
         vec![("get", "1", 1), ("get", "1", 16), ("set", "0", 1), ("set", "0", 16)];
     let conns = 32usize;
@@ -386,10 +399,12 @@ fn peers(rt: &tokio::runtime::Runtime, env: &mut Env, args: &ClusterArgs, rep: &
             s(conns),
             s("--pipeline"),
             s(pipe),
+            s("--value-size"),
+            s(vs),
             s("--timeout"),
             s(30),
             s("--scenario"),
-            format!("cluster/vs-memcached/{op}/v256/c{conns}/p{pipe}/{sys}"),
+            format!("cluster/vs-memcached/{op}/v{vs}/c{conns}/p{pipe}/{sys}"),
         ];
         if !preload {
             e.push(s("--no-preload"));
@@ -417,7 +432,7 @@ fn peers(rt: &tokio::runtime::Runtime, env: &mut Env, args: &ClusterArgs, rep: &
                 env.quiet,
             ))?;
             netbench::report(rep, &w, system, &st)?;
-            let base_sc = format!("cluster/vs-memcached/{op}/v256/c{conns}/p{pipe}/memcached");
+            let base_sc = format!("cluster/vs-memcached/{op}/v{vs}/c{conns}/p{pipe}/memcached");
             for m in ["ops_per_s", "ops_per_cpu_s"] {
                 if let (Some(b), Some(v)) =
                     (rep.find(&base_sc, "memcached", m), rep.find(&w.scenario(), system, m))

@@ -663,6 +663,16 @@ fn join(c: &mut Ctx) -> Result<()> {
             None => c.rep.metric(&sc, "fawn", "join_unfinished", 1.0, "bool", &p)?,
         }
         let pts = timeline(c, &sc, "fawn", &st, &p)?;
+        // Issue 6's goal: the rate during the join (pre-copy) vs the steady rate before it.
+        let mean = |from: f64, to: f64| {
+            let v: Vec<f64> = pts.iter().filter(|(t, _)| *t >= from && *t < to).map(|x| x.1).collect();
+            v.iter().sum::<f64>() / v.len().max(1) as f64
+        };
+        let steady = mean(c.z.warmup, t_start);
+        let during = mean(t_start, t_done.unwrap_or(t_start + 0.5).max(t_start + 0.5));
+        if steady > 0.0 {
+            c.rep.metric(&sc, "fawn", "rate_during_join_vs_steady", during / steady, "ratio", &p)?;
+        }
         rate_series.push(Series::new(
             format!(
                 "{load} load (join {:.1}..{} s)",
@@ -766,6 +776,19 @@ fn failure(c: &mut Ctx) -> Result<()> {
         }
     }
     c.rep.metric(sc, "fawn", "bytes_moved", moved as f64, "B", &p)?;
+    if let (Some(d), Some(u)) = (t_detect, t_puts) {
+        c.rep.metric(sc, "fawn", "puts_ok_after_detection_s", u - d, "s", &p)?;
+    }
+    if let (Some(d), Some(r)) = (t_detect, t_rerep) {
+        c.rep.metric(
+            sc,
+            "fawn",
+            "rereplication_mb_per_s",
+            moved as f64 / 1e6 / (r - d).max(1e-3),
+            "MB/s",
+            &p,
+        )?;
+    }
     let pts = timeline(c, sc, "fawn", &st, &p)?;
     let errs: Vec<(f64, f64)> = st
         .timeline_errors
