@@ -13,7 +13,7 @@
 //! | `fig13_join.svg` | Figure 13: get rate while a 4th back-end joins, at max and ~30 % load |
 //! | `fig15_latency_cdf.svg` | Figure 15: get latency CDFs, normal and during a join, low and high load |
 //! | `failure.svg` | issue 6: get rate while a back-end is frozen (SIGSTOP) and its ranges repair |
-//! | `table3_qpcs.svg` | Table 3 analogue: queries per CPU-second, FAWN vs memcached vs Redis |
+//! | `table3_qpcs.svg` | Table 3 analogue: queries per CPU-second, FAWN vs memcached vs Redis (and embedded FAWN-DS, RocksDB with the `rocksdb` feature) |
 //! | `distance.svg` | throughput vs concurrency with +0/1/5 ms between front-end and back-ends |
 //!
 //! `--quick` shrinks every size so the whole run takes a few minutes on 2 cores.
@@ -905,6 +905,32 @@ fn table3(c: &mut Ctx) -> Result<()> {
             }
         }
     }
+    // Embedded engines, gets only: lookups per busy lookup-thread second (2 threads, both busy
+    // the whole time, so this is lookups per CPU-second). RocksDB with the `rocksdb` feature.
+    let rocks = cfg!(feature = "rocksdb");
+    let mut emb = vec![(s("FAWN-DS embedded"), vec![f64::NAN; cats.len()])];
+    if rocks {
+        emb.push((s("RocksDB embedded"), vec![f64::NAN; cats.len()]));
+    }
+    for (i, vs) in [256usize, 1024].into_iter().enumerate() {
+        let mut a = ds_args(c, c.z.keys, vs);
+        a.rocksdb = rocks;
+        ds::run(&a, c.quiet, c.rep)?;
+        let sc = format!("ds/v{vs}/n{}", c.z.keys);
+        for (j, sys) in ["fawn-ds", "rocksdb"].iter().enumerate().take(emb.len()) {
+            let v = c.find(&sc, sys, "lookup_ops_per_s") / a.threads as f64;
+            c.rep.metric(
+                &format!("table3/g100/v{vs}"),
+                sys,
+                "ops_per_cpu_s",
+                v,
+                "ops/cpu-s",
+                &json!({"embedded": true, "threads": a.threads}),
+            )?;
+            emb[j].1[i] = v;
+        }
+    }
+    vals.extend(emb);
     c.write(
         "table3_qpcs.svg",
         plot::bar_chart(
