@@ -118,7 +118,13 @@ impl Client {
         let key = update.key.clone();
         let resp = self
             .with_retries(
-                |epoch| Request::Update { epoch, req, update: update.clone(), forwarded: false },
+                |epoch| Request::Update {
+                    epoch,
+                    req,
+                    update: update.clone(),
+                    forwarded: false,
+                    reply_to: None,
+                },
                 &key,
             )
             .await?;

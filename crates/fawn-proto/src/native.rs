@@ -55,8 +55,10 @@ pub enum Request {
         key: Vec<u8>,
         forwarded: bool,
     },
-    /// An update to the head (to a back-end) or via the owning front-end.
-    Update { epoch: Epoch, req: ReqId, update: Update, forwarded: bool },
+    /// An update to the head (to a back-end) or via the owning front-end. `reply_to`: the
+    /// native address of the front-end waiting for it; the tail tells it `Committed` directly
+    /// (the head still answers after the ack comes back, which a front-end then ignores).
+    Update { epoch: Epoch, req: ReqId, update: Update, forwarded: bool, reply_to: Option<String> },
     /// Cluster-wide flush (to a front-end, which asks the manager).
     FlushAll { at_unix: u32 },
     /// Live item counts: of the ranges this back-end is tail of, or of the whole cluster
@@ -82,6 +84,8 @@ pub enum Request {
     RangeDigest { range: Range, after_key: Option<Vec<u8>>, limit: u32 },
     /// Liveness probe (heartbeats).
     Ping,
+    /// The tail committed a front-end's update (tail → front-end).
+    Committed { req: ReqId, outcome: Outcome },
 }
 
 /// Answers, one per request, with the request's id.
@@ -158,13 +162,22 @@ pub enum ChainMsg {
         effect: ReplEffect,
         /// The client request and its outcome, so every replica can deduplicate a retry
         /// after the head changes.
-        origin: Option<(ReqId, Outcome)>,
+        origin: Option<Origin>,
     },
     /// A receiver found a gap: resend every update of `range` after `after_seq`; travels
     /// downstream → upstream.
     Resend { epoch: Epoch, range: Range, after_seq: u64 },
     /// Everything up to `seq` in `range` is stored at the tail; travels tail → head.
     Ack { epoch: Epoch, range: Range, seq: u64 },
+}
+
+/// Where a replicated update came from: the client request (so every replica can deduplicate
+/// a retry after the head changes) and the front-end the tail tells when it commits.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Origin {
+    pub req: ReqId,
+    pub outcome: Outcome,
+    pub reply_to: Option<String>,
 }
 
 /// The replicated effect of an update.

@@ -16,7 +16,7 @@ use fawn_proto::native::{
     ChainMsg, ClusterConfig, DigestEntry, Epoch, NodeState, NodeStatus, RangeConfig, ReqId, Request,
     Response, WireError, DIGEST_PAGE_ENTRIES_MAX,
 };
-use fawn_proto::op::Update;
+use fawn_proto::op::{Outcome, Update};
 use fawn_ring::{key_id, NodeId, Range};
 use parking_lot::RwLock;
 use tokio::sync::{mpsc, watch};
@@ -33,6 +33,9 @@ pub const CONFIG_POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// A back-end that has not reached the manager for this long stops serving clients: by then
 /// the manager may have declared it failed and handed its role to another node.
 pub const MANAGER_LEASE: Duration = Duration::from_millis(1500);
+/// How long a tail waits for a front-end to take a commit notice (it is only a shortcut: the
+/// head answers too).
+const COMMITTED_NOTICE_TIMEOUT: Duration = Duration::from_millis(500);
 /// How often replicas retry sync requests and catch-up confirmations.
 const TICK_INTERVAL: Duration = Duration::from_millis(300);
 
@@ -242,11 +245,19 @@ impl Backend {
         Ok(Response::Get(replica.read(key, view.config.flush_at_micros)?))
     }
 
-    async fn update(&self, epoch: Epoch, req: ReqId, update: Update) -> Result<Response, WireError> {
+    async fn update(
+        &self,
+        epoch: Epoch,
+        req: ReqId,
+        update: Update,
+        reply_to: Option<String>,
+    ) -> Result<Response, WireError> {
         let view = self.view_for(epoch).await?;
         let (_, replica) = self.replica_for_key(&view, &update.key)?;
         self.counters.updates.fetch_add(1, Ordering::Relaxed);
-        let ordered = replica.order_update(req, &update, view.config.flush_at_micros, &self.linker()).await?;
+        let links = self.linker();
+        let ordered =
+            replica.order_update(req, &update, reply_to, view.config.flush_at_micros, &links).await?;
         match ordered {
             Ordered::Reply(outcome) => Ok(Response::Update(outcome)),
             Ordered::AwaitAck { seq, outcome } => {
@@ -435,6 +446,15 @@ impl LinkTo for Linker {
             None => mpsc::channel(1).0,
         }
     }
+
+    fn committed(&self, reply_to: &str, req: ReqId, outcome: Outcome) {
+        let Some(b) = self.0.clone() else { return };
+        let addr = reply_to.to_string();
+        tokio::spawn(async move {
+            let msg = Request::Committed { req, outcome };
+            let _ = b.pool.call(&addr, msg, COMMITTED_NOTICE_TIMEOUT).await;
+        });
+    }
 }
 
 impl Exposition for Backend {
@@ -497,9 +517,9 @@ impl Handler for Backend {
                 self.counters.get_latency.record(start.elapsed());
                 r
             }
-            Request::Update { epoch, req, update, .. } => {
+            Request::Update { epoch, req, update, reply_to, .. } => {
                 let start = Instant::now();
-                let r = self.update(epoch, req, update).await;
+                let r = self.update(epoch, req, update, reply_to).await;
                 self.counters.update_latency.record(start.elapsed());
                 r
             }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fawn_ds::{DataStore, Meta, RecordKind};
-use fawn_proto::native::{ChainMsg, Epoch, RangeConfig, ReplEffect, ReqId, WireError};
+use fawn_proto::native::{ChainMsg, Epoch, Origin, RangeConfig, ReplEffect, ReqId, WireError};
 use fawn_proto::op::{decide, Effect, Item, Mutation, Outcome, Update};
 use fawn_ring::{NodeId, Range};
 use parking_lot::Mutex;
@@ -29,6 +29,8 @@ pub const SYNC_BUFFER_MESSAGES_MAX: usize = 1_000_000;
 /// Where a link to a peer back-end can be had.
 pub trait LinkTo: Send + Sync {
     fn link(&self, peer: NodeId) -> mpsc::Sender<ChainMsg>;
+    /// Tell the front-end at `reply_to` that its update committed (fire and forget).
+    fn committed(&self, reply_to: &str, req: ReqId, outcome: Outcome);
 }
 
 /// This node's place in one range's chain, in one epoch.
@@ -175,6 +177,7 @@ impl RangeReplica {
         &self,
         req: ReqId,
         update: &Update,
+        reply_to: Option<String>,
         flush_at: u64,
         links: &dyn LinkTo,
     ) -> Result<Ordered, WireError> {
@@ -212,7 +215,7 @@ impl RangeReplica {
             prev_seq,
             key: update.key.clone(),
             effect,
-            origin: Some((req, outcome.clone())),
+            origin: Some(Origin { req, outcome: outcome.clone(), reply_to }),
         };
         self.forward(&st.route, seq, msg, links).await;
         if st.route.is_tail() {
@@ -334,13 +337,20 @@ impl RangeReplica {
         }
         self.write(key, effect, seq)?;
         st.last_seq = st.last_seq.max(seq);
-        if let Some((req, outcome)) = origin {
-            st.remember(*req, seq, outcome.clone());
+        if let Some(origin) = origin {
+            st.remember(origin.req, seq, origin.outcome.clone());
         }
+        let notify = origin.as_ref().filter(|_| st.route.is_tail()).and_then(|o| {
+            let addr = o.reply_to.clone()?;
+            Some((addr, o.req, o.outcome.clone()))
+        });
         let is_tail = st.route.is_tail();
         self.forward(&st.route, seq, msg, links).await;
         if is_tail {
             self.on_ack_local(seq);
+            if let Some((addr, req, outcome)) = notify {
+                links.committed(&addr, req, outcome);
+            }
             if let Some(pred) = pred {
                 let _ = links.link(pred).send(ChainMsg::Ack { epoch, range: self.range, seq }).await;
             }

@@ -13,7 +13,7 @@ use fawn_proto::native::{ClusterConfig, NodeStatus, ReqId, Request, Response, Wi
 use fawn_proto::op::{is_expired, Item, Outcome, Update};
 use fawn_ring::{key_id, wedge_of};
 use parking_lot::RwLock;
-use tokio::sync::watch;
+use tokio::sync::{oneshot, watch};
 use tracing::{info, warn};
 
 use crate::clock::{flushed, unix_now};
@@ -67,6 +67,8 @@ pub struct Frontend {
     next_req: AtomicU64,
     started: Instant,
     counters: Counters,
+    /// Updates waiting for the tail's `Committed` notice, by request id.
+    committed: parking_lot::Mutex<std::collections::HashMap<ReqId, oneshot::Sender<Outcome>>>,
 }
 
 impl Frontend {
@@ -83,6 +85,7 @@ impl Frontend {
             next_req: AtomicU64::new(1),
             started: Instant::now(),
             counters: Counters::default(),
+            committed: parking_lot::Mutex::new(std::collections::HashMap::new()),
         });
         tokio::spawn(poll_config(Arc::downgrade(&frontend)));
         Ok(frontend)
@@ -192,7 +195,13 @@ impl Frontend {
         if !forwarded {
             if let Some(addr) = self.owner_elsewhere(&self.current(), &update.key) {
                 self.counters.forwarded.fetch_add(1, Ordering::Relaxed);
-                let make = |epoch| Request::Update { epoch, req, update: update.clone(), forwarded: true };
+                let make = |epoch| Request::Update {
+                    epoch,
+                    req,
+                    update: update.clone(),
+                    forwarded: true,
+                    reply_to: None,
+                };
                 return match self.call_with_retries(|_| Some(addr.clone()), make).await? {
                     Response::Update(outcome) => Ok(outcome),
                     other => Err(unexpected(other)),
@@ -204,17 +213,32 @@ impl Frontend {
         let id = key_id(&key);
         let head =
             |v: &View| v.config.range_of(id).and_then(|rc| v.backend_addr(rc.head()?).map(str::to_string));
-        let make = |epoch| Request::Update { epoch, req, update: update.clone(), forwarded: true };
-        let result = self.call_with_retries(head, make).await;
+        // The tail tells us `Committed` as soon as it stores the update (paper §3.4.3); the
+        // head's answer, which waits for the ack to travel back up the chain, is the fallback.
+        let (tx, committed) = oneshot::channel();
+        self.committed.lock().insert(req, tx);
+        let reply_to = Some(self.options.native_advertise.clone());
+        let make = |epoch| Request::Update {
+            epoch,
+            req,
+            update: update.clone(),
+            forwarded: true,
+            reply_to: reply_to.clone(),
+        };
+        let result = tokio::select! {
+            r = self.call_with_retries(head, make) => r.and_then(|resp| match resp {
+                Response::Update(outcome) => Ok(outcome),
+                other => Err(unexpected(other)),
+            }),
+            Ok(outcome) = committed => Ok(outcome),
+        };
+        self.committed.lock().remove(&req);
         // Invalidate, never install the written value: concurrent updates of one key can
         // finish here in a different order than the head applied them (found by the
         // linearizability checker), and a delete's outcome carries no sequence number to order
         // it by. The next get refills the cache from the tail.
         self.cache.invalidate(&key);
-        match result? {
-            Response::Update(outcome) => Ok(outcome),
-            other => Err(unexpected(other)),
-        }
+        result
     }
 
     fn visible(&self, item: &Item, now: u32) -> bool {
@@ -378,6 +402,12 @@ impl Handler for Frontend {
                 self.route_update(req, update, forwarded).await.map(Response::Update)
             }
             Request::GetConfig => Ok(Response::Config(self.config())),
+            Request::Committed { req, outcome } => {
+                if let Some(tx) = self.committed.lock().remove(&req) {
+                    let _ = tx.send(outcome);
+                }
+                Ok(Response::Ok)
+            }
             Request::Install { config } => {
                 self.install(config);
                 Ok(Response::Ok)
