@@ -88,6 +88,11 @@ pub struct Options {
     /// How often the automatic compactor checks the thresholds, and the least time between
     /// two automatic compactions' starts. Default 1 s.
     pub compact_check_interval: Duration,
+    /// Backpressure: while automatic compaction is on and garbage is at least this fraction
+    /// of the log (and at least twice `compact_garbage_bytes`), each `store`/`delete` first
+    /// sleeps `limits::GARBAGE_STALL_US` so that compaction can catch up with the writers.
+    /// Default 0.75 (the log at 4× its live data); 0 or ≥ 1 = never.
+    pub stall_garbage_ratio: f64,
     /// Rate limit of maintenance scans (split, merge, compact), bytes read per second;
     /// 0 = unlimited. Default 0. Keeps foreground latency when the device is the bottleneck.
     pub maintenance_bytes_per_sec: u64,
@@ -108,6 +113,7 @@ impl Default for Options {
             compact_garbage_ratio: 0.5,
             compact_check_interval: Duration::from_secs(1),
             maintenance_bytes_per_sec: 0,
+            stall_garbage_ratio: 0.75,
         }
     }
 }
@@ -218,4 +224,6 @@ pub struct Stats {
     pub max_lock_hold_us: u64,
     /// Automatic compactions that failed (the store keeps its old log).
     pub auto_compact_errors: u64,
+    /// Writes that were slowed down because garbage passed `stall_garbage_ratio`.
+    pub write_stalls: u64,
 }

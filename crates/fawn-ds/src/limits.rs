@@ -38,6 +38,10 @@ pub const INDEX_SIZING_LOAD: f64 = 0.93;
 /// estimate a little short does not double the table).
 pub const INDEX_MAX_LOAD: f64 = 0.95;
 
+/// Pause of one write while garbage is past `Options::stall_garbage_ratio` (microseconds):
+/// bounds a single writer to ~2,000 writes/s until compaction has caught up.
+pub const GARBAGE_STALL_US: u64 = 500;
+
 /// Round `n` up to a multiple of `OFFSET_UNIT`.
 pub const fn pad_to_unit(n: usize) -> usize {
     let u = OFFSET_UNIT as usize;

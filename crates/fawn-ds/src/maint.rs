@@ -550,6 +550,19 @@ pub(crate) fn wants_compaction(shared: &Shared) -> bool {
         && garbage as f64 >= shared.opts.compact_garbage_ratio * log as f64
 }
 
+/// Whether writers should be slowed down: automatic compaction is on and garbage is far
+/// past its thresholds (`Options::stall_garbage_ratio`).
+pub(crate) fn over_stall_limit(shared: &Shared) -> bool {
+    let ratio = shared.opts.stall_garbage_ratio;
+    if !shared.opts.auto_compact || ratio <= 0.0 || ratio >= 1.0 {
+        return false;
+    }
+    let inner = shared.current();
+    let log = inner.applied_end.load(Ordering::Acquire).saturating_sub(LOG_HEADER_BYTES);
+    let garbage = inner.garbage_bytes();
+    garbage >= shared.opts.compact_garbage_bytes.saturating_mul(2) && garbage as f64 >= ratio * log as f64
+}
+
 /// The automatic compactor: every `compact_check_interval`, compacts if the garbage
 /// thresholds are crossed and no other maintenance is running.
 pub(crate) fn spawn_auto_compactor(shared: &Arc<Shared>) -> Option<Background> {

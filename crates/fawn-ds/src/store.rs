@@ -75,6 +75,7 @@ pub(crate) struct Counters {
     pub max_lock_hold_us: AtomicU64,
     /// Automatic compactions that failed.
     pub auto_compact_errors: AtomicU64,
+    pub write_stalls: AtomicU64,
 }
 
 /// State shared by the store handle and its background sync thread.
@@ -508,6 +509,7 @@ impl Inner {
             last_lock_hold_us: c.last_lock_hold_us.load(Ordering::Relaxed),
             max_lock_hold_us: c.max_lock_hold_us.load(Ordering::Relaxed),
             auto_compact_errors: c.auto_compact_errors.load(Ordering::Relaxed),
+            write_stalls: c.write_stalls.load(Ordering::Relaxed),
         }
     }
 
@@ -646,6 +648,10 @@ impl DataStore {
     }
 
     fn write(&self, kind: RecordKind, key: &[u8], value: &[u8], meta: Meta) -> Result<(), Error> {
+        if crate::maint::over_stall_limit(&self.shared) {
+            self.shared.counters.write_stalls.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_micros(crate::limits::GARBAGE_STALL_US));
+        }
         // The read guard spans the append, so maintenance's swap never loses it.
         let (inner, end) = {
             let cur = self.shared.cur.read();

@@ -169,3 +169,26 @@ fn automatic_compaction_runs_on_garbage_thresholds() {
     assert_eq!(s.live_keys, 20);
     assert_eq!(ds.max_seq(), 4000);
 }
+
+#[test]
+fn writers_are_slowed_down_when_garbage_runs_far_ahead_of_compaction() {
+    let dir = tempfile::tempdir().unwrap();
+    let o = Options {
+        auto_compact: true,
+        compact_garbage_bytes: 16 << 10,
+        // The compactor never gets to run during this test: garbage piles up.
+        compact_check_interval: std::time::Duration::from_secs(3600),
+        stall_garbage_ratio: 0.75,
+        ..opts()
+    };
+    let ds = DataStore::open(dir.path(), o).unwrap();
+    for i in 0..400u64 {
+        ds.store(b"same", &[0u8; 500], meta(i + 1)).unwrap();
+    }
+    let s = ds.stats();
+    // 400 records of 544 B: garbage passes 32 KiB and 75 % of the log after ~60 writes.
+    assert!(s.write_stalls > 300 && s.write_stalls < 400, "{s:?}");
+    ds.compact().unwrap();
+    ds.store(b"same", b"v", meta(401)).unwrap();
+    assert_eq!(ds.stats().write_stalls, s.write_stalls, "no stall once compacted");
+}
