@@ -421,7 +421,7 @@ fn sweep(args: &MaintArgs, dir: &Path, rep: &mut Reporter) -> Result<()> {
     fill(&ds, keys, &value, &seq)?;
     for tenth in 0..=10u32 {
         let frac = tenth as f64 / 10.0;
-        let before = ds.stats().maintenance_ops;
+        let (before, stalls_before) = (ds.stats().maintenance_ops, ds.stats().write_stalls);
         let stop = Arc::new(AtomicBool::new(false));
         let done = Arc::new(AtomicU64::new(0));
         let handles: Vec<_> = (0..args.threads)
@@ -458,6 +458,14 @@ fn sweep(args: &MaintArgs, dir: &Path, rep: &mut Reporter) -> Result<()> {
             "threads": args.threads, "garbage_ratio": o.compact_garbage_ratio, "garbage_bytes": o.compact_garbage_bytes});
         rep.metric(&sc, "fawn-ds", "query_rate", rate, "ops/s", &params)?;
         rep.metric(&sc, "fawn-ds", "compactions", (st.maintenance_ops - before) as f64, "count", &params)?;
+        rep.metric(
+            &sc,
+            "fawn-ds",
+            "write_stalls",
+            (st.write_stalls - stalls_before) as f64,
+            "count",
+            &params,
+        )?;
         rep.metric(
             &sc,
             "fawn-ds",
