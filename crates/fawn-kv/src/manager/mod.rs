@@ -146,11 +146,13 @@ impl Handler for Manager {
     }
 }
 
-/// Heartbeats every alive back-end each `heartbeat`; one that misses `fd_threshold` in a row
-/// is declared failed, which removes it from its chains and starts re-replication.
+/// Heartbeats every alive back-end each `heartbeat`; one that has not answered for
+/// `heartbeat × fd_threshold` is declared failed, which removes it from its chains and starts
+/// re-replication.
 async fn detect_failures(manager: std::sync::Weak<Manager>, mut shutdown: watch::Receiver<bool>) {
     let pool = Arc::new(fawn_client::pool::Pool::new(Duration::from_millis(500)));
-    let mut misses: HashMap<fawn_ring::NodeId, u32> = HashMap::new();
+    // Time-based, so a probe that hangs until its timeout does not stretch the threshold.
+    let mut last_ok: HashMap<fawn_ring::NodeId, Instant> = HashMap::new();
     loop {
         let Some(m) = manager.upgrade() else { return };
         let (heartbeat, threshold) = (m.options.heartbeat, m.options.fd_threshold);
@@ -170,11 +172,13 @@ async fn detect_failures(manager: std::sync::Weak<Manager>, mut shutdown: watch:
                 (node, matches!(pool.call(&addr, Request::Ping, heartbeat).await, Ok(Response::Pong)))
             });
         }
+        let limit = heartbeat * threshold;
         while let Some(Ok((node, alive))) = probes.join_next().await {
-            let count = misses.entry(node).or_default();
-            *count = if alive { 0 } else { *count + 1 };
-            if *count >= threshold {
-                misses.remove(&node);
+            let seen = last_ok.entry(node).or_insert_with(Instant::now);
+            if alive {
+                *seen = Instant::now();
+            } else if seen.elapsed() >= limit {
+                last_ok.remove(&node);
                 let Some(m) = manager.upgrade() else { return };
                 warn!(node, threshold, "back-end missed its heartbeats; declaring it failed");
                 let _ = m.apply(|c| state::fail_node(c, node));
