@@ -109,7 +109,18 @@ enum Keep {
 }
 
 impl Keep {
-    fn wants(&self, src: &Inner, offset: u64, header: &Header, key: &[u8]) -> Result<bool, Error> {
+    /// Whether the record of `src` at `offset` goes into `dst`. A record dropped for its
+    /// age (expired put, delete under the watermark) is still written when `dst` already
+    /// holds a version of the key: a catch-up pass copied an older put before this record
+    /// superseded it, and dropping this one would resurrect that put.
+    fn wants(
+        &self,
+        src: &Inner,
+        dst: &Inner,
+        offset: u64,
+        header: &Header,
+        key: &[u8],
+    ) -> Result<bool, Error> {
         let filter = match self {
             Keep::Compact { filter, .. } | Keep::Carry { filter } => filter,
         };
@@ -125,19 +136,22 @@ impl Keep {
                 if let Keep::Compact { now, .. } = self {
                     let e = header.meta.expiry;
                     if e != 0 && e <= *now {
-                        return Ok(false);
+                        return Ok(dst.find_existing(kh, key)?.is_some());
                     }
                 }
                 Ok(true)
             }
             RecordKind::Delete => {
+                // A live put of the key is later than this delete: the delete is superseded.
+                if src.find_existing(kh, key)?.is_some() {
+                    return Ok(false);
+                }
                 if let Keep::Compact { watermark, .. } = self {
                     if header.meta.seq <= *watermark {
-                        return Ok(false);
+                        return Ok(dst.find_existing(kh, key)?.is_some());
                     }
                 }
-                // A live put of the key is later than this delete: the delete is superseded.
-                Ok(src.find_existing(kh, key)?.is_none())
+                Ok(true)
             }
         }
     }
@@ -188,7 +202,7 @@ impl Copier<'_> {
             self.rep.records_scanned += 1;
             self.rep.bytes_scanned += total;
             let key = record::key_of(bytes, &header);
-            if keep.wants(src, offset, &header, key)? {
+            if keep.wants(src, self.dst, offset, &header, key)? {
                 let value = record::value_of(bytes, &header);
                 self.dst.write(header.kind, key, value, header.meta)?;
                 self.rep.records_written += 1;
@@ -350,6 +364,7 @@ fn rewrite(shared: &Shared, other: Option<&Shared>) -> Result<MaintenanceReport,
         Ok(p) => p,
         Err(e) => {
             let _ = fs::remove_file(&path);
+            old.resume_helpers();
             return Err(e);
         }
     };
@@ -363,22 +378,24 @@ fn rewrite(shared: &Shared, other: Option<&Shared>) -> Result<MaintenanceReport,
         let end = old.applied_end.load(Ordering::Acquire);
         c.rep.locked_catch_up_bytes = end - pos;
         c.copy(&old, pos, end, &keep_self, false)?;
-        let mut top = old.max_seq.load(Ordering::Acquire);
+        let mut other_top = 0;
         if let Some(oi) = &other_inner {
             let oend = oi.applied_end.load(Ordering::Acquire);
             c.rep.locked_catch_up_bytes += oend - other_pos;
             c.copy(oi, other_pos, oend, &keep_other, false)?;
-            top = top.max(oi.max_seq.load(Ordering::Acquire));
+            // `other`'s highest seq is its latest record, always carried (live put or delete).
+            other_top = oi.max_seq.load(Ordering::Acquire);
             c.rep.log_bytes_before += oend;
         }
         c.rep.log_bytes_before += end;
-        top = top.max(shared.seq_floor.load(Ordering::Acquire));
-        // The record holding the highest seq may have been dropped: persist it first.
+        // This store's highest seq may have been in a dropped record: persist it first. (Only
+        // this store's: a floor above the old state would survive a crash before the rename.)
+        let top = old.max_seq.load(Ordering::Acquire).max(shared.seq_floor.load(Ordering::Acquire));
         if new.max_seq.load(Ordering::Acquire) < top && shared.seq_floor.load(Ordering::Acquire) < top {
             write_seq_floor(&shared.dir, top)?;
             shared.seq_floor.fetch_max(top, Ordering::AcqRel);
         }
-        new.max_seq.fetch_max(top, Ordering::AcqRel);
+        new.max_seq.fetch_max(top.max(other_top), Ordering::AcqRel);
         // Under `Always` the tail holds acknowledged-durable writes: they must be durable
         // in the new log before it replaces the old one. Otherwise the tail (at most the
         // last catch-up pass) is synced right after the lock is released, like any
