@@ -198,8 +198,13 @@ impl RangeReplica {
         let effect = match effect {
             Effect::None => {
                 // A failed condition was judged against the head's state, which may hold
-                // updates not yet committed: reply only once they are.
-                return Ok(Ordered::AwaitAck { seq: st.last_seq, outcome });
+                // updates not yet committed: reply only once they are. Remember the answer
+                // too: a retry of this request must not be decided again later (a delete that
+                // found nothing would otherwise erase a put acknowledged in between; found by
+                // the fault tests).
+                let pending = st.last_seq;
+                st.remember(req, pending, outcome.clone());
+                return Ok(Ordered::AwaitAck { seq: pending, outcome });
             }
             Effect::Put { value, flags, expiry } => ReplEffect::Put { value, flags, expiry },
             Effect::Delete => ReplEffect::Delete,
