@@ -2,7 +2,8 @@
 # The whole test suite, as CI runs it. Works on a fresh Debian machine: installs what it needs.
 #   1. system packages (memcached, libmemcached-tools for memccapable, python venv)
 #   2. cargo fmt --check, cargo clippy --all-targets -D warnings
-#   3. cargo test --workspace (unit, property, crash, ENOSPC, multi-process cluster tests)
+#   3. cargo test --workspace (unit, property, crash, ENOSPC, multi-process cluster tests, seeded
+#      fault-injection runs checked for linearizability by tools/linearizability)
 #   4. memcached compatibility: memccapable -a and pymemcache's integration tests against `fawn up`
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,6 +16,7 @@ command -v memcached >/dev/null || need+=(memcached)
 command -v memccapable >/dev/null || need+=(libmemcached-tools)
 command -v redis-server >/dev/null || need+=(redis-server)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
+command -v go >/dev/null || need+=(golang-go)   # the linearizability checker (Porcupine)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
