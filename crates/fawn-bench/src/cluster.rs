@@ -453,3 +453,19 @@ fn peers_at(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_later_flag_replaces_an_earlier_one() {
+        let w =
+            workload(&[s("--duration"), s(1), s("--no-preload"), s("--duration"), s(3), s("--keys"), s(7)])
+                .expect("valid workload");
+        assert_eq!(w.duration, Duration::from_secs(3));
+        assert_eq!(w.keys, 7);
+        assert!(!w.preload);
+        assert!(workload(&[s("--bogus")]).is_err());
+    }
+}

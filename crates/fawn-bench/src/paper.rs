@@ -1062,3 +1062,16 @@ fn cluster_part(c: &mut Ctx) -> Result<()> {
     };
     cluster::run(&a, c.quiet, c.rep)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_sizes() {
+        assert_eq!(parse_bytes("256M").ok(), Some(256 << 20));
+        assert_eq!(parse_bytes("1g").ok(), Some(1 << 30));
+        assert_eq!(parse_bytes("4096").ok(), Some(4096));
+        assert!(parse_bytes("lots").is_err());
+    }
+}

@@ -100,6 +100,8 @@ impl Axis {
                 if hi <= lo {
                     hi = lo + 1.0;
                 }
+                // Headroom so the tallest bar or point does not touch the frame.
+                hi += (hi - lo) * 0.05;
                 let t = linear_ticks(lo, hi);
                 Axis {
                     lo: t.first().copied().unwrap_or(lo),
