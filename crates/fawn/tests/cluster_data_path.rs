@@ -5,12 +5,11 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::{Cluster, Memcached, Shape};
 use fawn_client::pool::Pool;
-use fawn_proto::native::{DigestEntry, Request, Response};
+use fawn_proto::native::{Request, Response};
 use fawn_ring::Ring;
 
 const KEYS: usize = 3000;
@@ -91,7 +90,7 @@ async fn assert_replicas_agree(cluster: &Cluster, pool: &Pool) {
         let mut digests = Vec::new();
         for node in &chain.nodes {
             let addr = &config.backends.iter().find(|b| b.node == *node).expect("backend").addr;
-            digests.push(digest(pool, addr, range).await);
+            digests.push(common::range_digest(pool, addr, range).await);
         }
         for (n, d) in chain.nodes.iter().zip(&digests).skip(1) {
             assert_eq!(
@@ -104,21 +103,4 @@ async fn assert_replicas_agree(cluster: &Cluster, pool: &Pool) {
         total += digests[0].len();
     }
     assert_eq!(total, KEYS, "every key (live or deleted) appears in exactly one range");
-}
-
-async fn digest(pool: &Pool, addr: &str, range: fawn_ring::Range) -> BTreeMap<Vec<u8>, DigestEntry> {
-    let mut out = BTreeMap::new();
-    let mut after = None;
-    loop {
-        let req = Request::RangeDigest { range, after_key: after.clone(), limit: 10_000 };
-        let page = match pool.call(addr, req, Duration::from_secs(10)).await.expect("digest") {
-            Response::Digest(page) => page,
-            other => panic!("{other:?}"),
-        };
-        let Some(last) = page.last() else { return out };
-        after = Some(last.key.clone());
-        for e in page {
-            out.insert(e.key.clone(), e);
-        }
-    }
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{Cluster, Shape};
 use fawn_client::pool::Pool;
-use fawn_proto::native::{DigestEntry, NodeState, Request, Response};
+use fawn_proto::native::NodeState;
 
 fn backend_pid(port: u16) -> i32 {
     let out = std::process::Command::new("pgrep")
@@ -81,40 +81,17 @@ async fn frozen_backend_is_replaced_and_rejoins() {
     assert_replicas_agree(&cluster).await;
 }
 
-/// Key -> (sequence number, value checksum) of the live items of a range.
-type LiveDigest = BTreeMap<Vec<u8>, (u64, Option<u32>)>;
-
 async fn assert_replicas_agree(cluster: &Cluster) {
     let pool = Pool::new(Duration::from_secs(2));
     let config = cluster.config().await;
     for rc in &config.ranges {
-        let mut digests: Vec<LiveDigest> = Vec::new();
+        let mut digests = Vec::new();
         for node in &rc.chain {
             let addr = config.backend_addr(*node).expect("addr");
-            digests.push(live_digest(&pool, addr, rc.range).await);
+            digests.push(common::live_digest(&pool, addr, rc.range).await);
         }
         for (node, d) in rc.chain.iter().zip(&digests).skip(1) {
             assert_eq!(d, &digests[0], "replica on node {node} differs for range {}", rc.range.id_string());
-        }
-    }
-}
-
-/// The range's committed contents (live values only: a re-synced replica has no history of
-/// keys deleted before its snapshot).
-async fn live_digest(pool: &Pool, addr: &str, range: fawn_ring::Range) -> LiveDigest {
-    let mut out = BTreeMap::new();
-    let mut after = None;
-    loop {
-        let req = Request::RangeDigest { range, after_key: after.clone(), limit: 10_000 };
-        let page: Vec<DigestEntry> =
-            match pool.call(addr, req, Duration::from_secs(10)).await.expect("digest") {
-                Response::Digest(page) => page,
-                other => panic!("{other:?}"),
-            };
-        let Some(last) = page.last() else { return out };
-        after = Some(last.key.clone());
-        for e in page.into_iter().filter(|e| e.value_crc.is_some()) {
-            out.insert(e.key, (e.seq, e.value_crc));
         }
     }
 }

@@ -84,7 +84,7 @@ async fn join_then_leave_under_writes() {
         let mut digests = Vec::new();
         for node in &rc.chain {
             let addr = c.backend_addr(*node).expect("addr").to_string();
-            digests.push(live_digest(&pool, &addr, rc.range).await);
+            digests.push(common::live_digest(&pool, &addr, rc.range).await);
         }
         assert!(
             digests.windows(2).all(|w| w[0] == w[1]),
@@ -94,24 +94,4 @@ async fn join_then_leave_under_writes() {
     }
     let _ = joiner.kill();
     let _ = joiner.wait();
-}
-
-/// Key -> (sequence number, value checksum) of a range's live items on one replica.
-async fn live_digest(pool: &Pool, addr: &str, range: fawn_ring::Range) -> BTreeMap<Vec<u8>, (u64, u32)> {
-    let mut out = BTreeMap::new();
-    let mut after = None;
-    loop {
-        let req = Request::RangeDigest { range, after_key: after.clone(), limit: 10_000 };
-        let page = match pool.call(addr, req, Duration::from_secs(10)).await.expect("digest") {
-            Response::Digest(page) => page,
-            other => panic!("{other:?}"),
-        };
-        let Some(last) = page.last() else { return out };
-        after = Some(last.key.clone());
-        for e in page {
-            if let Some(crc) = e.value_crc {
-                out.insert(e.key, (e.seq, crc));
-            }
-        }
-    }
 }

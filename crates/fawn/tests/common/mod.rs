@@ -260,3 +260,40 @@ impl Memcached {
 }
 pub mod history;
 pub mod procs;
+
+/// A range's committed contents on one back-end, key -> latest record (paged `RangeDigest`).
+pub async fn range_digest(
+    pool: &fawn_client::pool::Pool,
+    addr: &str,
+    range: fawn_ring::Range,
+) -> std::collections::BTreeMap<Vec<u8>, fawn_proto::native::DigestEntry> {
+    use fawn_proto::native::{Request, Response};
+    let mut out = std::collections::BTreeMap::new();
+    let mut after = None;
+    loop {
+        let req = Request::RangeDigest { range, after_key: after.clone(), limit: 10_000 };
+        let page = match pool.call(addr, req, Duration::from_secs(10)).await.expect("digest") {
+            Response::Digest(page) => page,
+            other => panic!("{other:?}"),
+        };
+        let Some(last) = page.last() else { return out };
+        after = Some(last.key.clone());
+        for e in page {
+            out.insert(e.key.clone(), e);
+        }
+    }
+}
+
+/// Key -> (sequence number, value checksum) of a range's live items on one back-end: a
+/// re-synced replica has no history of keys deleted before its snapshot, so compare these.
+pub async fn live_digest(
+    pool: &fawn_client::pool::Pool,
+    addr: &str,
+    range: fawn_ring::Range,
+) -> std::collections::BTreeMap<Vec<u8>, (u64, u32)> {
+    range_digest(pool, addr, range)
+        .await
+        .into_iter()
+        .filter_map(|(k, e)| Some((k, (e.seq, e.value_crc?))))
+        .collect()
+}
