@@ -116,9 +116,11 @@ pub fn find_fawn_bin(explicit: Option<&Path>) -> Result<PathBuf> {
 }
 
 /// A base port such that base..base+400 looks free now (checks the ports the cluster uses).
+/// Below Linux's ephemeral range (32768+): an outgoing connection of the cluster itself could
+/// otherwise take a port a role has yet to bind.
 pub fn free_base_port(seed: u64) -> Result<u16> {
     for attempt in 0..200u64 {
-        let base = 30_000 + ((seed.wrapping_mul(7919).wrapping_add(attempt * 1009)) % 25_000) as u16;
+        let base = 10_000 + ((seed.wrapping_mul(7919).wrapping_add(attempt * 1009)) % 20_000) as u16;
         let base = base - base % 10;
         let ports = (0..16).chain(50..58).chain(100..104).chain(200..204);
         if ports.map(|o| base + o).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {

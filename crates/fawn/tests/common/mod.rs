@@ -45,7 +45,8 @@ fn port_free(port: u16) -> bool {
 fn free_base(shape: &Shape) -> u16 {
     let seed = std::process::id() as u64 ^ Instant::now().elapsed().as_nanos() as u64;
     for attempt in 0..200u64 {
-        let base = 20_000 + ((seed.wrapping_mul(7919) + attempt * 331) % 30_000) as u16;
+        // Below Linux's ephemeral range (32768+), so no outgoing connection takes a role's port.
+        let base = 10_000 + ((seed.wrapping_mul(7919) + attempt * 331) % 20_000) as u16;
         let mut ports = vec![base, base + 200];
         ports.extend((0..shape.backends as u16).map(|i| base + 1 + i));
         ports.extend((0..shape.frontends as u16).map(|i| base + 100 + i));

@@ -94,10 +94,21 @@ pub struct Procs {
     _tmp: tempfile::TempDir,
 }
 
-/// `n` distinct free loopback ports (all held until every one is chosen).
+/// `n` distinct free loopback ports (all held until every one is chosen), below Linux's
+/// ephemeral range (32768+) so that no outgoing connection takes one before its role binds it.
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> =
-        (0..n).map(|_| TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral port")).collect();
+    let mut state = u64::from(std::process::id())
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+    let mut listeners: Vec<TcpListener> = Vec::new();
+    while listeners.len() < n {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        let port = 10_000 + ((state >> 33) % 22_000) as u16;
+        if let Ok(l) = TcpListener::bind(("127.0.0.1", port)) {
+            listeners.push(l);
+        }
+    }
     listeners.iter().map(|l| l.local_addr().expect("local addr").port()).collect()
 }
 
