@@ -15,10 +15,13 @@ pub(crate) const CHECKPOINT_FILE: &str = "index.ckpt";
 const CHECKPOINT_TMP: &str = "index.ckpt.tmp";
 const MAGIC: [u8; 8] = *b"FAWNCKPT";
 const TRAILER_MAGIC: [u8; 4] = *b"FCKE";
-/// Version 2 added `live_bytes`; a version-1 checkpoint is rejected (the index is rebuilt
-/// from the log once, which also recomputes the live bytes).
-const VERSION: u32 = 2;
-const HEADER_BYTES: usize = 72;
+/// Version 2 added `live_bytes`, version 3 the cold log (hot/cold separation: its nonce,
+/// length and live bytes; index offsets with the cold bit). An older checkpoint is rejected
+/// (the index is rebuilt from the logs once, which also recomputes the live bytes).
+const VERSION: u32 = 3;
+const HEADER_BYTES: usize = 96;
+/// Bytes covered by the header checksum (which follows them).
+const HEADER_CRC_AT: usize = 88;
 
 /// What a valid checkpoint holds.
 pub(crate) struct Loaded {
@@ -26,6 +29,7 @@ pub(crate) struct Loaded {
     pub covered_end: u64,
     pub max_seq: u64,
     pub live_bytes: u64,
+    pub cold_live_bytes: u64,
 }
 
 /// Write a checkpoint of the current index. Skipped when nothing was appended since the last.
@@ -35,10 +39,12 @@ pub(crate) fn write(inner: &Inner) -> Result<(), Error> {
         return Err(Error::Poisoned);
     }
     // Snapshot under the writer lock: index, end and max seq must agree.
-    let (index, end, max_seq, live_bytes) = {
+    let (index, end, max_seq, live_bytes, cold_live) = {
         let w = inner.writer.lock();
         let index = inner.index.read().clone();
-        (index, w.end, inner.max_seq.load(Ordering::Acquire), inner.live_bytes.load(Ordering::Acquire))
+        let live = inner.live_bytes.load(Ordering::Acquire);
+        let cold_live = inner.cold_live_bytes.load(Ordering::Acquire);
+        (index, w.end, inner.max_seq.load(Ordering::Acquire), live, cold_live)
     };
     if end == *last {
         return Ok(());
@@ -46,7 +52,10 @@ pub(crate) fn write(inner: &Inner) -> Result<(), Error> {
     // The checkpoint must only cover durable log bytes: otherwise a power loss could leave
     // a checkpoint pointing at records that never reached the disk.
     inner.sync_to(end)?;
-    let bytes = encode(inner.nonce, end, max_seq, live_bytes, &index);
+    let cold = inner.cold.as_ref().map_or((0, 0), |c| (c.nonce, c.end.load(Ordering::Acquire)));
+    let sums =
+        Sums { covered_end: end, max_seq, live_bytes, cold_nonce: cold.0, cold_len: cold.1, cold_live };
+    let bytes = encode(inner.nonce, &sums, &index);
     drop(index);
     replace_file(&inner.dir, &bytes)?;
     *last = end;
@@ -54,7 +63,17 @@ pub(crate) fn write(inner: &Inner) -> Result<(), Error> {
     Ok(())
 }
 
-fn encode(nonce: u64, covered_end: u64, max_seq: u64, live_bytes: u64, index: &Index) -> Vec<u8> {
+/// The header fields besides the nonce and the image.
+struct Sums {
+    covered_end: u64,
+    max_seq: u64,
+    live_bytes: u64,
+    cold_nonce: u64,
+    cold_len: u64,
+    cold_live: u64,
+}
+
+fn encode(nonce: u64, sums: &Sums, index: &Index) -> Vec<u8> {
     let mut out = vec![0u8; HEADER_BYTES];
     image::write(index, &mut out);
     let image_len = (out.len() - HEADER_BYTES) as u64;
@@ -62,13 +81,16 @@ fn encode(nonce: u64, covered_end: u64, max_seq: u64, live_bytes: u64, index: &I
     out[8..12].copy_from_slice(&VERSION.to_le_bytes());
     out[12..16].copy_from_slice(&(OFFSET_UNIT as u32).to_le_bytes());
     out[16..24].copy_from_slice(&nonce.to_le_bytes());
-    out[24..32].copy_from_slice(&covered_end.to_le_bytes());
-    out[32..40].copy_from_slice(&max_seq.to_le_bytes());
+    out[24..32].copy_from_slice(&sums.covered_end.to_le_bytes());
+    out[32..40].copy_from_slice(&sums.max_seq.to_le_bytes());
     out[40..48].copy_from_slice(&index.live().to_le_bytes());
     out[48..56].copy_from_slice(&image_len.to_le_bytes());
-    out[56..64].copy_from_slice(&live_bytes.to_le_bytes());
-    let hcrc = crc32c::crc32c(&out[0..64]);
-    out[64..68].copy_from_slice(&hcrc.to_le_bytes());
+    out[56..64].copy_from_slice(&sums.live_bytes.to_le_bytes());
+    out[64..72].copy_from_slice(&sums.cold_nonce.to_le_bytes());
+    out[72..80].copy_from_slice(&sums.cold_len.to_le_bytes());
+    out[80..88].copy_from_slice(&sums.cold_live.to_le_bytes());
+    let hcrc = crc32c::crc32c(&out[0..HEADER_CRC_AT]);
+    out[HEADER_CRC_AT..HEADER_CRC_AT + 4].copy_from_slice(&hcrc.to_le_bytes());
     let icrc = crc32c::crc32c(&out[HEADER_BYTES..]);
     out.extend_from_slice(&icrc.to_le_bytes());
     out.extend_from_slice(&TRAILER_MAGIC);
@@ -85,12 +107,16 @@ fn u32_at(b: &[u8], i: usize) -> u32 {
     u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]])
 }
 
-/// Parse and validate a checkpoint for the log with `nonce` and length `log_len`.
-pub(crate) fn decode(buf: &[u8], nonce: u64, log_len: u64) -> Result<Loaded, String> {
+/// Parse and validate a checkpoint for the log with `nonce` and length `log_len`, and the
+/// cold log `(nonce, length)` (`(0, 0)` without one).
+pub(crate) fn decode(buf: &[u8], nonce: u64, log_len: u64, cold: (u64, u64)) -> Result<Loaded, String> {
     if buf.len() < HEADER_BYTES + 8 || buf[0..8] != MAGIC {
         return Err("bad magic or too short".into());
     }
-    if u32_at(buf, 64) != crc32c::crc32c(&buf[0..64]) {
+    if u32_at(buf, 8) != VERSION {
+        return Err(format!("unsupported version {}", u32_at(buf, 8)));
+    }
+    if u32_at(buf, HEADER_CRC_AT) != crc32c::crc32c(&buf[0..HEADER_CRC_AT]) || u32_at(buf, 92) != 0 {
         return Err("header checksum mismatch".into());
     }
     if u32_at(buf, 8) != VERSION || u32_at(buf, 12) as u64 != OFFSET_UNIT {
@@ -112,12 +138,21 @@ pub(crate) fn decode(buf: &[u8], nonce: u64, log_len: u64) -> Result<Loaded, Str
     if trailer[4..8] != TRAILER_MAGIC || u32_at(trailer, 0) != crc32c::crc32c(image_bytes) {
         return Err("image checksum mismatch".into());
     }
+    if (u64_at(buf, 64), u64_at(buf, 72)) != cold {
+        return Err("checkpoint belongs to a different cold log".into());
+    }
     let first = (LOG_HEADER_BYTES / OFFSET_UNIT) as u32;
-    let index = image::read(image_bytes, first, covered_end / OFFSET_UNIT)?;
+    let index = image::read(image_bytes, first, covered_end / OFFSET_UNIT, cold.1 / OFFSET_UNIT)?;
     if index.live() != u64_at(buf, 40) {
         return Err("live key count does not match the image".into());
     }
-    Ok(Loaded { index, covered_end, max_seq: u64_at(buf, 32), live_bytes: u64_at(buf, 56) })
+    Ok(Loaded {
+        index,
+        covered_end,
+        max_seq: u64_at(buf, 32),
+        live_bytes: u64_at(buf, 56),
+        cold_live_bytes: u64_at(buf, 80),
+    })
 }
 
 /// Atomically replace the checkpoint file: temp file, fsync, rename, fsync directory.

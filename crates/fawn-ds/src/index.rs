@@ -417,8 +417,9 @@ pub(crate) mod image {
         }
     }
 
-    /// Validate every slot: an offset must point inside `[first, end)` units.
-    fn get_table(r: &mut Reader, first: u32, end: u64) -> Result<Table, String> {
+    /// Validate every slot: an offset must point inside `[first, end)` units of the hot
+    /// log, or (cold bit set) `[first, cold_end)` units of the cold log.
+    fn get_table(r: &mut Reader, first: u32, end: u64, cold_end: u64) -> Result<Table, String> {
         let buckets = r.u64()?;
         let stash_len = r.u64()?;
         if !(MIN_BUCKETS..=(1 << 40)).contains(&buckets) || stash_len > (1 << 20) {
@@ -430,7 +431,12 @@ pub(crate) mod image {
         for (w, c) in t.words.iter_mut().zip(raw.chunks_exact(2)) {
             *w = u16::from_le_bytes([c[0], c[1]]);
         }
-        let check = |units: u32| units == 0 || (units >= first && (units as u64) < end);
+        let check = |units: u32| {
+            let cold = units & crate::limits::COLD_UNITS_BIT != 0;
+            let (u, end) =
+                if cold { (units & !crate::limits::COLD_UNITS_BIT, cold_end) } else { (units, end) };
+            units == 0 || (u >= first && (u as u64) < end)
+        };
         for slot in 0..(buckets as usize * SLOTS_PER_BUCKET) {
             let (units, _) = t.get(slot);
             if !check(units) {
@@ -453,15 +459,16 @@ pub(crate) mod image {
         Ok(t)
     }
 
-    /// Parse an image; `end_units` is the covered log end in units.
-    pub fn read(buf: &[u8], first_units: u32, end_units: u64) -> Result<Index, String> {
+    /// Parse an image; `end_units` is the covered log end in units, `cold_end_units` the
+    /// cold log's (0 without one).
+    pub fn read(buf: &[u8], first_units: u32, end_units: u64, cold_end_units: u64) -> Result<Index, String> {
         let mut r = Reader { buf, pos: 0 };
-        let cur = get_table(&mut r, first_units, end_units)?;
+        let cur = get_table(&mut r, first_units, end_units, cold_end_units)?;
         let next = r.u64()?;
         let old = if next == 0 {
             None
         } else {
-            let table = get_table(&mut r, first_units, end_units)?;
+            let table = get_table(&mut r, first_units, end_units, cold_end_units)?;
             if next - 1 > table.buckets {
                 return Err("bad migration point".into());
             }
@@ -515,13 +522,13 @@ mod tests {
         assert_eq!(idx.live(), n);
         let mut img = Vec::new();
         image::write(&idx, &mut img);
-        let back = image::read(&img, 2, n + 2).unwrap();
+        let back = image::read(&img, 2, n + 2, 0).unwrap();
         let mut out = Vec::new();
         for i in 0..n {
             out.clear();
             back.find(kh(i), &mut out);
             assert!(out.iter().any(|c| c.units == i as u32 + 2));
         }
-        assert!(image::read(&img[..img.len() - 1], 2, n + 2).is_err());
+        assert!(image::read(&img[..img.len() - 1], 2, n + 2, 0).is_err());
     }
 }

@@ -13,6 +13,8 @@ use crate::Record;
 /// Stops after the first error.
 pub struct Iter {
     scanner: Scanner,
+    /// Logs still to read after the current one (cold log first, then hot).
+    rest: std::collections::VecDeque<(Arc<LogFile>, u64, u64)>,
     pending_error: Option<Error>,
     done: bool,
 }
@@ -27,7 +29,14 @@ impl Iter {
         } else {
             None
         };
-        Iter { scanner: Scanner::new(log, offset, end), pending_error, done: false }
+        Iter { scanner: Scanner::new(log, offset, end), rest: Default::default(), pending_error, done: false }
+    }
+
+    /// The records of several logs, one after the other (each `(log, from, end)`).
+    pub(crate) fn chain(first: (Arc<LogFile>, u64, u64), then: Vec<(Arc<LogFile>, u64, u64)>) -> Iter {
+        let mut it = Iter::new(first.0, first.1, first.2);
+        it.rest = then.into();
+        it
     }
 }
 
@@ -50,10 +59,16 @@ impl Iterator for Iter {
                 meta: header.meta,
                 offset,
             })),
-            Ok(None) => {
-                self.done = true;
-                None
-            }
+            Ok(None) => match self.rest.pop_front() {
+                Some((log, from, end)) => {
+                    self.scanner = Scanner::new(log, from, end);
+                    self.next()
+                }
+                None => {
+                    self.done = true;
+                    None
+                }
+            },
             Err(e) => {
                 self.done = true;
                 Some(Err(e))

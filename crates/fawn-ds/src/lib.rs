@@ -27,6 +27,7 @@ mod iter;
 pub mod limits;
 mod log;
 mod maint;
+mod manifest;
 mod record;
 mod recovery;
 mod store;
@@ -96,6 +97,17 @@ pub struct Options {
     /// Rate limit of maintenance scans (split, merge, compact), bytes read per second;
     /// 0 = unlimited. Default 0. Keeps foreground latency when the device is the bottleneck.
     pub maintenance_bytes_per_sec: u64,
+    /// Hot/cold separation: records that survive a compaction go to a cold log
+    /// (`data.cold`), new writes to the hot log (`data.log`). When the garbage thresholds
+    /// are crossed, the automatic compactor picks the cheaper cleaning per byte reclaimed:
+    /// a *hot* compaction (only the hot log's survivors are appended to the cold log; the
+    /// cold log is not rewritten) or a *full* one (both logs' survivors into a new cold
+    /// log). Under skewed updates most garbage is in the hot log, so cold data stops being
+    /// re-copied; under uniform updates it falls back to full compactions. Same space
+    /// budget either way (the thresholds apply to both logs together). Default true.
+    /// When false, no cold log is created (an existing one is folded back into the hot log
+    /// by the next compaction).
+    pub hot_cold: bool,
 }
 
 impl Default for Options {
@@ -114,6 +126,7 @@ impl Default for Options {
             compact_check_interval: Duration::from_secs(1),
             maintenance_bytes_per_sec: 0,
             stall_garbage_ratio: 0.75,
+            hot_cold: true,
         }
     }
 }
@@ -183,8 +196,12 @@ pub struct RecoveryReport {
 pub struct Stats {
     /// Keys with a live (non-deleted) value.
     pub live_keys: u64,
-    /// Bytes of the log (its end offset).
+    /// Bytes of the logs (the hot log's end offset plus the cold log's, if any).
     pub log_bytes: u64,
+    /// Bytes of the cold log (0 without hot/cold separation).
+    pub cold_log_bytes: u64,
+    /// Garbage in the cold log (records superseded by hot writes); part of `garbage_bytes`.
+    pub cold_garbage_bytes: u64,
     /// DRAM of the index, from the capacities of its allocations (both tables while growing).
     pub index_bytes: u64,
     /// `lookup` calls.
@@ -205,9 +222,10 @@ pub struct Stats {
     pub growth_step_max_us: u64,
     /// Writes are refused after a failed write/fsync.
     pub poisoned: bool,
-    /// Bytes of live records: the current put of every key plus delete records.
+    /// Bytes of live records (both logs): the current put of every key plus delete records.
     pub live_bytes: u64,
-    /// Log bytes holding no live record (superseded or deleted puts): what compaction frees.
+    /// Log bytes (both logs) holding no live record (superseded or deleted puts): what
+    /// compaction frees.
     pub garbage_bytes: u64,
     /// Bytes appended by `store`/`delete` since open.
     pub bytes_written_user: u64,

@@ -12,9 +12,16 @@ pub const OFFSET_UNIT: u64 = 16;
 /// Width of the offset field of an index slot, in bits.
 pub const OFFSET_BITS: u32 = 32;
 
-/// Largest size of one datastore's log file: the index can address `2^32` units of 16 bytes.
-/// An append that would end beyond it fails with `Error::StoreFull`.
-pub const DATASTORE_BYTES_MAX: u64 = (1u64 << OFFSET_BITS) * OFFSET_UNIT;
+/// Bits of that field holding the offset within one log: the top bit says which log (hot
+/// `data.log` or cold `data.cold`, see `COLD_UNITS_BIT`).
+pub const LOG_OFFSET_BITS: u32 = OFFSET_BITS - 1;
+
+/// Set in an index slot's offset (in units) when the record is in the cold log.
+pub const COLD_UNITS_BIT: u32 = 1 << LOG_OFFSET_BITS;
+
+/// Largest size of one log file (hot or cold): the index addresses `2^31` units of 16 bytes
+/// in each. An append that would end beyond it fails with `Error::StoreFull`.
+pub const DATASTORE_BYTES_MAX: u64 = (1u64 << LOG_OFFSET_BITS) * OFFSET_UNIT;
 
 /// Bytes of the fixed log file header (a whole number of offset units).
 pub const LOG_HEADER_BYTES: u64 = 32;
@@ -60,4 +67,8 @@ const _: () = assert!(VALUE_BYTES_MAX <= u32::MAX as usize);
 // A maximal record fits far inside the addressable log.
 const _: () = assert!((RECORD_BYTES_MAX as u64) < DATASTORE_BYTES_MAX / 1024);
 const _: () = assert!(SLOT_BYTES * 8 == OFFSET_BITS as usize + 16);
+// The log-select bit and the in-log offset share the slot's offset field exactly; every
+// in-log offset (in units) stays below the bit.
+const _: () = assert!(LOG_OFFSET_BITS + 1 == OFFSET_BITS);
+const _: () = assert!(DATASTORE_BYTES_MAX / OFFSET_UNIT <= COLD_UNITS_BIT as u64);
 const _: () = assert!(INDEX_SIZING_LOAD < INDEX_MAX_LOAD && INDEX_MAX_LOAD < 1.0);

@@ -18,7 +18,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -27,11 +27,12 @@ use parking_lot::{Condvar, Mutex};
 use crate::checkpoint::CHECKPOINT_FILE;
 use crate::error::Error;
 use crate::index::KeyHash;
-use crate::limits::LOG_HEADER_BYTES;
+use crate::limits::{COLD_UNITS_BIT, DATASTORE_BYTES_MAX, LOG_HEADER_BYTES, OFFSET_UNIT};
 use crate::log::{self, LogFile, Scanner};
+use crate::manifest::{self, LogState, Manifest, COLD_FILE, COLD_NEW_FILE};
 use crate::record::{self, Header};
 use crate::recovery::LOG_FILE;
-use crate::store::{Background, Inner, KeyFilter, Shared};
+use crate::store::{Background, ColdLog, Inner, KeyFilter, Shared};
 use crate::{DataStore, Options, RecordKind, SyncPolicy};
 
 /// The new log of a compaction or merge, renamed over `data.log` at the swap.
@@ -51,7 +52,12 @@ const CATCH_UP_PASSES_MAX: usize = 8;
 /// Which maintenance operation a report describes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MaintenanceKind {
+    /// Full compaction: every log's survivors are rewritten (into a new cold log when
+    /// `Options::hot_cold` is on).
     Compact,
+    /// Hot compaction (`Options::hot_cold`): the hot log's survivors are appended to the
+    /// cold log, which is not rewritten.
+    CompactHot,
     Merge,
     Split,
 }
@@ -117,7 +123,7 @@ impl Keep {
         &self,
         src: &Inner,
         dst: &Inner,
-        offset: u64,
+        units: u32,
         header: &Header,
         key: &[u8],
     ) -> Result<bool, Error> {
@@ -130,7 +136,7 @@ impl Keep {
         let kh = KeyHash::of(key);
         match header.kind {
             RecordKind::Put => {
-                if !src.is_live_at(kh, offset) {
+                if !src.is_live_at(kh, units) {
                     return Ok(false);
                 }
                 if let Keep::Compact { now, .. } = self {
@@ -191,9 +197,39 @@ struct Copier<'a> {
 }
 
 impl Copier<'_> {
-    /// Scan `src` over `[from, to)` and write the records `keep` wants.
+    /// Scan `src`'s hot log over `[from, to)` and append the records `keep` wants to the
+    /// new hot log.
     fn copy(&mut self, src: &Inner, from: u64, to: u64, keep: &Keep, paced: bool) -> Result<(), Error> {
-        let mut sc = Scanner::new(Arc::clone(&src.log), from, to);
+        self.copy_log(src, false, from, to, keep, paced, false)
+    }
+
+    /// Scan all of `src` (cold log, then hot log up to `to`) and append the records `keep`
+    /// wants to the new cold log (`to_cold`) or hot log.
+    fn copy_all(&mut self, src: &Inner, to: u64, keep: &Keep, to_cold: bool) -> Result<(), Error> {
+        if src.cold.is_some() {
+            self.copy_log(src, true, LOG_HEADER_BYTES, src.cold_end(), keep, true, to_cold)?;
+        }
+        self.copy_log(src, false, LOG_HEADER_BYTES, to, keep, true, to_cold)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn copy_log(
+        &mut self,
+        src: &Inner,
+        cold: bool,
+        from: u64,
+        to: u64,
+        keep: &Keep,
+        paced: bool,
+        to_cold: bool,
+    ) -> Result<(), Error> {
+        let log = match (&src.cold, cold) {
+            (Some(c), true) => Arc::clone(&c.log),
+            (None, true) => return Ok(()),
+            (_, false) => Arc::clone(&src.log),
+        };
+        let bit = if cold { COLD_UNITS_BIT } else { 0 };
+        let mut sc = Scanner::new(log, from, to);
         while let Some((offset, header, bytes)) = sc.next_record()? {
             if self.cancel.is_some_and(|c| c.load(Ordering::Acquire)) {
                 return Err(Error::Cancelled);
@@ -202,9 +238,14 @@ impl Copier<'_> {
             self.rep.records_scanned += 1;
             self.rep.bytes_scanned += total;
             let key = record::key_of(bytes, &header);
-            if keep.wants(src, self.dst, offset, &header, key)? {
+            let units = (offset / OFFSET_UNIT) as u32 | bit;
+            if keep.wants(src, self.dst, units, &header, key)? {
                 let value = record::value_of(bytes, &header);
-                self.dst.write(header.kind, key, value, header.meta)?;
+                if to_cold {
+                    self.dst.write_cold(header.kind, key, value, header.meta)?;
+                } else {
+                    self.dst.write(header.kind, key, value, header.meta)?;
+                }
                 self.rep.records_written += 1;
                 self.rep.bytes_written += total;
                 self.dst.counters.cleaning_bytes.fetch_add(total, Ordering::Relaxed);
@@ -291,8 +332,8 @@ pub(crate) fn write_seq_floor(dir: &Path, seq: u64) -> Result<(), Error> {
     sync_dir(dir)
 }
 
-/// A new, empty log at `path` (truncating any leftover) with a fresh nonce and index.
-fn fresh_inner(shared: &Shared, path: &Path, expected_keys: u64, lock: Arc<File>) -> Result<Inner, Error> {
+/// A new, empty log file at `path` (truncating any leftover) with a fresh nonce.
+fn fresh_log(shared: &Shared, path: &Path) -> Result<(LogFile, u64), Error> {
     let f = OpenOptions::new()
         .read(true)
         .write(true)
@@ -301,13 +342,83 @@ fn fresh_inner(shared: &Shared, path: &Path, expected_keys: u64, lock: Arc<File>
         .open(path)
         .map_err(|e| Error::io("creating the maintenance log", e))?;
     let log = LogFile::new(f, shared.opts.faults.clone());
-    let nonce = crate::recovery::new_nonce();
+    // Nonce 0 means "no cold log" in the LOGS manifest.
+    let nonce = crate::recovery::new_nonce().max(1);
     log.write_all_at(&log::encode_header(nonce), 0).map_err(|e| Error::io("writing the log header", e))?;
+    Ok((log, nonce))
+}
+
+/// A new state: an empty hot log at `path`, the given cold log, a fresh index.
+fn fresh_inner(
+    shared: &Shared,
+    path: &Path,
+    expected_keys: u64,
+    lock: Arc<File>,
+    cold: Option<ColdLog>,
+) -> Result<Inner, Error> {
+    let (log, nonce) = fresh_log(shared, path)?;
     let mut opts = shared.opts.clone();
     // Right-size the new index: no growth while copying.
     opts.expected_keys = opts.expected_keys.max(expected_keys + expected_keys / 16);
     let counters = Arc::clone(&shared.counters);
-    Ok(Inner::new(shared.dir.clone(), opts, log, nonce, lock, LOG_HEADER_BYTES, counters))
+    Ok(Inner::new(shared.dir.clone(), opts, log, nonce, lock, LOG_HEADER_BYTES, counters, cold))
+}
+
+/// How a maintenance operation makes the new state's cold log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ColdOut {
+    /// The new state has no cold log (`Options::hot_cold` off).
+    None,
+    /// A new cold log, built as `data.cold.compact`, renamed to `data.cold` after the commit.
+    Fresh,
+    /// The old state's cold log, appended to in place past its committed length (the value).
+    Append(u64),
+}
+
+/// The files of a state, as the LOGS manifest names them.
+fn state_of(inner: &Inner) -> LogState {
+    LogState {
+        hot_nonce: inner.nonce,
+        cold_nonce: inner.cold.as_ref().map_or(0, |c| c.nonce),
+        cold_len: inner.cold_end(),
+    }
+}
+
+/// Undo an operation that did not reach its commit point: the old state stands.
+fn abandon(shared: &Shared, old: &Inner, cold_out: ColdOut) {
+    let _ = fs::remove_file(shared.dir.join(COMPACT_FILE));
+    match cold_out {
+        ColdOut::None => {}
+        ColdOut::Fresh => {
+            let _ = fs::remove_file(shared.dir.join(COLD_NEW_FILE));
+        }
+        ColdOut::Append(len) => {
+            if let Some(c) = &old.cold {
+                // Readers of the old state never look past `len`.
+                let _ = c.log.set_len(len);
+            }
+        }
+    }
+    old.resume_helpers();
+}
+
+/// A new cold log for a state being built: a fresh `data.cold.compact`, or the old state's
+/// cold log appended to in place.
+fn cold_for(shared: &Shared, old: &Inner, fresh: bool) -> Result<(ColdLog, ColdOut), Error> {
+    match &old.cold {
+        Some(c) if !fresh => {
+            let len = c.end.load(Ordering::Acquire);
+            Ok((
+                ColdLog { log: Arc::clone(&c.log), nonce: c.nonce, end: AtomicU64::new(len) },
+                ColdOut::Append(len),
+            ))
+        }
+        _ => {
+            let (log, nonce) = fresh_log(shared, &shared.dir.join(COLD_NEW_FILE))?;
+            let cold = ColdLog { log: Arc::new(log), nonce, end: AtomicU64::new(LOG_HEADER_BYTES) };
+            Ok((cold, ColdOut::Fresh))
+        }
+    }
 }
 
 fn compact_keep(shared: &Shared) -> Keep {
@@ -318,7 +429,18 @@ fn compact_keep(shared: &Shared) -> Keep {
     }
 }
 
-/// Compact `shared` (merging `other` in, if given) into a new log and swap it in. The
+/// The two sides of an operation: this store (and the one merged in).
+struct Sides<'a> {
+    shared: &'a Shared,
+    old: Arc<Inner>,
+    keep_self: Keep,
+    other: Option<(&'a Shared, Arc<Inner>)>,
+    keep_other: Keep,
+}
+
+/// Full compaction of `shared` (merging `other` in, if given): every survivor of its logs
+/// (cold, then hot) goes into a new log — a new cold log with `Options::hot_cold`, else the
+/// new hot log — and what is appended meanwhile into the new hot log; then the swap. The
 /// caller holds the maintenance locks of both.
 fn rewrite(shared: &Shared, other: Option<&Shared>) -> Result<MaintenanceReport, Error> {
     let t0 = Instant::now();
@@ -326,68 +448,251 @@ fn rewrite(shared: &Shared, other: Option<&Shared>) -> Result<MaintenanceReport,
     let old = shared.current();
     old.check_writable()?;
     let other_inner = other.map(|o| o.current());
-    let keep_self = compact_keep(shared);
-    let keep_other = Keep::Carry { filter: None };
     let expected = old.index.read().live() + other_inner.as_ref().map_or(0, |o| o.index.read().live());
+    let (cold, cold_out) = if shared.opts.hot_cold {
+        let (c, out) = cold_for(shared, &old, true)?;
+        (Some(c), out)
+    } else {
+        (None, ColdOut::None)
+    };
     let path = shared.dir.join(COMPACT_FILE);
-    let new = Arc::new(fresh_inner(shared, &path, expected, Arc::clone(&old.lock))?);
+    let built = fresh_inner(shared, &path, expected, Arc::clone(&old.lock), cold);
+    let new = match built {
+        Ok(n) => Arc::new(n),
+        Err(e) => {
+            abandon(shared, &old, cold_out);
+            return Err(e);
+        }
+    };
+    let sides = Sides {
+        shared,
+        old: Arc::clone(&old),
+        keep_self: compact_keep(shared),
+        other: other.zip(other_inner),
+        keep_other: Keep::Carry { filter: None },
+    };
     let mut c = Copier {
         dst: &new,
         rep: MaintenanceReport::new(kind),
         limiter: Limiter::new(shared.opts.maintenance_bytes_per_sec),
         cancel: Some(&shared.cancel),
     };
-    let result = (|| {
-        // 1. Scan to the end, unlocked; then catch up until the tail is small.
+    // 1. Scan every log to its end, unlocked, into the new cold log (or hot log).
+    let to_cold = new.cold.is_some();
+    let scanned = (|| {
         let end = old.applied_end.load(Ordering::Acquire);
-        c.copy(&old, LOG_HEADER_BYTES, end, &keep_self, true)?;
-        let mut pos = c.catch_up(&old, end, &keep_self)?;
-        let mut other_pos = LOG_HEADER_BYTES;
-        if let Some(oi) = &other_inner {
-            let end = oi.applied_end.load(Ordering::Acquire);
-            c.copy(oi, LOG_HEADER_BYTES, end, &keep_other, true)?;
-            other_pos = c.catch_up(oi, end, &keep_other)?;
-            pos = c.catch_up(&old, pos, &keep_self)?;
+        c.copy_all(&old, end, &sides.keep_self, to_cold)?;
+        let mut other_end = LOG_HEADER_BYTES;
+        if let Some((_, oi)) = &sides.other {
+            other_end = oi.applied_end.load(Ordering::Acquire);
+            c.copy_all(oi, other_end, &sides.keep_other, to_cold)?;
+        }
+        Ok::<_, Error>((end, other_end))
+    })();
+    let (pos, other_pos) = match scanned {
+        Ok(p) => p,
+        Err(e) => {
+            abandon(shared, &old, cold_out);
+            return Err(e);
+        }
+    };
+    finish(&sides, &new, c, pos, other_pos, cold_out, t0)
+}
+
+/// Hot compaction (`Options::hot_cold`): the hot log's survivors, as of a snapshot of the
+/// index, are appended to the cold log (batched: one write per MiB), the snapshot's entries
+/// are pointed at their new cold positions, and a new hot log receives what was appended
+/// after the snapshot; then the swap. The cold log's old records are neither read nor
+/// rewritten. Puts are moved whatever their expiry or key filter, and every delete record
+/// is moved: dropping either here could resurrect an older version of the key in the cold
+/// log; full compactions drop them.
+fn compact_hot(shared: &Shared) -> Result<MaintenanceReport, Error> {
+    let t0 = Instant::now();
+    if !shared.opts.hot_cold {
+        return Err(Error::InvalidRequest("hot compaction needs Options::hot_cold".into()));
+    }
+    let old = shared.current();
+    old.check_writable()?;
+    let (cold, cold_out) = cold_for(shared, &old, false)?;
+    let path = shared.dir.join(COMPACT_FILE);
+    let new = match fresh_inner(shared, &path, 0, Arc::clone(&old.lock), Some(cold)) {
+        Ok(n) => Arc::new(n),
+        Err(e) => {
+            abandon(shared, &old, cold_out);
+            return Err(e);
+        }
+    };
+    let mut rep = MaintenanceReport::new(MaintenanceKind::CompactHot);
+    let moved = move_hot_to_cold(shared, &old, &new, &mut rep);
+    let end = match moved {
+        Ok(end) => end,
+        Err(e) => {
+            abandon(shared, &old, cold_out);
+            return Err(e);
+        }
+    };
+    let sides = Sides {
+        shared,
+        old: Arc::clone(&old),
+        keep_self: Keep::Carry { filter: None },
+        other: None,
+        keep_other: Keep::Carry { filter: None },
+    };
+    let c = Copier {
+        dst: &new,
+        rep,
+        limiter: Limiter::new(shared.opts.maintenance_bytes_per_sec),
+        cancel: Some(&shared.cancel),
+    };
+    finish(&sides, &new, c, end, LOG_HEADER_BYTES, cold_out, t0)
+}
+
+/// Bytes a hot compaction collects before one write to the cold log.
+const COLD_BATCH_BYTES: usize = 1 << 20;
+
+/// The scan of a hot compaction: snapshot the index (with the log end it reflects), move
+/// the survivors below that end to `new`'s cold log, give `new` the updated snapshot.
+/// Returns the snapshot's log end (where the catch-up starts).
+fn move_hot_to_cold(
+    shared: &Shared,
+    old: &Inner,
+    new: &Inner,
+    rep: &mut MaintenanceReport,
+) -> Result<u64, Error> {
+    let Some(cold) = &new.cold else {
+        return Err(Error::InvalidRequest("hot compaction without a cold log".into()));
+    };
+    // A consistent snapshot, as for a checkpoint: writers pause for one copy of the index.
+    let (mut index, end, cold_live) = {
+        let w = old.writer.lock();
+        (old.index.read().clone(), w.end, old.cold_live_bytes.load(Ordering::Acquire))
+    };
+    let mut limiter = Limiter::new(shared.opts.maintenance_bytes_per_sec);
+    let start = cold.end.load(Ordering::Acquire);
+    let mut flushed = start;
+    let mut batch: Vec<u8> = Vec::with_capacity(COLD_BATCH_BYTES + crate::limits::RECORD_BYTES_MAX);
+    let mut found = Vec::new();
+    let mut max_seq = 0u64;
+    let flush = |batch: &mut Vec<u8>, flushed: &mut u64| -> Result<(), Error> {
+        cold.log.write_all_at(batch, *flushed).map_err(|e| Error::io("appending to the cold log", e))?;
+        *flushed += batch.len() as u64;
+        batch.clear();
+        Ok(())
+    };
+    let mut sc = Scanner::new(Arc::clone(&old.log), LOG_HEADER_BYTES, end);
+    while let Some((offset, header, bytes)) = sc.next_record()? {
+        if shared.cancel.load(Ordering::Acquire) {
+            return Err(Error::Cancelled);
+        }
+        let total = header.total_len() as u64;
+        rep.records_scanned += 1;
+        rep.bytes_scanned += total;
+        limiter.account(total);
+        let key = record::key_of(bytes, &header);
+        let units = (offset / OFFSET_UNIT) as u32;
+        let slot = match header.kind {
+            RecordKind::Put => {
+                found.clear();
+                index.find(KeyHash::of(key), &mut found);
+                match found.iter().find(|c| c.units == units) {
+                    Some(c) => Some(c.loc),
+                    None => continue, // superseded
+                }
+            }
+            RecordKind::Delete => None,
+        };
+        let at = flushed + batch.len() as u64;
+        if at + total > DATASTORE_BYTES_MAX {
+            return Err(Error::StoreFull);
+        }
+        // Re-encoded: the durability stamp must not lie beyond the record's new offset.
+        let value = record::value_of(bytes, &header);
+        let rec = record::encode(header.kind, key, value, header.meta, LOG_HEADER_BYTES)?;
+        batch.extend_from_slice(&rec);
+        if let Some(loc) = slot {
+            index.update(loc, (at / OFFSET_UNIT) as u32 | COLD_UNITS_BIT);
+        }
+        max_seq = max_seq.max(header.meta.seq);
+        rep.records_written += 1;
+        rep.bytes_written += total;
+        if batch.len() >= COLD_BATCH_BYTES {
+            flush(&mut batch, &mut flushed)?;
+        }
+    }
+    flush(&mut batch, &mut flushed)?;
+    let moved = flushed - start;
+    new.counters.appended_bytes.fetch_add(moved, Ordering::Relaxed);
+    new.counters.cleaning_bytes.fetch_add(moved, Ordering::Relaxed);
+    cold.end.store(flushed, Ordering::Release);
+    *new.index.write() = index;
+    new.cold_live_bytes.store(cold_live + moved, Ordering::Release);
+    new.max_seq.fetch_max(max_seq, Ordering::AcqRel);
+    Ok(end)
+}
+
+/// The rest of a compaction/merge after the main scan: unlocked catch-up, the new logs made
+/// durable, the LOGS manifest, then the brief lock (last tail, MAXSEQ, the commit `rename`,
+/// the in-memory swap), then the cold log renamed into place.
+fn finish(
+    sides: &Sides,
+    new: &Arc<Inner>,
+    mut c: Copier,
+    mut pos: u64,
+    mut other_pos: u64,
+    cold_out: ColdOut,
+    t0: Instant,
+) -> Result<MaintenanceReport, Error> {
+    let (shared, old) = (sides.shared, &sides.old);
+    let (keep_self, keep_other) = (&sides.keep_self, &sides.keep_other);
+    let path = shared.dir.join(COMPACT_FILE);
+    let result = (|| {
+        pos = c.catch_up(old, pos, keep_self)?;
+        if let Some((_, oi)) = &sides.other {
+            other_pos = c.catch_up(oi, other_pos, keep_other)?;
+            pos = c.catch_up(old, pos, keep_self)?;
+        }
+        // Names the new state next to the old one; the hot rename below (the commit point)
+        // picks between them, so a crash before it leaves the old state.
+        manifest::write(&shared.dir, &Manifest { next: state_of(new), prev: state_of(old) })?;
+        if let Some(cold) = &new.cold {
+            // The cold log is complete: durable before the commit point makes it the state.
+            cold.log.sync_data().map_err(|e| Error::io("syncing the cold log", e))?;
         }
         new.sync_to(new.applied_end.load(Ordering::Acquire))?;
         // No checkpoint of the old log may be written after the swap.
         old.stop_migrator();
-        // The sync and the join took time: catch up what was appended meanwhile, so the
+        // The syncs and the join took time: catch up what was appended meanwhile, so the
         // lock only covers a small tail.
-        if let Some(oi) = &other_inner {
-            other_pos = c.catch_up(oi, other_pos, &keep_other)?;
+        if let Some((_, oi)) = &sides.other {
+            other_pos = c.catch_up(oi, other_pos, keep_other)?;
         }
-        pos = c.catch_up(&old, pos, &keep_self)?;
-        Ok::<_, Error>((pos, other_pos))
+        pos = c.catch_up(old, pos, keep_self)?;
+        Ok::<_, Error>(())
     })();
-    let (pos, other_pos) = match result {
-        Ok(p) => p,
-        Err(e) => {
-            let _ = fs::remove_file(&path);
-            old.resume_helpers();
-            return Err(e);
-        }
-    };
+    if let Err(e) = result {
+        abandon(shared, old, cold_out);
+        return Err(e);
+    }
     // 2. The brief lock: no writer is appending to either store while it is held.
     let wait0 = Instant::now();
     let mut cur = shared.cur.write();
-    let other_guard = other.map(|o| o.cur.write());
+    let other_guard = sides.other.as_ref().map(|(o, _)| o.cur.write());
     let held = Instant::now();
     c.rep.lock_wait_us = (held - wait0).as_micros() as u64;
     let swapped = (|| {
         let end = old.applied_end.load(Ordering::Acquire);
         c.rep.locked_catch_up_bytes = end - pos;
-        c.copy(&old, pos, end, &keep_self, false)?;
+        c.copy(old, pos, end, keep_self, false)?;
         let mut other_top = 0;
-        if let Some(oi) = &other_inner {
+        if let Some((_, oi)) = &sides.other {
             let oend = oi.applied_end.load(Ordering::Acquire);
             c.rep.locked_catch_up_bytes += oend - other_pos;
-            c.copy(oi, other_pos, oend, &keep_other, false)?;
+            c.copy(oi, other_pos, oend, keep_other, false)?;
             // `other`'s highest seq is its latest record, always carried (live put or delete).
             other_top = oi.max_seq.load(Ordering::Acquire);
-            c.rep.log_bytes_before += oend;
+            c.rep.log_bytes_before += oend + oi.cold_end();
         }
-        c.rep.log_bytes_before += end;
+        c.rep.log_bytes_before += end + old.cold_end();
         // This store's highest seq may have been in a dropped record: persist it first. (Only
         // this store's: a floor above the old state would survive a crash before the rename.)
         let top = old.max_seq.load(Ordering::Acquire).max(shared.seq_floor.load(Ordering::Acquire));
@@ -411,23 +716,30 @@ fn rewrite(shared: &Shared, other: Option<&Shared>) -> Result<MaintenanceReport,
     if let Err(e) = swapped {
         drop(other_guard);
         drop(cur);
-        let _ = fs::remove_file(&path);
-        old.resume_helpers();
+        abandon(shared, old, cold_out);
         return Err(e);
     }
-    let _ = new.this.set(Arc::downgrade(&new));
-    *cur = Arc::clone(&new);
+    let _ = new.this.set(Arc::downgrade(new));
+    *cur = Arc::clone(new);
     drop(other_guard);
     drop(cur);
     let hold_us = held.elapsed().as_micros() as u64;
     c.rep.lock_hold_us = hold_us;
     // The rename is durable once the directory is; the old checkpoint is useless now.
     let _ = fs::remove_file(shared.dir.join(CHECKPOINT_FILE));
-    let dir_synced =
-        new.sync_to(new.written_end.load(Ordering::Acquire)).and_then(|()| sync_dir(&shared.dir));
+    // The cold log of the new state under its name (open does this too after a crash).
+    let cold_placed = match cold_out {
+        ColdOut::Fresh => fs::rename(shared.dir.join(COLD_NEW_FILE), shared.dir.join(COLD_FILE)),
+        ColdOut::None if old.cold.is_some() => fs::remove_file(shared.dir.join(COLD_FILE)),
+        ColdOut::None | ColdOut::Append(_) => Ok(()),
+    }
+    .map_err(|e| Error::io("placing the cold log", e));
+    let dir_synced = cold_placed
+        .and_then(|()| new.sync_to(new.written_end.load(Ordering::Acquire)))
+        .and_then(|()| sync_dir(&shared.dir));
     new.start_migrator();
     new.start_auto_checkpoint();
-    c.rep.log_bytes_after = new.applied_end.load(Ordering::Acquire);
+    c.rep.log_bytes_after = new.applied_end.load(Ordering::Acquire) + new.cold_end();
     c.rep.duration_us = t0.elapsed().as_micros() as u64;
     let counters = &shared.counters;
     counters.maintenance_ops.fetch_add(1, Ordering::Relaxed);
@@ -442,14 +754,36 @@ fn rewrite(shared: &Shared, other: Option<&Shared>) -> Result<MaintenanceReport,
 static MERGE_LOCK: Mutex<()> = Mutex::new(());
 
 impl DataStore {
-    /// Compact: write a new log holding only the live put of every key in the key filter
-    /// (not expired) and the delete records above the tombstone watermark that no later
-    /// put supersedes, concurrently with stores, lookups and deletes; then swap it in under
-    /// a brief lock. A crash at any moment leaves the old or the new log.
+    /// Full compaction: write a new log holding only the live put of every key in the key
+    /// filter (not expired) and the delete records above the tombstone watermark that no
+    /// later put supersedes, concurrently with stores, lookups and deletes; then swap it in
+    /// under a brief lock. With `Options::hot_cold` the survivors of both logs form a new
+    /// cold log and the new hot log holds what was written during the compaction. A crash
+    /// at any moment leaves the old or the new state.
     pub fn compact(&self) -> Result<MaintenanceReport, Error> {
         let shared = self.shared();
         let _m = shared.maint.lock();
         rewrite(shared, None)
+    }
+
+    /// Hot compaction (needs `Options::hot_cold`, else `Error::InvalidRequest`): append the
+    /// hot log's survivors to the cold log and start a new hot log, without reading or
+    /// rewriting the cold log's records. Keeps expired puts, out-of-filter keys and delete
+    /// records (a full `compact` drops them). A crash at any moment leaves the old or the
+    /// new state.
+    pub fn compact_hot(&self) -> Result<MaintenanceReport, Error> {
+        let shared = self.shared();
+        let _m = shared.maint.lock();
+        compact_hot(shared)
+    }
+
+    /// What the automatic compactor runs once the garbage thresholds are crossed: with
+    /// `Options::hot_cold`, a hot compaction if it frees at least as many bytes per byte it
+    /// copies as a full one would, else a full compaction; without, a full compaction.
+    pub fn clean(&self) -> Result<MaintenanceReport, Error> {
+        let shared = self.shared();
+        let _m = shared.maint.lock();
+        clean(shared)
     }
 
     /// Merge `other` into this store: every live put and delete record of `other` is
@@ -507,7 +841,7 @@ impl DataStore {
         };
         let result = (|| {
             let end = src.applied_end.load(Ordering::Acquire);
-            c.copy(&src, LOG_HEADER_BYTES, end, &keep, true)?;
+            c.copy_all(&src, end, &keep, false)?;
             let pos = c.catch_up(&src, end, &keep)?;
             let wait0 = Instant::now();
             let guard = shared.cur.write();
@@ -520,7 +854,7 @@ impl DataStore {
             drop(guard);
             c.rep.lock_hold_us = held.elapsed().as_micros() as u64;
             copied?;
-            c.rep.log_bytes_before = end;
+            c.rep.log_bytes_before = end + src.cold_end();
             write_seq_floor(&tmp, cut_seq)?;
             Ok::<_, Error>(())
         })();
@@ -557,10 +891,28 @@ fn split_tmp(target: &Path) -> Result<PathBuf, Error> {
     Ok(target.with_file_name(tmp))
 }
 
-/// Whether the store's garbage crosses both automatic-compaction thresholds.
+/// Cost/benefit choice of the cleaning to run: a hot compaction copies the hot log's live
+/// bytes to free its garbage; a full one copies all live bytes to free all garbage. The hot
+/// one runs when its ratio garbage freed / bytes copied is at least the full one's.
+fn clean(shared: &Shared) -> Result<MaintenanceReport, Error> {
+    let inner = shared.current();
+    let hot_live = inner.live_bytes.load(Ordering::Acquire) as u128;
+    let hot_garbage = inner.hot_garbage_bytes() as u128;
+    let all_live = hot_live + inner.cold_live_bytes.load(Ordering::Acquire) as u128;
+    let all_garbage = inner.garbage_bytes() as u128;
+    drop(inner);
+    if shared.opts.hot_cold && hot_garbage > 0 && hot_garbage * all_live >= all_garbage * hot_live {
+        compact_hot(shared)
+    } else {
+        rewrite(shared, None)
+    }
+}
+
+/// Whether the store's garbage crosses both automatic-compaction thresholds (both logs
+/// together: the space budget).
 pub(crate) fn wants_compaction(shared: &Shared) -> bool {
     let inner = shared.current();
-    let log = inner.applied_end.load(Ordering::Acquire).saturating_sub(LOG_HEADER_BYTES);
+    let log = inner.total_log_bytes();
     let garbage = inner.garbage_bytes();
     log > 0
         && garbage >= shared.opts.compact_garbage_bytes
@@ -575,7 +927,7 @@ pub(crate) fn over_stall_limit(shared: &Shared) -> bool {
         return false;
     }
     let inner = shared.current();
-    let log = inner.applied_end.load(Ordering::Acquire).saturating_sub(LOG_HEADER_BYTES);
+    let log = inner.total_log_bytes();
     let garbage = inner.garbage_bytes();
     garbage >= shared.opts.compact_garbage_bytes.saturating_mul(2) && garbage as f64 >= ratio * log as f64
 }
@@ -604,7 +956,7 @@ pub(crate) fn spawn_auto_compactor(shared: &Arc<Shared>) -> Option<Background> {
                 continue;
             }
             let Some(_m) = shared.maint.try_lock() else { continue };
-            if rewrite(&shared, None).is_err() {
+            if clean(&shared).is_err() {
                 shared.counters.auto_compact_errors.fetch_add(1, Ordering::Relaxed);
             }
         })

@@ -12,17 +12,18 @@
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
 use crate::checkpoint::{self, CHECKPOINT_FILE};
 use crate::error::Error;
 use crate::index::KeyHash;
+use crate::limits::COLD_UNITS_BIT;
 use crate::limits::LOG_HEADER_BYTES;
 use crate::log::{self, LogFile, Scanner};
 use crate::record;
-use crate::store::{Counters, Inner};
+use crate::store::{ColdLog, Counters, Inner};
 use crate::{Options, RecoveryReport};
 
 pub(crate) const LOG_FILE: &str = "data.log";
@@ -42,13 +43,20 @@ pub(crate) fn open(
     // A compaction or merge killed before its rename: the old log stands, drop the new one.
     crate::maint::remove_leftovers(dir)?;
     let floor = crate::maint::read_seq_floor(dir)?;
+    // Which hot/cold state stands after an interrupted maintenance (the LOGS manifest).
+    let (cold, _) = crate::manifest::settle(dir, &dir.join(LOG_FILE), &opts.faults)?;
     let mut report = RecoveryReport::default();
     let (log, nonce, len) = open_log(dir, &opts, &mut report)?;
-    let inner = Inner::new(dir.to_path_buf(), opts, log, nonce, Arc::new(lock), len, counters);
+    let cold = cold.map(|c| ColdLog { log: Arc::new(c.log), nonce: c.nonce, end: AtomicU64::new(c.len) });
+    let inner = Inner::new(dir.to_path_buf(), opts, log, nonce, Arc::new(lock), len, counters, cold);
     let start = load_checkpoint(&inner, len, &mut report);
-    // Small logs replay quickly even with growth; large ones get an index sized up front.
-    if !report.from_checkpoint && len - start > PRESIZE_MIN_LOG_BYTES {
-        presize_index(&inner, start, len);
+    if !report.from_checkpoint {
+        let cold_len = inner.cold_end().saturating_sub(LOG_HEADER_BYTES);
+        // Small logs replay quickly even with growth; large ones get an index sized up front.
+        if len - start + cold_len > PRESIZE_MIN_LOG_BYTES {
+            presize_index(&inner, start, len);
+        }
+        replay_cold(&inner, &mut report)?;
     }
     let end = replay(&inner, start, len, &mut report)?;
     // The previous process may have died with appends still only in the page cache: make
@@ -138,11 +146,13 @@ fn load_checkpoint(inner: &Inner, log_len: u64, report: &mut RecoveryReport) -> 
             return LOG_HEADER_BYTES;
         }
     };
-    match checkpoint::decode(&bytes, inner.nonce, log_len) {
+    let cold = inner.cold.as_ref().map_or((0, 0), |c| (c.nonce, c.end.load(Ordering::Acquire)));
+    match checkpoint::decode(&bytes, inner.nonce, log_len, cold) {
         Ok(loaded) => {
             *inner.index.write() = loaded.index;
             inner.max_seq.store(loaded.max_seq, Ordering::Release);
             inner.live_bytes.store(loaded.live_bytes, Ordering::Release);
+            inner.cold_live_bytes.store(loaded.cold_live_bytes, Ordering::Release);
             *inner.ckpt.lock() = loaded.covered_end;
             report.from_checkpoint = true;
             loaded.covered_end
@@ -160,14 +170,20 @@ fn presize_index(inner: &Inner, start: u64, len: u64) {
     const P: u32 = 14;
     let mut regs = vec![0u8; 1 << P];
     let mut puts = 0u64;
-    let mut sc = Scanner::new(Arc::clone(&inner.log), start, len);
-    while let Ok(Some((_, header, bytes))) = sc.next_record() {
-        if header.kind == crate::RecordKind::Put {
-            puts += 1;
-            let h = fawn_ring::key_id(record::key_of(bytes, &header)).low64();
-            let rank = ((h << P) | (1 << (P - 1))).leading_zeros() + 1;
-            let r = &mut regs[(h >> (64 - P)) as usize];
-            *r = (*r).max(rank as u8);
+    let mut parts = vec![(Arc::clone(&inner.log), start, len)];
+    if let Some(c) = &inner.cold {
+        parts.push((Arc::clone(&c.log), LOG_HEADER_BYTES, c.end.load(Ordering::Acquire)));
+    }
+    for (log, from, to) in parts {
+        let mut sc = Scanner::new(log, from, to);
+        while let Ok(Some((_, header, bytes))) = sc.next_record() {
+            if header.kind == crate::RecordKind::Put {
+                puts += 1;
+                let h = fawn_ring::key_id(record::key_of(bytes, &header)).low64();
+                let rank = ((h << P) | (1 << (P - 1))).leading_zeros() + 1;
+                let r = &mut regs[(h >> (64 - P)) as usize];
+                *r = (*r).max(rank as u8);
+            }
         }
     }
     let m = regs.len() as f64;
@@ -198,11 +214,31 @@ fn replay(inner: &Inner, start: u64, len: u64, report: &mut RecoveryReport) -> R
         };
         let kh = KeyHash::of(&key);
         let existing = inner.find_existing(kh, &key)?;
-        inner.apply(header.kind, kh, existing, offset, header.total_len() as u64);
+        let units = (offset / crate::limits::OFFSET_UNIT) as u32;
+        inner.apply(header.kind, kh, existing, units, header.total_len() as u64);
         inner.max_seq.fetch_max(header.meta.seq, Ordering::AcqRel);
         inner.growth_step(crate::index::MIGRATE_BUCKETS_PER_STEP);
         report.records_replayed += 1;
     }
+}
+
+/// Replay the whole cold log (before the hot log: every cold record is older). The cold
+/// log was fsynced up to its committed length before that length was committed, so any
+/// bad record in it is damage to durable data: open fails.
+fn replay_cold(inner: &Inner, report: &mut RecoveryReport) -> Result<(), Error> {
+    let Some(cold) = &inner.cold else { return Ok(()) };
+    let mut sc = Scanner::new(Arc::clone(&cold.log), LOG_HEADER_BYTES, cold.end.load(Ordering::Acquire));
+    while let Some((offset, header, bytes)) = sc.next_record()? {
+        let key = record::key_of(bytes, &header).to_vec();
+        let kh = KeyHash::of(&key);
+        let existing = inner.find_existing(kh, &key)?;
+        let units = (offset / crate::limits::OFFSET_UNIT) as u32 | COLD_UNITS_BIT;
+        inner.apply(header.kind, kh, existing, units, header.total_len() as u64);
+        inner.max_seq.fetch_max(header.meta.seq, Ordering::AcqRel);
+        inner.growth_step(crate::index::MIGRATE_BUCKETS_PER_STEP);
+        report.records_replayed += 1;
+    }
+    Ok(())
 }
 
 /// Before `salvage` cuts acknowledged records off the log, copy the bytes to

@@ -13,7 +13,8 @@ use crate::error::Error;
 use crate::index::{Candidate, Index, KeyHash, Loc, MigrationBatch, MIGRATE_BUCKETS_PER_STEP};
 use crate::iter::Iter;
 use crate::limits::{
-    DATASTORE_BYTES_MAX, KEY_BYTES_MAX, LOG_HEADER_BYTES, OFFSET_UNIT, RECORD_HEADER_BYTES, VALUE_BYTES_MAX,
+    COLD_UNITS_BIT, DATASTORE_BYTES_MAX, KEY_BYTES_MAX, LOG_HEADER_BYTES, OFFSET_UNIT, RECORD_HEADER_BYTES,
+    VALUE_BYTES_MAX,
 };
 use crate::log::LogFile;
 use crate::record::{self, Header};
@@ -78,6 +79,18 @@ pub(crate) struct Counters {
     pub write_stalls: AtomicU64,
 }
 
+/// The cold log of a hot/cold datastore (`data.cold`): records that survived a compaction.
+/// Only maintenance appends to it, while building a new state; a published state's cold log
+/// never changes (every cold record is older than every hot one).
+#[derive(Debug)]
+pub(crate) struct ColdLog {
+    pub log: Arc<LogFile>,
+    /// Random id in the cold log's header (the `LOGS` manifest names it).
+    pub nonce: u64,
+    /// End of the cold log's records.
+    pub end: AtomicU64,
+}
+
 /// State shared by the store handle and its background sync thread.
 #[derive(Debug)]
 pub(crate) struct Inner {
@@ -86,6 +99,10 @@ pub(crate) struct Inner {
     pub log: Arc<LogFile>,
     /// Random id written in the log header; a checkpoint is only valid for the same log.
     pub nonce: u64,
+    /// The cold log, if this store separates hot and cold records (`Options::hot_cold`).
+    pub cold: Option<ColdLog>,
+    /// Bytes of live records in the cold log (`live_bytes` counts the hot log's).
+    pub cold_live_bytes: AtomicU64,
     pub index: RwLock<Index>,
     pub writer: Mutex<WriterState>,
     /// End of the fully appended records (readers and iterators stop here).
@@ -131,6 +148,7 @@ pub(crate) struct Background {
 }
 
 impl Inner {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         dir: PathBuf,
         opts: Options,
@@ -139,6 +157,7 @@ impl Inner {
         lock: Arc<File>,
         end: u64,
         counters: Arc<Counters>,
+        cold: Option<ColdLog>,
     ) -> Inner {
         let index = Index::for_keys(opts.expected_keys);
         Inner {
@@ -146,6 +165,8 @@ impl Inner {
             opts,
             log: Arc::new(log),
             nonce,
+            cold,
+            cold_live_bytes: AtomicU64::new(0),
             index: RwLock::new(index),
             writer: Mutex::new(WriterState { end }),
             written_end: AtomicU64::new(end),
@@ -196,10 +217,29 @@ impl Inner {
         out
     }
 
-    /// Read header + key of the record at `offset` (no checksum: the value is not read).
-    pub fn read_key(&self, offset: u64) -> Result<(Header, Vec<u8>), Error> {
+    /// The log and the byte offset an index entry (offset units with the cold bit) names.
+    pub fn locate(&self, units: u32) -> Result<(&LogFile, u64), Error> {
+        let offset = (units & !COLD_UNITS_BIT) as u64 * OFFSET_UNIT;
+        if units & COLD_UNITS_BIT == 0 {
+            return Ok((&self.log, offset));
+        }
+        match &self.cold {
+            Some(c) => Ok((&c.log, offset)),
+            None => Err(Error::corrupt(offset, "index entry points into a cold log that does not exist")),
+        }
+    }
+
+    /// End of the cold log (0 without one).
+    pub fn cold_end(&self) -> u64 {
+        self.cold.as_ref().map_or(0, |c| c.end.load(Ordering::Acquire))
+    }
+
+    /// Read header + key of the record an index entry points at (no checksum: the value is
+    /// not read).
+    pub fn read_key(&self, units: u32) -> Result<(Header, Vec<u8>), Error> {
+        let (log, offset) = self.locate(units)?;
         let mut buf = [0u8; KEY_READ_BYTES];
-        let n = self.log.read_at(&mut buf, offset)?;
+        let n = log.read_at(&mut buf, offset)?;
         let header = record::parse_header(&buf[..n], offset)?;
         if RECORD_HEADER_BYTES + header.key_len > n {
             return Err(Error::corrupt(offset, "record truncated"));
@@ -207,18 +247,19 @@ impl Inner {
         Ok((header, record::key_of(&buf, &header).to_vec()))
     }
 
-    /// Read and fully check the record at `offset`.
-    pub fn read_record(&self, offset: u64) -> Result<(Header, Vec<u8>), Error> {
+    /// Read and fully check the record an index entry points at.
+    pub fn read_record(&self, units: u32) -> Result<(Header, Vec<u8>), Error> {
+        let (log, offset) = self.locate(units)?;
         let in_page = (PAGE - offset % PAGE) as usize;
         let first =
             if in_page >= LOOKUP_READ_MIN { in_page.min(LOOKUP_READ_MAX) } else { in_page + LOOKUP_READ_MAX };
         let mut buf = vec![0u8; first];
-        let n = self.log.read_at(&mut buf, offset)?;
+        let n = log.read_at(&mut buf, offset)?;
         let header = record::parse_header(&buf[..n], offset)?;
         let total = header.total_len();
         if total > n {
             buf.resize(total, 0);
-            let more = self.log.read_at(&mut buf[n..], offset + n as u64)?;
+            let more = log.read_at(&mut buf[n..], offset + n as u64)?;
             if n + more < total {
                 return Err(Error::corrupt(offset, "record truncated"));
             }
@@ -230,22 +271,23 @@ impl Inner {
 
     /// The index location of `key`, if present. Caller holds the writer lock, so the
     /// locations stay valid until it updates the index.
-    /// Also returns the byte length of the record it points at (live-bytes accounting).
-    pub fn find_existing(&self, kh: KeyHash, key: &[u8]) -> Result<Option<(Loc, u64)>, Error> {
+    /// Also returns the byte length of the record it points at and whether it is in the
+    /// cold log (live-bytes accounting).
+    pub fn find_existing(&self, kh: KeyHash, key: &[u8]) -> Result<Option<Existing>, Error> {
         for c in self.candidates(kh) {
-            let (header, stored) = self.read_key(c.units as u64 * OFFSET_UNIT)?;
+            let (header, stored) = self.read_key(c.units)?;
             if stored == key {
-                return Ok(Some((c.loc, header.total_len() as u64)));
+                return Ok(Some((c.loc, header.total_len() as u64, c.units & COLD_UNITS_BIT != 0)));
             }
         }
         Ok(None)
     }
 
-    /// Whether the index points at the record at `offset` for this key hash: the record
-    /// there is the key's live version. No log read (an index entry holding exactly this
-    /// offset can only belong to the key stored there).
-    pub fn is_live_at(&self, kh: KeyHash, offset: u64) -> bool {
-        let units = (offset / OFFSET_UNIT) as u32;
+    /// Whether the index points at the record at `units` (offset units, with the cold bit
+    /// for the cold log) for this key hash: the record there is the key's live version. No
+    /// log read (an index entry holding exactly this position can only belong to the key
+    /// stored there).
+    pub fn is_live_at(&self, kh: KeyHash, units: u32) -> bool {
         self.candidates(kh).iter().any(|c| c.units == units)
     }
 
@@ -254,13 +296,13 @@ impl Inner {
         let kh = KeyHash::of(key);
         self.counters.lookups.fetch_add(1, Ordering::Relaxed);
         for c in self.candidates(kh) {
-            let offset = c.units as u64 * OFFSET_UNIT;
-            let (header, buf) = self.read_record(offset)?;
+            let (header, buf) = self.read_record(c.units)?;
             if record::key_of(&buf, &header) != key {
                 self.counters.extra_reads.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
             if header.kind != RecordKind::Put {
+                let (_, offset) = self.locate(c.units)?;
                 return Err(Error::corrupt(offset, "index points at a delete record"));
             }
             return Ok(Some(Entry { value: record::value_of(&buf, &header).to_vec(), meta: header.meta }));
@@ -285,7 +327,7 @@ impl Inner {
         let existing = self.find_existing(kh, key)?;
         self.append(&mut w, offset, &buf)?;
         self.counters.appended_bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
-        self.apply(kind, kh, existing, offset, buf.len() as u64);
+        self.apply(kind, kh, existing, (offset / OFFSET_UNIT) as u32, buf.len() as u64);
         self.applied_end.store(new_end, Ordering::Release);
         self.max_seq.fetch_max(meta.seq, Ordering::AcqRel);
         if self.growth_step(MIGRATE_BUCKETS_PER_STEP) {
@@ -294,18 +336,19 @@ impl Inner {
         Ok(new_end)
     }
 
-    /// Point the index at a record of `len` bytes just appended (or replayed) at `offset`.
+    /// Point the index at a record of `len` bytes just appended (or replayed) at `units`
+    /// (offset units, with the cold bit for the cold log).
     /// Live bytes: a put's record is live until superseded; a delete record counts as
     /// live (it is kept until the tombstone watermark passes it).
-    pub fn apply(&self, kind: RecordKind, kh: KeyHash, existing: Option<(Loc, u64)>, offset: u64, len: u64) {
-        let units = (offset / OFFSET_UNIT) as u32;
-        let old_len = existing.map_or(0, |(_, l)| l);
-        let existing = existing.map(|(loc, _)| loc);
-        self.live_bytes.fetch_add(len, Ordering::AcqRel);
-        // Saturating: a checkpoint/replay mismatch must never wrap the counter.
-        let _ = self
-            .live_bytes
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| Some(v.saturating_sub(old_len)));
+    pub fn apply(&self, kind: RecordKind, kh: KeyHash, existing: Option<Existing>, units: u32, len: u64) {
+        let counter = |cold: bool| if cold { &self.cold_live_bytes } else { &self.live_bytes };
+        counter(units & COLD_UNITS_BIT != 0).fetch_add(len, Ordering::AcqRel);
+        if let Some((_, old_len, old_cold)) = existing {
+            // Saturating: a checkpoint/replay mismatch must never wrap the counter.
+            let _ = counter(old_cold)
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| Some(v.saturating_sub(old_len)));
+        }
+        let existing = existing.map(|(loc, _, _)| loc);
         let mut idx = self.index.write();
         match (kind, existing) {
             (RecordKind::Put, Some(loc)) => idx.update(loc, units),
@@ -313,6 +356,31 @@ impl Inner {
             (RecordKind::Delete, Some(loc)) => idx.remove(loc),
             (RecordKind::Delete, None) => {}
         }
+    }
+
+    /// Append a record to the cold log of a state that maintenance is building (before it is
+    /// published, so no other thread writes to it) and point the index at it.
+    pub fn write_cold(&self, kind: RecordKind, key: &[u8], value: &[u8], meta: Meta) -> Result<(), Error> {
+        let Some(cold) = &self.cold else {
+            return Err(Error::InvalidRequest("this state has no cold log".into()));
+        };
+        // The cold log is fsynced as a whole before it is committed; the stamp is unused.
+        let buf = record::encode(kind, key, value, meta, LOG_HEADER_BYTES)?;
+        let kh = KeyHash::of(key);
+        let _w = self.writer.lock();
+        let offset = cold.end.load(Ordering::Acquire);
+        let len = buf.len() as u64;
+        if offset + len > DATASTORE_BYTES_MAX {
+            return Err(Error::StoreFull);
+        }
+        let existing = self.find_existing(kh, key)?;
+        cold.log.write_all_at(&buf, offset).map_err(|e| Error::io("appending to the cold log", e))?;
+        cold.end.store(offset + len, Ordering::Release);
+        self.counters.appended_bytes.fetch_add(len, Ordering::Relaxed);
+        self.apply(kind, kh, existing, (offset / OFFSET_UNIT) as u32 | COLD_UNITS_BIT, len);
+        self.max_seq.fetch_max(meta.seq, Ordering::AcqRel);
+        self.growth_step(MIGRATE_BUCKETS_PER_STEP);
+        Ok(())
     }
 
     /// Write `buf` at the log end. On failure the partial record is cut off again; if that
@@ -406,7 +474,7 @@ impl Inner {
     }
 
     fn rehash(&self, batch: &MigrationBatch) -> Vec<Option<u64>> {
-        let read = |units: u32| self.read_key(units as u64 * OFFSET_UNIT).ok();
+        let read = |units: u32| self.read_key(units).ok();
         batch.entries.iter().map(|&(_, units)| read(units).map(|(_, key)| KeyHash::of(&key).h)).collect()
     }
 
@@ -486,7 +554,9 @@ impl Inner {
         let c = &self.counters;
         Stats {
             live_keys: idx.live(),
-            log_bytes: self.written_end.load(Ordering::Acquire),
+            log_bytes: self.written_end.load(Ordering::Acquire) + self.cold_end(),
+            cold_log_bytes: self.cold_end(),
+            cold_garbage_bytes: self.cold_garbage_bytes(),
             index_bytes: idx.bytes(),
             lookups: c.lookups.load(Ordering::Relaxed),
             extra_reads: c.extra_reads.load(Ordering::Relaxed),
@@ -497,7 +567,8 @@ impl Inner {
             index_migrating: idx.is_migrating(),
             growth_step_max_us: c.growth_step_max_us.load(Ordering::Relaxed),
             poisoned: self.poisoned.load(Ordering::Acquire),
-            live_bytes: self.live_bytes.load(Ordering::Acquire),
+            live_bytes: self.live_bytes.load(Ordering::Acquire)
+                + self.cold_live_bytes.load(Ordering::Acquire),
             garbage_bytes: self.garbage_bytes(),
             bytes_written_user: c
                 .appended_bytes
@@ -513,12 +584,33 @@ impl Inner {
         }
     }
 
-    /// Log bytes that hold no live record (superseded or deleted puts).
+    /// Log bytes (both logs) that hold no live record (superseded or deleted puts).
     pub fn garbage_bytes(&self) -> u64 {
+        self.hot_garbage_bytes() + self.cold_garbage_bytes()
+    }
+
+    /// Garbage in the hot log.
+    pub fn hot_garbage_bytes(&self) -> u64 {
         let end = self.written_end.load(Ordering::Acquire);
         end.saturating_sub(LOG_HEADER_BYTES).saturating_sub(self.live_bytes.load(Ordering::Acquire))
     }
+
+    /// Garbage in the cold log: records superseded by later (hot) writes.
+    pub fn cold_garbage_bytes(&self) -> u64 {
+        let end = self.cold_end();
+        end.saturating_sub(LOG_HEADER_BYTES).saturating_sub(self.cold_live_bytes.load(Ordering::Acquire))
+    }
+
+    /// Bytes of both logs, headers excluded.
+    pub fn total_log_bytes(&self) -> u64 {
+        let hot = self.applied_end.load(Ordering::Acquire).saturating_sub(LOG_HEADER_BYTES);
+        hot + self.cold_end().saturating_sub(LOG_HEADER_BYTES)
+    }
 }
+
+/// An index entry found for a key: its location, the byte length of the record it points
+/// at, and whether that record is in the cold log.
+pub(crate) type Existing = (Loc, u64, bool);
 
 /// Drop a large allocation on a short-lived thread, so no writer pays for the munmap.
 fn free_in_background<T: Send + 'static>(garbage: T) {
@@ -681,7 +773,8 @@ impl DataStore {
         self.shared.current().lookup(key)
     }
 
-    /// All records in log order, from the start to the end at call time (a snapshot: the
+    /// All records in log order — the cold log's, then the hot log's — from the start to
+    /// the end at call time (a snapshot: the
     /// iterator keeps reading the log it started on even if maintenance replaces it).
     ///
     /// Order: for each key, its records come in the order they were applied, i.e. in
@@ -690,12 +783,23 @@ impl DataStore {
     /// log order, which is *not* globally seq-ordered after a `merge` (the other store's
     /// records follow this one's) — sort by seq if you need that.
     pub fn iter(&self) -> Iter {
-        self.iter_from(LOG_HEADER_BYTES)
+        let inner = self.shared.current();
+        let end = inner.written_end.load(Ordering::Acquire);
+        let hot = (Arc::clone(&inner.log), LOG_HEADER_BYTES, end);
+        match &inner.cold {
+            Some(c) => {
+                Iter::chain((Arc::clone(&c.log), LOG_HEADER_BYTES, c.end.load(Ordering::Acquire)), vec![hot])
+            }
+            None => Iter::chain(hot, Vec::new()),
+        }
     }
 
-    /// Records from `offset` (a `Record::offset` or an `end_offset()` seen earlier).
+    /// Records of the hot log from `offset` (a `Record::offset` of a hot-log record or an
+    /// `end_offset()` seen earlier).
     /// Offsets refer to the current log: compaction and merge replace it, after which
     /// older offsets are meaningless (iteration from one returns an error or other records).
+    /// With hot/cold separation, `iter()` first yields the cold log's records, whose
+    /// offsets are positions in the cold log, not valid here.
     pub fn iter_from(&self, offset: u64) -> Iter {
         let inner = self.shared.current();
         let end = inner.written_end.load(Ordering::Acquire);

@@ -1,6 +1,7 @@
 //! Guards crash atomicity of maintenance: a child process (this test binary re-executed)
 //! runs writer threads that print every acknowledged write while another thread runs
-//! compact, merge or split back to back; the parent SIGKILLs it at a random moment —
+//! compact, merge, split or hot compactions (alternating with full ones) back to back, with
+//! hot/cold separation on or off (so full compactions also fold a cold log back); the parent SIGKILLs it at a random moment —
 //! most kills land inside a maintenance operation — and checks on reopen that every
 //! acknowledged write is there exactly (each thread's one in-flight op may or may not be),
 //! that `max_seq` did not go backwards, that a merge is all-or-nothing (and all once it
@@ -24,10 +25,11 @@ const CHILD_DIR_ENV: &str = "FAWN_DS_MCRASH_CHILD_DIR";
 const CHILD_BASE_ENV: &str = "FAWN_DS_MCRASH_CHILD_BASE";
 const CHILD_POLICY_ENV: &str = "FAWN_DS_MCRASH_CHILD_POLICY";
 const CHILD_MODE_ENV: &str = "FAWN_DS_MCRASH_CHILD_MODE";
+const CHILD_HOT_COLD_ENV: &str = "FAWN_DS_MCRASH_CHILD_HOT_COLD";
 const THREADS: u64 = 3;
 const KEYS_PER_THREAD: u64 = 64;
 const MERGE_KEYS: u64 = 40;
-const ROUNDS: u64 = 150;
+const ROUNDS: u64 = 160;
 
 fn mix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -107,6 +109,10 @@ fn child_maintenance(ds: &DataStore, dir: &Path, base: u64, mode: &str, stop: &A
                 drop(s);
                 say(&format!("SPLIT-DONE {}", target.display()));
             }
+            "hot" if n % 3 != 2 => {
+                ds.compact_hot().expect("compact_hot");
+                say(&format!("COMPACT-DONE {n}"));
+            }
             _ => {
                 ds.compact().expect("compact");
                 say(&format!("COMPACT-DONE {n}"));
@@ -127,7 +133,14 @@ fn crash_child_maintainer() {
         _ => SyncPolicy::Always,
     };
     let dir = Path::new(&dir);
-    let opts = Options { sync, checkpoint_every_bytes: 64 << 10, auto_compact: false, ..Options::default() };
+    let hot_cold = std::env::var(CHILD_HOT_COLD_ENV).as_deref() == Ok("1");
+    let opts = Options {
+        sync,
+        checkpoint_every_bytes: 64 << 10,
+        auto_compact: false,
+        hot_cold,
+        ..Options::default()
+    };
     let ds = Arc::new(DataStore::open(&dir.join("main"), opts).expect("child open"));
     say("READY");
     let stop = Arc::new(AtomicBool::new(false));
@@ -157,7 +170,14 @@ fn crash_child_maintainer() {
 }
 
 /// Run one child until a random kill point; returns its complete output lines.
-fn run_child(dir: &Path, base: u64, policy: &str, mode: &str, rng: &mut SmallRng) -> Vec<String> {
+fn run_child(
+    dir: &Path,
+    base: u64,
+    policy: &str,
+    mode: &str,
+    hot_cold: bool,
+    rng: &mut SmallRng,
+) -> Vec<String> {
     let exe = std::env::current_exe().expect("current exe");
     let mut child = Command::new(exe)
         .args(["crash_child_maintainer", "--exact", "--nocapture", "--test-threads=1"])
@@ -165,6 +185,7 @@ fn run_child(dir: &Path, base: u64, policy: &str, mode: &str, rng: &mut SmallRng
         .env(CHILD_BASE_ENV, base.to_string())
         .env(CHILD_POLICY_ENV, policy)
         .env(CHILD_MODE_ENV, mode)
+        .env(CHILD_HOT_COLD_ENV, if hot_cold { "1" } else { "0" })
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -317,12 +338,13 @@ fn sigkill_during_maintenance_leaves_old_or_new_state() {
             let ds = DataStore::open(&main, never()).expect("open");
             (ds.max_seq() + 1).max(top_seq + 1)
         };
-        let mode = ["compact", "merge", "split"][(round % 3) as usize];
-        let policy = ["always", "interval", "never", "always"][(round % 4) as usize];
-        let lines = run_child(dir.path(), base, policy, mode, &mut rng);
+        let mode = ["compact", "merge", "split", "hot"][(round % 4) as usize];
+        let policy = ["always", "interval", "never"][(round % 3) as usize];
+        let hot_cold = mode == "hot" || (round / 4) % 2 == 0;
+        let lines = run_child(dir.path(), base, policy, mode, hot_cold, &mut rng);
         let acks: Vec<u64> = tagged(&lines, "ACK").filter_map(|s| s.parse().ok()).collect();
         acks_total += acks.len();
-        let ctx = format!("seed {seed} round {round} ({mode}, {policy})");
+        let ctx = format!("seed {seed} round {round} ({mode}, {policy}, hot/cold {hot_cold})");
         let ds = DataStore::open(&main, never()).unwrap_or_else(|e| panic!("{ctx}: reopen failed: {e}"));
         if let Some(&m) = acks.iter().max() {
             top_seq = top_seq.max(m);

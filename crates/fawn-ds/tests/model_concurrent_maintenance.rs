@@ -4,7 +4,8 @@
 //! tombstone watermarks), split (the split store must hold, for every key, a version between
 //! the last one acknowledged before the split began and the last one started before it
 //! returned) and merge (another store's keys, deletes included, all appear and stay), and
-//! the automatic compactor runs with tiny thresholds. At the end: iteration replays to the
+//! the automatic compactor runs with tiny thresholds. Cases alternate hot/cold separation on
+//! (then hot compactions and the cost/benefit `clean` are interleaved too) and off. At the end: iteration replays to the
 //! model with per-key increasing seqs, `max_seq` equals the highest seq written, and both
 //! hold again after a reopen. Reproduce with `FAWN_DS_SEED=<seed>`.
 
@@ -17,7 +18,7 @@ use fawn_ds::{DataStore, Meta, Options, RecordKind, SyncPolicy};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-const CASES: u64 = 5;
+const CASES: u64 = 6;
 const WRITERS: usize = 3;
 const KEYS_PER_WRITER: usize = 40;
 const CASE_DURATION: Duration = Duration::from_millis(1500);
@@ -202,8 +203,10 @@ fn run_case(seed: u64) -> Result<(), String> {
     let mut rng = SmallRng::seed_from_u64(seed);
     let dir = scratch("model-maint");
     let path = dir.path().join("store");
+    let hot_cold = seed.is_multiple_of(2);
     let opts = Options {
         sync: SyncPolicy::Never,
+        hot_cold,
         checkpoint_every_bytes: if rng.gen_bool(0.5) { 32 << 10 } else { 0 },
         auto_compact: true,
         compact_garbage_bytes: 64 << 10,
@@ -232,7 +235,7 @@ fn run_case(seed: u64) -> Result<(), String> {
     while started.elapsed() < CASE_DURATION && maint_result.is_ok() {
         round += 1;
         std::thread::sleep(Duration::from_millis(rng.gen_range(0..30)));
-        maint_result = match rng.gen_range(0..4) {
+        maint_result = match rng.gen_range(0..if hot_cold { 6 } else { 4 }) {
             0 => ds.compact().map(|_| ()).map_err(|e| format!("compact: {e}")),
             1 => {
                 // Every tombstone issued so far may go: deletes still in flight are the hard case.
@@ -240,6 +243,8 @@ fn run_case(seed: u64) -> Result<(), String> {
                 ds.compact().map(|_| ()).map_err(|e| format!("compact: {e}"))
             }
             2 => split_and_check(&ds, &hist, &dir.path().join(format!("split{round}"))),
+            4 => ds.compact_hot().map(|_| ()).map_err(|e| format!("compact_hot: {e}")),
+            5 => ds.clean().map(|_| ()).map_err(|e| format!("clean: {e}")),
             _ => merge_and_check(&ds, round, &dir.path().join(format!("other{round}")), &seq, &mut merged),
         }
         .map_err(|e| format!("maintenance round {round}: {e}"));
@@ -292,9 +297,13 @@ fn run_case(seed: u64) -> Result<(), String> {
         ds = DataStore::open(&path, opts.clone()).map_err(|e| format!("reopen: {e}"))?;
     }
     eprintln!(
-        "seed {seed}: {round} maintenance rounds, {} ops by the store ({} automatic or manual)",
-        top, stats.maintenance_ops
+        "seed {seed} (hot/cold {hot_cold}): {round} maintenance rounds, {} ops by the store ({} automatic or \
+         manual), cold log {} B",
+        top, stats.maintenance_ops, stats.cold_log_bytes
     );
+    if hot_cold && stats.cold_log_bytes == 0 {
+        return Err("hot/cold on, but no cold log was ever built".into());
+    }
     Ok(())
 }
 
