@@ -40,7 +40,7 @@ pub struct ClusterArgs {
     /// Where the clusters keep their data (a fresh sub-directory, removed afterwards).
     #[arg(long)]
     pub dir: Option<PathBuf>,
-    /// Manager port of the clusters (0: pick a free range between 30000 and 55000).
+    /// Manager port of the clusters (0: pick a free range between 10000 and 30000, below the ephemeral ports).
     #[arg(long, default_value_t = 0)]
     pub base_port: u16,
     /// Which experiments to run.

@@ -58,7 +58,7 @@ pub struct PaperArgs {
     /// The `fawn` binary (default: this one, `fawn` next to it, $FAWN_BIN, or on the PATH).
     #[arg(long)]
     pub fawn_bin: Option<PathBuf>,
-    /// Manager port of the clusters (0: pick free ranges between 30000 and 55000).
+    /// Manager port of the clusters (0: pick free ranges between 10000 and 30000, below the ephemeral ports).
     #[arg(long, default_value_t = 0)]
     pub base_port: u16,
     /// memcached binary.
@@ -343,6 +343,7 @@ fn ds_args(c: &Ctx, keys: u64, vs: usize) -> ds::DsArgs {
         threads: 2,
         duration: c.z.ds_duration,
         sync: fawn_ds::SyncPolicy::Never,
+        batch_bytes: 1 << 20,
         device_reads: 0,
         presize: false,
         rocksdb: false,

@@ -16,22 +16,50 @@ use crate::par::{self, ParResult, Until};
 /// Block size of the raw random reads (a flash page / the OS page).
 pub const BLOCK: usize = 4096;
 
-/// Write `count` chunks of `chunk` bytes sequentially to a new file at `path`, one write per chunk
-/// (as the store appends one record per write), syncing as `sync` says. Returns the time taken.
-pub fn seq_write(path: &Path, chunk: usize, count: u64, sync: SyncPolicy) -> Result<Duration> {
+/// How long a sequential write took.
+#[derive(Clone, Copy, Debug)]
+pub struct SeqWriteTimes {
+    /// Until the last write returned (and any syncs the policy asked for on the way).
+    pub written: Duration,
+    /// Until the final fdatasync after it returned: every byte durable.
+    pub durable: Duration,
+}
+
+/// Up to `n` bytes from the start of `path` (at least one byte): real data for a baseline.
+pub fn file_prefix(path: &Path, n: usize) -> Result<Vec<u8>> {
+    let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut buf = vec![0u8; n.max(1)];
+    let mut got = 0;
+    while got < buf.len() {
+        match f.read_at(&mut buf[got..], got as u64).with_context(|| format!("reading {}", path.display()))? {
+            0 => break,
+            k => got += k,
+        }
+    }
+    if got == 0 {
+        bail!("{} is empty", path.display());
+    }
+    buf.truncate(got);
+    Ok(buf)
+}
+
+/// Write `total` bytes sequentially to a new file at `path` in writes of `chunk.len()` bytes
+/// (the last one shorter), syncing as `sync` says (`Always`: after every write), then
+/// fdatasync once more. Returns the times until the last write and until that final sync.
+pub fn seq_write_bytes(path: &Path, chunk: &[u8], total: u64, sync: SyncPolicy) -> Result<SeqWriteTimes> {
     let f = OpenOptions::new()
         .create(true)
         .truncate(true)
         .write(true)
         .open(path)
         .with_context(|| format!("creating {}", path.display()))?;
-    let buf: Vec<u8> = (0..chunk).map(|i| (i % 251) as u8).collect();
     let start = Instant::now();
     let mut last_sync = start;
     let mut off = 0u64;
-    for _ in 0..count {
-        f.write_all_at(&buf, off).with_context(|| format!("writing {}", path.display()))?;
-        off += chunk as u64;
+    while off < total {
+        let n = (chunk.len() as u64).min(total - off) as usize;
+        f.write_all_at(&chunk[..n], off).with_context(|| format!("writing {}", path.display()))?;
+        off += n as u64;
         let due = match sync {
             SyncPolicy::Never => false,
             SyncPolicy::Always => true,
@@ -42,10 +70,9 @@ pub fn seq_write(path: &Path, chunk: usize, count: u64, sync: SyncPolicy) -> Res
             last_sync = Instant::now();
         }
     }
-    if sync != SyncPolicy::Never {
-        f.sync_data().context("fdatasync")?;
-    }
-    Ok(start.elapsed())
+    let written = start.elapsed();
+    f.sync_data().context("fdatasync")?;
+    Ok(SeqWriteTimes { written, durable: start.elapsed() })
 }
 
 /// Drop the cached pages of `path` (after syncing it, since dirty pages cannot be dropped), so the

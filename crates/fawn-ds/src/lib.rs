@@ -38,7 +38,7 @@ pub use error::Error;
 pub use iter::Iter;
 pub use log::{FaultInjector, IoOp};
 pub use maint::{MaintenanceKind, MaintenanceReport};
-pub use store::{DataStore, KeyFilter};
+pub use store::{BatchOp, DataStore, KeyFilter};
 
 /// When appended records are made durable with `fdatasync`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -607,8 +607,7 @@ fn move_hot_to_cold(
         }
         // Re-encoded: the durability stamp must not lie beyond the record's new offset.
         let value = record::value_of(bytes, &header);
-        let rec = record::encode(header.kind, key, value, header.meta, LOG_HEADER_BYTES)?;
-        batch.extend_from_slice(&rec);
+        record::encode_into(&mut batch, header.kind, key, value, header.meta, LOG_HEADER_BYTES)?;
         if let Some(loc) = slot {
             index.update(loc, (at / OFFSET_UNIT) as u32 | COLD_UNITS_BIT);
         }

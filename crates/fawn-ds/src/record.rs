@@ -48,8 +48,25 @@ pub(crate) fn encode(
     meta: Meta,
     durable: u64,
 ) -> Result<Vec<u8>, Error> {
+    let mut buf = Vec::with_capacity(pad_to_unit(RECORD_HEADER_BYTES + key.len() + value.len()));
+    encode_into(&mut buf, kind, key, value, meta, durable)?;
+    Ok(buf)
+}
+
+/// Append one encoded record (as `encode`) to `out`; returns its length. On error `out` is
+/// left as it was. Batches encode many records into one buffer this way (one allocation).
+pub(crate) fn encode_into(
+    out: &mut Vec<u8>,
+    kind: RecordKind,
+    key: &[u8],
+    value: &[u8],
+    meta: Meta,
+    durable: u64,
+) -> Result<usize, Error> {
     let total = pad_to_unit(RECORD_HEADER_BYTES + key.len() + value.len());
-    let mut buf = vec![0u8; total];
+    let start = out.len();
+    out.resize(start + total, 0);
+    let buf = &mut out[start..];
     buf[4] = kind_byte(kind);
     buf[6..8].copy_from_slice(&(key.len() as u16).to_le_bytes());
     buf[8..12].copy_from_slice(&(value.len() as u32).to_le_bytes());
@@ -65,18 +82,23 @@ pub(crate) fn encode(
     buf[0..4].copy_from_slice(&crc.to_le_bytes());
     // Pair assertion, write side: what we append must parse back to exactly the input (the
     // checksum was computed over these very bytes, so it is not recomputed here).
-    let header = parse_header(&buf, 0)?;
-    let ok = header.kind == kind
-        && header.crc == crc
-        && header.total_len() == buf.len()
-        && header.meta == meta
-        && header.durable == durable
-        && key_of(&buf, &header) == key
-        && value_of(&buf, &header) == value;
+    let ok = match parse_header(buf, 0) {
+        Ok(header) => {
+            header.kind == kind
+                && header.crc == crc
+                && header.total_len() == total
+                && header.meta == meta
+                && header.durable == durable
+                && key_of(buf, &header) == key
+                && value_of(buf, &header) == value
+        }
+        Err(_) => false,
+    };
     if !ok {
+        out.truncate(start);
         return Err(Error::corrupt(0, "record encoder self-check failed"));
     }
-    Ok(buf)
+    Ok(total)
 }
 
 /// Parse and sanity-check the fixed header at the start of `buf` (record at `offset`).

@@ -28,6 +28,56 @@ const LOOKUP_READ_MAX: usize = 1024;
 /// crosses the boundary and the read continues into the next page.
 const LOOKUP_READ_MIN: usize = 256;
 const PAGE: u64 = 4096;
+/// The largest first read of a lookup (a stack buffer: no allocation but the value's).
+const LOOKUP_STACK_BYTES: usize = LOOKUP_READ_MIN + LOOKUP_READ_MAX;
+
+thread_local! {
+    /// Reused candidate list of this thread's index probes.
+    static CANDIDATES: std::cell::RefCell<Vec<Candidate>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A thread's candidate list, handed back to it for reuse when dropped.
+struct Candidates(Vec<Candidate>);
+
+impl std::ops::Deref for Candidates {
+    type Target = [Candidate];
+    fn deref(&self) -> &[Candidate] {
+        &self.0
+    }
+}
+
+impl IntoIterator for Candidates {
+    type Item = Candidate;
+    type IntoIter = CandidatesIter;
+    fn into_iter(self) -> CandidatesIter {
+        CandidatesIter { list: self, next: 0 }
+    }
+}
+
+/// By-value iteration over a `Candidates` list (which still goes back to the pool).
+struct CandidatesIter {
+    list: Candidates,
+    next: usize,
+}
+
+impl Iterator for CandidatesIter {
+    type Item = Candidate;
+    fn next(&mut self) -> Option<Candidate> {
+        let c = self.list.0.get(self.next).copied();
+        self.next += 1;
+        c
+    }
+}
+
+impl Drop for Candidates {
+    fn drop(&mut self) {
+        let v = std::mem::take(&mut self.0);
+        // A candidate list is tiny; keep no big one around after a pathological probe.
+        if v.capacity() <= 64 {
+            let _ = CANDIDATES.try_with(|c| *c.borrow_mut() = v);
+        }
+    }
+}
 /// Old-table buckets the background migrator moves per step (one writer-lock hold).
 const BACKGROUND_MIGRATE_BUCKETS: u64 = 16;
 /// Bytes enough for any header + key (key comparisons on the write path).
@@ -211,10 +261,13 @@ impl Inner {
         Ok(())
     }
 
-    fn candidates(&self, kh: KeyHash) -> Vec<Candidate> {
-        let mut out = Vec::new();
+    /// The index entries whose fragment matches (in a per-thread reused buffer: no
+    /// allocation per lookup).
+    fn candidates(&self, kh: KeyHash) -> Candidates {
+        let mut out = CANDIDATES.try_with(|c| std::mem::take(&mut *c.borrow_mut())).unwrap_or_default();
+        out.clear();
         self.index.read().find(kh, &mut out);
-        out
+        Candidates(out)
     }
 
     /// The log and the byte offset an index entry (offset units with the cold bit) names.
@@ -247,25 +300,35 @@ impl Inner {
         Ok((header, record::key_of(&buf, &header).to_vec()))
     }
 
-    /// Read and fully check the record an index entry points at.
-    pub fn read_record(&self, units: u32) -> Result<(Header, Vec<u8>), Error> {
+    /// Read and fully check the record an index entry points at (offset units with the cold
+    /// bit) with one `pread` into `stack` when it fits (a small record), else a second read
+    /// of the rest into `heap`.
+    fn read_record_buf<'b>(
+        &self,
+        units: u32,
+        stack: &'b mut [u8; LOOKUP_STACK_BYTES],
+        heap: &'b mut Vec<u8>,
+    ) -> Result<(Header, &'b [u8]), Error> {
         let (log, offset) = self.locate(units)?;
         let in_page = (PAGE - offset % PAGE) as usize;
         let first =
             if in_page >= LOOKUP_READ_MIN { in_page.min(LOOKUP_READ_MAX) } else { in_page + LOOKUP_READ_MAX };
-        let mut buf = vec![0u8; first];
-        let n = log.read_at(&mut buf, offset)?;
-        let header = record::parse_header(&buf[..n], offset)?;
+        let n = log.read_at(&mut stack[..first], offset)?;
+        let header = record::parse_header(&stack[..n], offset)?;
         let total = header.total_len();
-        if total > n {
-            buf.resize(total, 0);
-            let more = log.read_at(&mut buf[n..], offset + n as u64)?;
+        let buf: &[u8] = if total <= n {
+            &stack[..total]
+        } else {
+            heap.clear();
+            heap.extend_from_slice(&stack[..n]);
+            heap.resize(total, 0);
+            let more = log.read_at(&mut heap[n..], offset + n as u64)?;
             if n + more < total {
                 return Err(Error::corrupt(offset, "record truncated"));
             }
-        }
-        buf.truncate(total);
-        record::verify(&buf, offset, &header)?;
+            &heap[..total]
+        };
+        record::verify(buf, offset, &header)?;
         Ok((header, buf))
     }
 
@@ -295,9 +358,11 @@ impl Inner {
         self.check_key(key)?;
         let kh = KeyHash::of(key);
         self.counters.lookups.fetch_add(1, Ordering::Relaxed);
+        let mut stack = [0u8; LOOKUP_STACK_BYTES];
+        let mut heap = Vec::new();
         for c in self.candidates(kh) {
-            let (header, buf) = self.read_record(c.units)?;
-            if record::key_of(&buf, &header) != key {
+            let (header, buf) = self.read_record_buf(c.units, &mut stack, &mut heap)?;
+            if record::key_of(buf, &header) != key {
                 self.counters.extra_reads.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
@@ -305,7 +370,7 @@ impl Inner {
                 let (_, offset) = self.locate(c.units)?;
                 return Err(Error::corrupt(offset, "index points at a delete record"));
             }
-            return Ok(Some(Entry { value: record::value_of(&buf, &header).to_vec(), meta: header.meta }));
+            return Ok(Some(Entry { value: record::value_of(buf, &header).to_vec(), meta: header.meta }));
         }
         Ok(None)
     }
@@ -331,6 +396,67 @@ impl Inner {
         self.applied_end.store(new_end, Ordering::Release);
         self.max_seq.fetch_max(meta.seq, Ordering::AcqRel);
         if self.growth_step(MIGRATE_BUCKETS_PER_STEP) {
+            self.start_migrator();
+        }
+        Ok(new_end)
+    }
+
+    /// Append a batch: every record checked and encoded into one buffer, one `pwrite`,
+    /// then the index updated record by record in order (after the bytes are written, so a
+    /// reader never finds an entry whose record is not there). Returns the new log end.
+    /// Nothing is written when any op is invalid.
+    pub fn write_batch(&self, ops: &[BatchOp<'_>]) -> Result<u64, Error> {
+        for op in ops {
+            self.check_key(op.key)?;
+            self.check_value(op.value)?;
+        }
+        self.check_writable()?;
+        let hashes: Vec<KeyHash> = ops.iter().map(|op| KeyHash::of(op.key)).collect();
+        let bytes: usize = ops.iter().map(|op| record_len(op.key, op.value)).sum();
+        let mut buf = Vec::with_capacity(bytes);
+        let mut offsets = Vec::with_capacity(ops.len());
+        let mut w = self.writer.lock();
+        self.check_writable()?;
+        let base = w.end;
+        let durable = self.durable.load(Ordering::Acquire);
+        for op in ops {
+            offsets.push(base + buf.len() as u64);
+            record::encode_into(&mut buf, op.kind, op.key, op.value, op.meta, durable)?;
+        }
+        let new_end = base + buf.len() as u64;
+        if new_end > DATASTORE_BYTES_MAX {
+            return Err(Error::StoreFull);
+        }
+        if buf.is_empty() {
+            return Ok(base);
+        }
+        self.append(&mut w, base, &buf)?;
+        self.counters.appended_bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        let mut max_seq = 0;
+        for ((op, &kh), &offset) in ops.iter().zip(&hashes).zip(&offsets) {
+            // After the append: an earlier op of this batch on the same key is found too.
+            let existing = match self.find_existing(kh, op.key) {
+                Ok(e) => e,
+                Err(e) => {
+                    // The log holds records the index does not: only a reopen (replay) can
+                    // make them agree again.
+                    self.poisoned.store(true, Ordering::Release);
+                    return Err(e);
+                }
+            };
+            self.apply(
+                op.kind,
+                kh,
+                existing,
+                (offset / OFFSET_UNIT) as u32,
+                record_len(op.key, op.value) as u64,
+            );
+            max_seq = max_seq.max(op.meta.seq);
+        }
+        self.applied_end.store(new_end, Ordering::Release);
+        self.max_seq.fetch_max(max_seq, Ordering::AcqRel);
+        // As much growth work as the same records written one by one would do.
+        if self.growth_step(MIGRATE_BUCKETS_PER_STEP.saturating_mul(ops.len() as u64)) {
             self.start_migrator();
         }
         Ok(new_end)
@@ -612,6 +738,32 @@ impl Inner {
 /// at, and whether that record is in the cold log.
 pub(crate) type Existing = (Loc, u64, bool);
 
+/// Bytes of the record holding `key` and `value` (header + key + value, padded).
+fn record_len(key: &[u8], value: &[u8]) -> usize {
+    crate::limits::pad_to_unit(RECORD_HEADER_BYTES + key.len() + value.len())
+}
+
+/// One write of a batch (`DataStore::write_batch`).
+#[derive(Clone, Copy, Debug)]
+pub struct BatchOp<'a> {
+    kind: RecordKind,
+    key: &'a [u8],
+    value: &'a [u8],
+    meta: Meta,
+}
+
+impl<'a> BatchOp<'a> {
+    /// Store `value` under `key`, as `DataStore::store`.
+    pub fn put(key: &'a [u8], value: &'a [u8], meta: Meta) -> BatchOp<'a> {
+        BatchOp { kind: RecordKind::Put, key, value, meta }
+    }
+
+    /// Delete `key` (a tombstone), as `DataStore::delete`.
+    pub fn delete(key: &'a [u8], meta: Meta) -> BatchOp<'a> {
+        BatchOp { kind: RecordKind::Delete, key, value: &[], meta }
+    }
+}
+
 /// Drop a large allocation on a short-lived thread, so no writer pays for the munmap.
 fn free_in_background<T: Send + 'static>(garbage: T) {
     // If no thread can be started, the closure (and the garbage) is dropped right here.
@@ -752,6 +904,29 @@ impl DataStore {
         };
         // A swap after the append is fine: the new log holds the record, made durable
         // before the swap; syncing the old one too is harmless.
+        inner.after_write(end)
+    }
+
+    /// Write many records with one append (one `pwrite`), in order, as if each had been
+    /// stored or deleted one after the other by this thread; other writers' records do not
+    /// interleave with the batch's. All ops are checked first: if any is invalid (empty or
+    /// oversize key or value), nothing is written. Under `SyncPolicy::Always` returns once
+    /// the whole batch is durable, with one `fdatasync` (shared with concurrent writers).
+    ///
+    /// Acknowledgement is per batch: after a crash before this returns, a prefix of the
+    /// batch may be present (each record is whole and checked; recovery cuts a torn one).
+    /// The batch is encoded into one buffer of about its log bytes: size batches to taste
+    /// (a few hundred KiB to a few MiB is enough for full sequential write speed).
+    pub fn write_batch(&self, ops: &[BatchOp<'_>]) -> Result<(), Error> {
+        if crate::maint::over_stall_limit(&self.shared) {
+            self.shared.counters.write_stalls.fetch_add(1, Ordering::Relaxed);
+            std::thread::sleep(Duration::from_micros(crate::limits::GARBAGE_STALL_US));
+        }
+        let (inner, end) = {
+            let cur = self.shared.cur.read();
+            let end = cur.write_batch(ops)?;
+            (Arc::clone(&cur), end)
+        };
         inner.after_write(end)
     }
 

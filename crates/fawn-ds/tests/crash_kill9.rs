@@ -5,7 +5,9 @@
 //! the only other state allowed is each thread's one in-flight operation, and that the log
 //! holds no garbage. Hundreds of kill points per run. Most rounds use `Always`; every
 //! third uses `Interval(5 ms)` or `Never`, which must lose nothing to a *process* crash
-//! either (the page cache survives it). Reproduce with FAWN_DS_SEED=<seed>.
+//! either (the page cache survives it). About half the rounds write with `write_batch`
+//! (batches of 1..8 ops, all acknowledged when the batch returns): then a prefix of each
+//! thread's in-flight batch may be present, nothing else. Reproduce with FAWN_DS_SEED=<seed>.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -14,13 +16,14 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use fawn_ds::{DataStore, Meta, Options, RecordKind, SyncPolicy};
+use fawn_ds::{BatchOp, DataStore, Meta, Options, RecordKind, SyncPolicy};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 const CHILD_DIR_ENV: &str = "FAWN_DS_CRASH_CHILD_DIR";
 const CHILD_BASE_ENV: &str = "FAWN_DS_CRASH_CHILD_BASE";
 const CHILD_POLICY_ENV: &str = "FAWN_DS_CRASH_CHILD_POLICY";
+const CHILD_BATCH_ENV: &str = "FAWN_DS_CRASH_CHILD_BATCH";
 const THREADS: u64 = 4;
 const KEYS_PER_THREAD: u64 = 64;
 const ROUNDS: u64 = 200;
@@ -51,6 +54,20 @@ fn value_for(k: u64, seq: u64) -> Vec<u8> {
     (0..len).map(|i| (mix(seq ^ (i as u64) << 40) >> 56) as u8).collect()
 }
 
+/// Ops in the batch that starts with `seq` (1 when not batching).
+fn batch_len(batching: bool, seq: u64) -> u64 {
+    if batching {
+        1 + mix(seq ^ 0xBA7C) % 8
+    } else {
+        1
+    }
+}
+
+/// The seq of thread `t`'s `i`-th op.
+fn seq_of(base: u64, t: u64, i: u64) -> u64 {
+    base + t + THREADS * i
+}
+
 fn meta_for(seq: u64) -> Meta {
     Meta { seq, flags: (seq as u32).wrapping_mul(7), expiry: 0 }
 }
@@ -65,6 +82,7 @@ fn crash_child_writer() {
         Ok("never") => SyncPolicy::Never,
         _ => SyncPolicy::Always,
     };
+    let batching = std::env::var(CHILD_BATCH_ENV).is_ok_and(|v| v == "1");
     let opts = Options { sync, checkpoint_every_bytes: 64 << 10, ..Options::default() };
     let ds = std::sync::Arc::new(DataStore::open(Path::new(&dir), opts).expect("child open"));
     println!("READY");
@@ -73,17 +91,42 @@ fn crash_child_writer() {
         .map(|t| {
             let ds = ds.clone();
             std::thread::spawn(move || {
-                for i in 0.. {
-                    let seq = base + t + THREADS * i;
-                    let (k, del) = op(base, seq);
-                    let r = if del {
-                        ds.delete(&key_bytes(k), meta_for(seq))
+                let mut i = 0;
+                loop {
+                    let n = batch_len(batching, seq_of(base, t, i));
+                    let seqs: Vec<u64> = (i..i + n).map(|j| seq_of(base, t, j)).collect();
+                    if batching {
+                        let items: Vec<(Vec<u8>, Option<Vec<u8>>, Meta)> = seqs
+                            .iter()
+                            .map(|&seq| {
+                                let (k, del) = op(base, seq);
+                                (key_bytes(k), (!del).then(|| value_for(k, seq)), meta_for(seq))
+                            })
+                            .collect();
+                        let ops: Vec<BatchOp> = items
+                            .iter()
+                            .map(|(k, v, m)| match v {
+                                Some(v) => BatchOp::put(k, v, *m),
+                                None => BatchOp::delete(k, *m),
+                            })
+                            .collect();
+                        ds.write_batch(&ops).expect("child batch");
                     } else {
-                        ds.store(&key_bytes(k), &value_for(k, seq), meta_for(seq))
-                    };
-                    r.expect("child write");
+                        let seq = seqs[0];
+                        let (k, del) = op(base, seq);
+                        let r = if del {
+                            ds.delete(&key_bytes(k), meta_for(seq))
+                        } else {
+                            ds.store(&key_bytes(k), &value_for(k, seq), meta_for(seq))
+                        };
+                        r.expect("child write");
+                    }
                     let mut out = std::io::stdout().lock();
-                    writeln!(out, "ACK {seq}").and_then(|()| out.flush()).expect("ack");
+                    for seq in seqs {
+                        writeln!(out, "ACK {seq}").expect("ack");
+                    }
+                    out.flush().expect("ack");
+                    i += n;
                 }
             })
         })
@@ -94,13 +137,14 @@ fn crash_child_writer() {
 }
 
 /// Run one child until a random kill point; returns the acknowledged seqs.
-fn run_child(dir: &Path, base: u64, policy: &str, rng: &mut SmallRng) -> Vec<u64> {
+fn run_child(dir: &Path, base: u64, policy: &str, batching: bool, rng: &mut SmallRng) -> Vec<u64> {
     let exe = std::env::current_exe().expect("current exe");
     let mut child = Command::new(exe)
         .args(["crash_child_writer", "--exact", "--nocapture", "--test-threads=1"])
         .env(CHILD_DIR_ENV, dir)
         .env(CHILD_BASE_ENV, base.to_string())
         .env(CHILD_POLICY_ENV, policy)
+        .env(CHILD_BATCH_ENV, if batching { "1" } else { "0" })
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
@@ -143,21 +187,21 @@ type State = HashMap<u64, Option<u64>>; // key -> seq of its live put (None: abs
 /// Check the reopened store against the acknowledged state plus in-flight ops; then adopt
 /// what the store holds for the in-flight keys.
 /// `from`: log offset up to which earlier rounds already checked the records.
-fn verify(ds: &DataStore, model: &mut State, base: u64, acks: &[u64], from: u64) -> Result<(), String> {
+fn verify(
+    ds: &DataStore,
+    model: &mut State,
+    base: u64,
+    acks: &[u64],
+    batching: bool,
+    from: u64,
+) -> Result<(), String> {
     let mut done_per_thread = [0u64; THREADS as usize];
     for &seq in acks {
         let (k, del) = op(base, seq);
         model.insert(k, if del { None } else { Some(seq) });
         done_per_thread[((seq - base) % THREADS) as usize] += 1;
     }
-    // Each thread's next op may or may not have reached the log.
-    let inflight: HashMap<u64, (u64, bool)> = (0..THREADS)
-        .map(|t| {
-            let seq = base + t + THREADS * done_per_thread[t as usize];
-            let (k, del) = op(base, seq);
-            (k, (seq, del))
-        })
-        .collect();
+    let mut got_state = State::new();
     for k in 0..THREADS * KEYS_PER_THREAD {
         let got = ds.lookup(&key_bytes(k)).map_err(|e| format!("lookup {k}: {e}"))?;
         if let Some(e) = &got {
@@ -165,19 +209,63 @@ fn verify(ds: &DataStore, model: &mut State, base: u64, acks: &[u64], from: u64)
                 return Err(format!("key {k}: garbage value or meta at seq {}", e.meta.seq));
             }
         }
-        let got_seq = got.map(|e| e.meta.seq);
-        let acked = model.get(&k).copied().flatten();
-        let inflight_state = inflight.get(&k).map(|&(seq, del)| if del { None } else { Some(seq) });
-        if got_seq == acked {
-            continue;
+        got_state.insert(k, got.map(|e| e.meta.seq));
+    }
+    // Per thread (each owns its keys): the store must hold the acknowledged state plus a
+    // prefix of the thread's in-flight batch (one op when not batching). A batch whose acks
+    // were cut mid-print was acknowledged in full: its prefix is at least the printed part.
+    for t in 0..THREADS {
+        let done = done_per_thread[t as usize];
+        let mut start = 0;
+        while start + batch_len(batching, seq_of(base, t, start)) <= done {
+            start += batch_len(batching, seq_of(base, t, start));
         }
-        if Some(got_seq) == inflight_state {
-            model.insert(k, got_seq);
-            continue;
+        let len = batch_len(batching, seq_of(base, t, start));
+        let mine = |k: &u64| k % THREADS == t;
+        let mut state: State = model.iter().filter(|(k, _)| mine(k)).map(|(&k, &v)| (k, v)).collect();
+        // `state` holds the acknowledged ops (a cut batch's printed part too): try every
+        // longer prefix of the in-flight batch.
+        let acked_before: State = state.clone();
+        let mut matched = None;
+        for p in 0..=len {
+            if start + p >= done {
+                let agree = (0..THREADS * KEYS_PER_THREAD)
+                    .filter(mine)
+                    .all(|k| got_state.get(&k).copied().flatten() == state.get(&k).copied().flatten());
+                if agree {
+                    matched = Some(state.clone());
+                    break;
+                }
+            }
+            if p < len {
+                let seq = seq_of(base, t, start + p);
+                if start + p >= done {
+                    let (k, del) = op(base, seq);
+                    state.insert(k, if del { None } else { Some(seq) });
+                }
+            }
         }
-        return Err(format!(
-            "key {k}: store has {got_seq:?}, acknowledged {acked:?}, in flight {inflight_state:?}"
-        ));
+        let Some(state) = matched else {
+            let diff: Vec<String> = (0..THREADS * KEYS_PER_THREAD)
+                .filter(mine)
+                .filter(|k| got_state.get(k).copied().flatten() != acked_before.get(k).copied().flatten())
+                .map(|k| {
+                    format!(
+                        "key {k}: store {:?} acked {:?}",
+                        got_state.get(&k).copied().flatten(),
+                        acked_before.get(&k)
+                    )
+                })
+                .collect();
+            return Err(format!(
+                "thread {t}: store state is not the acknowledged state plus a prefix of the in-flight batch \
+                 (ops {start}..{} of which {done} acknowledged): {diff:?}",
+                start + len
+            ));
+        };
+        for (k, v) in state {
+            model.insert(k, v);
+        }
     }
     // No garbage anywhere in the log.
     for r in ds.iter_from(from.min(ds.end_offset())) {
@@ -213,13 +301,14 @@ fn sigkill_at_random_points_loses_no_acknowledged_write() {
             5 => "never",
             _ => "always",
         };
-        let acks = run_child(dir.path(), base, policy, &mut rng);
+        let batching = rng.gen_bool(0.5);
+        let acks = run_child(dir.path(), base, policy, batching, &mut rng);
         total_acks += acks.len();
         let ds = DataStore::open(dir.path(), Options { sync: SyncPolicy::Never, ..Options::default() })
             .unwrap_or_else(|e| panic!("seed {seed} round {round} ({policy}): reopen failed: {e}"));
         truncations += (ds.recovery_report().truncated_bytes > 0) as u32;
-        if let Err(e) = verify(&ds, &mut model, base, &acks, checked) {
-            panic!("seed {seed} round {round} ({policy}): {e}");
+        if let Err(e) = verify(&ds, &mut model, base, &acks, batching, checked) {
+            panic!("seed {seed} round {round} ({policy}, batching {batching}): {e}");
         }
     }
     eprintln!(

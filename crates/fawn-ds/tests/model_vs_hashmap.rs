@@ -1,12 +1,12 @@
 //! Guards functional correctness against a model: thousands of seeded random sequences of
-//! store / delete / lookup / iterate / checkpoint / drop-reopen / close-reopen, checked
-//! against a `HashMap`. Small starting index so growth and migration are exercised, values
+//! store / delete / write_batch (puts and deletes, repeated keys) / lookup / iterate /
+//! checkpoint / drop-reopen / close-reopen, checked against a `HashMap`. Small starting index so growth and migration are exercised, values
 //! around the lookup read size so both read paths run. Reproduce one case with
 //! `FAWN_DS_SEED=<seed> cargo test -p fawn-ds --test model_vs_hashmap`.
 
 use std::collections::HashMap;
 
-use fawn_ds::{DataStore, Meta, Options, RecordKind, SyncPolicy};
+use fawn_ds::{BatchOp, DataStore, Meta, Options, RecordKind, SyncPolicy};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -76,7 +76,38 @@ fn run_case(seed: u64) -> Result<(), String> {
         seq += 1;
         let meta = Meta { seq, flags: rng.gen(), expiry: rng.gen_range(0..3) };
         match rng.gen_range(0..100) {
-            0..=44 => {
+            0..=5 => {
+                // A batch of 0..24 puts and deletes, keys may repeat; applied in order.
+                let n = rng.gen_range(0..24);
+                let mut items = Vec::new();
+                for i in 0..n {
+                    let meta = Meta { seq: seq + i, flags: rng.gen(), expiry: rng.gen_range(0..3) };
+                    let k = key(&mut rng, space);
+                    let v = if rng.gen_bool(0.25) { None } else { Some(value(&mut rng)) };
+                    items.push((k, v, meta));
+                }
+                let ops: Vec<BatchOp> = items
+                    .iter()
+                    .map(|(k, v, m)| match v {
+                        Some(v) => BatchOp::put(k, v, *m),
+                        None => BatchOp::delete(k, *m),
+                    })
+                    .collect();
+                ds.write_batch(&ops).map_err(|e| ctx("write_batch", &e))?;
+                for (k, v, m) in items {
+                    match v {
+                        Some(v) => model.insert(k, (v, m)),
+                        None => model.remove(&k),
+                    };
+                }
+                if n > 0 {
+                    seq += n - 1;
+                    written = seq;
+                } else {
+                    seq -= 1;
+                }
+            }
+            6..=44 => {
                 let (k, v) = (key(&mut rng, space), value(&mut rng));
                 ds.store(&k, &v, meta).map_err(|e| ctx("store", &e))?;
                 written = seq;

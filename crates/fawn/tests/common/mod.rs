@@ -260,6 +260,7 @@ impl Memcached {
     }
 }
 pub mod history;
+pub mod netns;
 pub mod procs;
 
 /// A range's committed contents on one back-end, key -> latest record (paged `RangeDigest`).

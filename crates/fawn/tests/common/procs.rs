@@ -1,6 +1,8 @@
 //! A cluster of individually started processes — the manager, each back-end and each
 //! front-end its own `fawn <role>` child on free loopback ports — so that tests can kill -9,
-//! pause (SIGSTOP), resume (SIGCONT) and restart single nodes. Every process logs to
+//! pause (SIGSTOP), resume (SIGCONT) and restart single nodes. With `ProcShape::netns` each
+//! back-end runs in its own network namespace (see `netns`) so that links between back-ends
+//! can be cut; the manager and front-ends then listen on the bridge address. Every process logs to
 //! `<dir>/<name>.log` (appended across restarts, with a marker line per start); everything
 //! is killed on drop.
 
@@ -32,6 +34,8 @@ pub struct ProcShape {
     pub sync: String,
     /// Extra flags for every front-end (e.g. `--cache-entries 0`).
     pub frontend_args: Vec<String>,
+    /// Each back-end in its own network namespace (needs root), for [`Procs::cut`].
+    pub netns: bool,
 }
 
 impl Default for ProcShape {
@@ -46,6 +50,7 @@ impl Default for ProcShape {
             frontend_args: std::env::var("FAWN_FRONTEND_ARGS")
                 .map(|s| s.split_whitespace().map(String::from).collect())
                 .unwrap_or_default(),
+            netns: false,
         }
     }
 }
@@ -53,6 +58,8 @@ impl Default for ProcShape {
 /// One role process.
 struct Proc {
     name: String,
+    /// Arguments of `ip` placed before the `fawn` command (`netns exec <ns>`), if any.
+    prefix: Vec<String>,
     args: Vec<String>,
     child: Option<Child>,
     paused: bool,
@@ -91,6 +98,8 @@ pub struct Procs {
     manager: Proc,
     backends: BTreeMap<u32, Proc>,
     frontends: Vec<Proc>,
+    /// The back-ends' namespaces (with `ProcShape::netns`); dropped after every process.
+    pub netns: Option<super::netns::Netns>,
     _tmp: tempfile::TempDir,
 }
 
@@ -120,20 +129,27 @@ impl Procs {
         let dir = tmp.path().to_path_buf();
         let n = 1 + shape.backends as usize + 2 * shape.frontends as usize;
         let ports = free_ports(n);
-        let manager_addr = format!("127.0.0.1:{}", ports[0]);
-        let backend_addrs: BTreeMap<u32, String> =
-            (0..shape.backends).map(|i| (i, format!("127.0.0.1:{}", ports[1 + i as usize]))).collect();
+        let mut netns = shape.netns.then(super::netns::Netns::create);
+        let host = netns.as_ref().map_or_else(|| "127.0.0.1".to_string(), |x| x.host_ip());
+        let manager_addr = format!("{host}:{}", ports[0]);
+        let backend_addrs: BTreeMap<u32, String> = (0..shape.backends)
+            .map(|i| {
+                let ip = netns.as_mut().map_or_else(|| "127.0.0.1".to_string(), |x| x.node(i).1);
+                (i, format!("{ip}:{}", ports[1 + i as usize]))
+            })
+            .collect();
         let fe_base = 1 + shape.backends as usize;
         let frontend_addrs: Vec<(String, String)> = (0..shape.frontends as usize)
             .map(|i| {
                 (
-                    format!("127.0.0.1:{}", ports[fe_base + 2 * i]),
+                    format!("{host}:{}", ports[fe_base + 2 * i]),
                     format!("127.0.0.1:{}", ports[fe_base + 2 * i + 1]),
                 )
             })
             .collect();
         let manager = Proc {
             name: "manager".into(),
+            prefix: Vec::new(),
             args: vec![
                 "manager".into(),
                 "--listen".into(),
@@ -161,6 +177,7 @@ impl Procs {
             manager,
             backends: BTreeMap::new(),
             frontends: Vec::new(),
+            netns,
             _tmp: tmp,
         };
         let mut manager = std::mem::replace(&mut procs.manager, placeholder());
@@ -186,7 +203,8 @@ impl Procs {
                 "1500".into(),
             ];
             args.extend(shape.frontend_args.iter().cloned());
-            let mut p = Proc { name: format!("frontend-{i}"), args, child: None, paused: false };
+            let mut p =
+                Proc { name: format!("frontend-{i}"), prefix: Vec::new(), args, child: None, paused: false };
             procs.spawn(&mut p);
             procs.frontends.push(p);
         }
@@ -195,8 +213,10 @@ impl Procs {
     }
 
     fn add_backend(&mut self, node: u32, addr: String) {
+        let prefix = self.netns.as_mut().map(|x| x.exec_prefix(node)).unwrap_or_default();
         let mut p = Proc {
             name: format!("backend-{node}"),
+            prefix,
             args: vec![
                 "backend".into(),
                 "--node".into(),
@@ -227,7 +247,15 @@ impl Procs {
         let mut log =
             OpenOptions::new().create(true).append(true).open(self.log_path(&p.name)).expect("open role log");
         let _ = writeln!(log, "===== test harness {}: starting {} {}", utc_now(), p.name, p.args.join(" "));
-        let child = Command::new(env!("CARGO_BIN_EXE_fawn"))
+        // `ip netns exec` execs the command, so the child's pid is the role's own.
+        let mut cmd = if p.prefix.is_empty() {
+            Command::new(env!("CARGO_BIN_EXE_fawn"))
+        } else {
+            let mut c = Command::new("ip");
+            c.args(&p.prefix).arg(env!("CARGO_BIN_EXE_fawn"));
+            c
+        };
+        let child = cmd
             .args(&p.args)
             .env("FAWN_LOG", std::env::var("FAWN_TEST_LOG").unwrap_or_else(|_| "info".into()))
             .stdin(Stdio::null())
@@ -379,7 +407,43 @@ impl Procs {
     pub fn start_new_backend(&mut self, node: u32) {
         assert!(!self.backends.contains_key(&node), "back-end {node} exists already");
         let port = free_ports(1)[0];
-        self.add_backend(node, format!("127.0.0.1:{port}"));
+        let ip = self.netns.as_mut().map_or_else(|| "127.0.0.1".to_string(), |x| x.node(node).1);
+        self.add_backend(node, format!("{ip}:{port}"));
+    }
+
+    /// kill -9 the manager.
+    pub fn kill_manager(&mut self) {
+        self.mark("manager", "kill -9");
+        self.manager.kill9();
+    }
+
+    /// Starts a killed manager again on its data directory and address.
+    pub fn restart_manager(&mut self) {
+        let mut p = std::mem::replace(&mut self.manager, placeholder());
+        p.kill9();
+        self.spawn(&mut p);
+        self.manager = p;
+    }
+
+    fn netns_mut(&mut self) -> &mut super::netns::Netns {
+        self.netns.as_mut().expect("link cuts need ProcShape::netns")
+    }
+
+    /// Cuts the link between back-ends `a` and `b` (both directions; each still reaches the
+    /// manager, the front-ends and the other back-ends).
+    pub fn cut(&mut self, a: u32, b: u32) {
+        self.netns_mut().cut(a, b);
+        for n in [a, b] {
+            self.mark(&format!("backend-{n}"), &format!("link cut backend-{a} <-> backend-{b}"));
+        }
+    }
+
+    /// Heals a cut.
+    pub fn heal(&mut self, a: u32, b: u32) {
+        self.netns_mut().heal(a, b);
+        for n in [a, b] {
+            self.mark(&format!("backend-{n}"), &format!("link healed backend-{a} <-> backend-{b}"));
+        }
     }
 
     /// kill -9 a front-end.
@@ -470,7 +534,7 @@ pub fn utc_now() -> String {
 }
 
 fn placeholder() -> Proc {
-    Proc { name: String::new(), args: Vec::new(), child: None, paused: false }
+    Proc { name: String::new(), prefix: Vec::new(), args: Vec::new(), child: None, paused: false }
 }
 
 impl Drop for Procs {

@@ -1,0 +1,161 @@
+//! Guards a cut link between two chain neighbours while both still reach the manager and the
+//! front-ends (the failure the FAWN paper could not handle). Each back-end runs in its own
+//! network namespace; a cut is a blackhole route both ways (established connections stall
+//! silently). Under the mixed load, each round picks a range and two neighbours of its chain
+//! (head↔mid or mid↔tail), cuts, holds the cut for a time shorter or longer than the lease
+//! (1.5 s) and the failure-detection threshold (2 s), and heals. Every run: the history is
+//! linearizable and the final scan finds every acknowledged write; and after each heal a put
+//! to the affected range succeeds within `RECOVERY_MAX` without restarting anything.
+//! A probe client puts to a key of the affected range every 50 ms (keys outside the recorded
+//! ones) and the test prints how long puts there stalled during the cut.
+//! Needs root (network namespaces); fails with the reason otherwise.
+//! Seeds: FAWN_SEED (one or a comma-separated list), else the default below; rounds per run
+//! FAWN_FAULT_ROUNDS (default 3).
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::history::{run_scenario, FaultCtx, Scenario};
+use fawn_client::{Client, ClientOptions};
+use rand::Rng;
+
+/// After a heal, a put to the affected range must succeed within this.
+const RECOVERY_MAX: Duration = Duration::from_secs(10);
+
+/// Puts to `key` every 50 ms until stopped; the times of acknowledged puts.
+struct Probe {
+    stop: Arc<AtomicBool>,
+    acked: Arc<Mutex<Vec<Instant>>>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl Probe {
+    fn start(bootstrap: Vec<String>, key: String) -> Probe {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s = stop.clone();
+        let acked: Arc<Mutex<Vec<Instant>>> = Arc::default();
+        let ack = acked.clone();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            rt.block_on(async move {
+                let options = ClientOptions {
+                    connect_timeout: Duration::from_secs(1),
+                    request_timeout: Duration::from_millis(500),
+                };
+                let Ok(client) = Client::connect(&bootstrap, options).await else { return };
+                let mut i = 0u64;
+                while !s.load(Ordering::Relaxed) {
+                    i += 1;
+                    let value = format!("p{i}");
+                    let put = client.put(key.as_bytes(), value.as_bytes());
+                    if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_millis(600), put).await {
+                        ack.lock().expect("lock").push(Instant::now());
+                    }
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+            })
+        });
+        Probe { stop, acked, thread }
+    }
+
+    fn acked(&self) -> Vec<Instant> {
+        self.acked.lock().expect("lock").clone()
+    }
+
+    fn finish(self) -> Vec<Instant> {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+        let acked = self.acked.lock().expect("lock").clone();
+        acked
+    }
+}
+
+/// A range whose chain has at least two nodes, two neighbours on it, and a probe key in it.
+fn pick_neighbours(f: &mut FaultCtx) -> Option<(u32, u32, String, String)> {
+    let config = f.procs.config()?;
+    let ranges: Vec<_> = config.ranges.iter().filter(|r| r.chain.len() >= 2).collect();
+    if ranges.is_empty() {
+        return None;
+    }
+    let rc = ranges[f.rng.gen_range(0..ranges.len())];
+    let i = if f.rng.gen_bool(0.5) { 0 } else { rc.chain.len() - 2 };
+    let (a, b) = (rc.chain[i], rc.chain[i + 1]);
+    let role = if i == 0 { "head<->next" } else { "prev<->tail" };
+    let key = (0..100_000)
+        .map(|j| format!("probe{j}"))
+        .find(|k| config.range_of(fawn_ring::key_id(k.as_bytes())).is_some_and(|r| r.range == rc.range))?;
+    Some((a, b, role.to_string(), key))
+}
+
+#[test]
+fn link_cut_between_chain_neighbours_under_load() {
+    let mut sc = Scenario::new("faults_link_cut");
+    sc.shape.netns = true;
+    sc.shape.backends = 4;
+    sc.cooldown = Duration::from_secs(4);
+    sc.workload.op_deadline = Duration::from_millis(2500);
+    let rounds: u32 = std::env::var("FAWN_FAULT_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
+    let failures: Arc<Mutex<Vec<String>>> = Arc::default();
+    let fails = failures.clone();
+    run_scenario(&sc, &[801], move |f| {
+        for round in 0..rounds {
+            let Some((a, b, role, key)) = pick_neighbours(f) else {
+                f.note("no chain with two nodes; skipping a round");
+                f.pause_ms(1000, 2000);
+                continue;
+            };
+            // Short (< lease), around the lease and detection threshold, and long.
+            let hold_ms = match f.rng.gen_range(0..3) {
+                0 => f.rng.gen_range(200..1200),
+                1 => f.rng.gen_range(1500..2600),
+                _ => f.rng.gen_range(3000..6000),
+            };
+            let probe = Probe::start(f.procs.bootstrap(), key.clone());
+            std::thread::sleep(Duration::from_millis(300));
+            f.procs.cut(a, b);
+            let cut_at = Instant::now();
+            f.note(format!("cut backend-{a} <-> backend-{b} ({role}), probe key {key}, hold {hold_ms} ms"));
+            std::thread::sleep(Duration::from_millis(hold_ms));
+            f.procs.heal(a, b);
+            let heal_at = Instant::now();
+            f.note(format!("heal backend-{a} <-> backend-{b}"));
+            // Wait for the first put after the heal (or give up at the bound).
+            let deadline = heal_at + RECOVERY_MAX;
+            while !probe.acked().iter().any(|t| *t > heal_at) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            let acked = probe.finish();
+            let during: Vec<&Instant> = acked.iter().filter(|t| **t > cut_at && **t <= heal_at).collect();
+            let longest_gap = {
+                let mut last = cut_at;
+                let mut gap = Duration::ZERO;
+                for t in acked.iter().filter(|t| **t > cut_at) {
+                    gap = gap.max(t.duration_since(last));
+                    last = *t;
+                }
+                gap
+            };
+            match acked.iter().find(|t| **t > heal_at) {
+                Some(t) => f.note(format!(
+                    "round {round}: probe puts acknowledged during the {hold_ms} ms cut: {}; longest stall {} ms; first put {} ms after the heal",
+                    during.len(),
+                    longest_gap.as_millis(),
+                    t.duration_since(heal_at).as_millis()
+                )),
+                None => {
+                    let msg = format!(
+                        "round {round}: no put to the range of {key} succeeded within {RECOVERY_MAX:?} after healing backend-{a} <-> backend-{b}"
+                    );
+                    f.note(msg.clone());
+                    fails.lock().expect("lock").push(msg);
+                }
+            }
+            f.pause_ms(1000, 2500);
+        }
+    });
+    let failures = failures.lock().expect("lock");
+    assert!(failures.is_empty(), "affected ranges did not recover after a heal:\n{}", failures.join("\n"));
+}
