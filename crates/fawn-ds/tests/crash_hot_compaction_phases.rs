@@ -2,7 +2,7 @@
 //! child process (this test binary re-executed) builds a store — with or without an
 //! existing cold log — and runs `compact_hot` while a writer thread keeps appending and
 //! printing every acknowledged write; the fault injector SIGKILLs the child at the k-th
-//! log write/fsync issued by the compacting thread (then one write after it returns), for
+//! log write/fsync issued by the compacting thread (then a few writes after it returns), for
 //! k = 1, 2, ... until a compaction completes. Before reopening, the parent classifies the files (killed before the LOGS
 //! manifest named the new state, after it but before the commit rename, or after the
 //! commit), then checks that reopen shows exactly the acknowledged state (the one write in
@@ -27,6 +27,7 @@ const SETUP_KEYS: u64 = 300;
 const WRITER_KEYS: u64 = 40;
 const COMPACTOR: &str = "hot-compactor";
 const MAX_KILL_POINTS: u64 = 200;
+const POST_WRITES: u64 = 6;
 
 fn key(k: u64) -> Vec<u8> {
     format!("key-{k:05}").into_bytes()
@@ -138,8 +139,13 @@ fn crash_child_hot_compactor() {
             .spawn(move || {
                 armed.store(true, Ordering::Release);
                 ds.compact_hot().expect("hot compaction");
-                // One more counted I/O: a kill here lands right after the whole commit.
-                ds.store(b"post", b"after", Meta { seq: u64::MAX / 2, ..Meta::default() }).expect("post");
+                // More counted I/O (a write and an fsync each): kills here land after the
+                // whole commit. Several, because the compaction's own count of I/O varies
+                // by a few from run to run (how much tail the writer left to catch up).
+                for i in 0..POST_WRITES {
+                    let meta = Meta { seq: u64::MAX / 2 + i, ..Meta::default() };
+                    ds.store(b"post", b"after", meta).expect("post");
+                }
                 armed.store(false, Ordering::Release);
             })
             .expect("spawn compactor")
