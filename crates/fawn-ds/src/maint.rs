@@ -32,8 +32,8 @@ use crate::log::{self, LogFile, Scanner};
 use crate::manifest::{self, LogState, Manifest, COLD_FILE, COLD_NEW_FILE};
 use crate::record::{self, Header};
 use crate::recovery::LOG_FILE;
-use crate::store::{Background, ColdLog, Inner, KeyFilter, Shared};
-use crate::{DataStore, Options, RecordKind, SyncPolicy};
+use crate::store::{Background, BatchOp, ColdLog, Inner, KeyFilter, Shared};
+use crate::{DataStore, Meta, Options, RecordKind, SyncPolicy};
 
 /// The new log of a compaction or merge, renamed over `data.log` at the swap.
 const COMPACT_FILE: &str = "data.log.compact";
@@ -194,9 +194,47 @@ struct Copier<'a> {
     rep: MaintenanceReport,
     limiter: Limiter,
     cancel: Option<&'a std::sync::atomic::AtomicBool>,
+    /// Records waiting to be appended with one write (and whether to the cold log).
+    pending: Pending,
 }
 
+/// Copies collected for one batched append.
+#[derive(Default)]
+struct Pending {
+    records: Vec<(RecordKind, Vec<u8>, Vec<u8>, Meta)>,
+    bytes: usize,
+    cold: bool,
+}
+
+/// Copies are appended in batches of about this many bytes (one write each).
+const COPY_BATCH_BYTES: usize = 1 << 20;
+
 impl Copier<'_> {
+    /// Append the pending copies to the new log.
+    fn flush(&mut self) -> Result<(), Error> {
+        if self.pending.records.is_empty() {
+            return Ok(());
+        }
+        let ops: Vec<BatchOp<'_>> = self
+            .pending
+            .records
+            .iter()
+            .map(|(kind, key, value, meta)| match kind {
+                RecordKind::Put => BatchOp::put(key, value, *meta),
+                RecordKind::Delete => BatchOp::delete(key, *meta),
+            })
+            .collect();
+        let written = if self.pending.cold {
+            self.dst.write_cold_batch(&ops)
+        } else {
+            self.dst.write_batch(&ops).map(|_| ())
+        };
+        drop(ops);
+        self.pending.records.clear();
+        self.pending.bytes = 0;
+        written
+    }
+
     /// Scan `src`'s hot log over `[from, to)` and append the records `keep` wants to the
     /// new hot log.
     fn copy(&mut self, src: &Inner, from: u64, to: u64, keep: &Keep, paced: bool) -> Result<(), Error> {
@@ -229,6 +267,10 @@ impl Copier<'_> {
             (_, false) => Arc::clone(&src.log),
         };
         let bit = if cold { COLD_UNITS_BIT } else { 0 };
+        if self.pending.cold != to_cold {
+            self.flush()?;
+            self.pending.cold = to_cold;
+        }
         let mut sc = Scanner::new(log, from, to);
         while let Some((offset, header, bytes)) = sc.next_record()? {
             if self.cancel.is_some_and(|c| c.load(Ordering::Acquire)) {
@@ -239,12 +281,16 @@ impl Copier<'_> {
             self.rep.bytes_scanned += total;
             let key = record::key_of(bytes, &header);
             let units = (offset / OFFSET_UNIT) as u32 | bit;
+            // `wants` looks at the new log for deletes and expiring puts: it must be current.
+            if header.kind == RecordKind::Delete || header.meta.expiry != 0 {
+                self.flush()?;
+            }
             if keep.wants(src, self.dst, units, &header, key)? {
                 let value = record::value_of(bytes, &header);
-                if to_cold {
-                    self.dst.write_cold(header.kind, key, value, header.meta)?;
-                } else {
-                    self.dst.write(header.kind, key, value, header.meta)?;
+                self.pending.records.push((header.kind, key.to_vec(), value.to_vec(), header.meta));
+                self.pending.bytes += total as usize;
+                if self.pending.bytes >= COPY_BATCH_BYTES {
+                    self.flush()?;
                 }
                 self.rep.records_written += 1;
                 self.rep.bytes_written += total;
@@ -254,7 +300,7 @@ impl Copier<'_> {
                 self.limiter.account(total);
             }
         }
-        Ok(())
+        self.flush()
     }
 
     /// Unlocked passes over `src` from `pos` until the remaining tail is small; returns
@@ -476,6 +522,7 @@ fn rewrite(shared: &Shared, other: Option<&Shared>) -> Result<MaintenanceReport,
         rep: MaintenanceReport::new(kind),
         limiter: Limiter::new(shared.opts.maintenance_bytes_per_sec),
         cancel: Some(&shared.cancel),
+        pending: Pending::default(),
     };
     // 1. Scan every log to its end, unlocked, into the new cold log (or hot log).
     let to_cold = new.cold.is_some();
@@ -543,6 +590,7 @@ fn compact_hot(shared: &Shared) -> Result<MaintenanceReport, Error> {
         rep,
         limiter: Limiter::new(shared.opts.maintenance_bytes_per_sec),
         cancel: Some(&shared.cancel),
+        pending: Pending::default(),
     };
     finish(&sides, &new, c, end, LOG_HEADER_BYTES, cold_out, t0)
 }
@@ -837,6 +885,7 @@ impl DataStore {
             rep: MaintenanceReport::new(MaintenanceKind::Split),
             limiter: Limiter::new(shared.opts.maintenance_bytes_per_sec),
             cancel: Some(&shared.cancel),
+            pending: Pending::default(),
         };
         let result = (|| {
             let end = src.applied_end.load(Ordering::Acquire);

@@ -484,28 +484,38 @@ impl Inner {
         }
     }
 
-    /// Append a record to the cold log of a state that maintenance is building (before it is
-    /// published, so no other thread writes to it) and point the index at it.
-    pub fn write_cold(&self, kind: RecordKind, key: &[u8], value: &[u8], meta: Meta) -> Result<(), Error> {
+    /// Append records to the cold log of a state that maintenance is building (before it is
+    /// published, so no other thread writes to it), with one write, and point the index at
+    /// them in order.
+    pub fn write_cold_batch(&self, ops: &[BatchOp<'_>]) -> Result<(), Error> {
         let Some(cold) = &self.cold else {
             return Err(Error::InvalidRequest("this state has no cold log".into()));
         };
-        // The cold log is fsynced as a whole before it is committed; the stamp is unused.
-        let buf = record::encode(kind, key, value, meta, LOG_HEADER_BYTES)?;
-        let kh = KeyHash::of(key);
         let _w = self.writer.lock();
-        let offset = cold.end.load(Ordering::Acquire);
+        let base = cold.end.load(Ordering::Acquire);
+        let mut buf = Vec::with_capacity(ops.iter().map(|op| record_len(op.key, op.value)).sum());
+        let mut offsets = Vec::with_capacity(ops.len());
+        for op in ops {
+            offsets.push(base + buf.len() as u64);
+            // The cold log is fsynced as a whole before it is committed; the stamp is unused.
+            record::encode_into(&mut buf, op.kind, op.key, op.value, op.meta, LOG_HEADER_BYTES)?;
+        }
         let len = buf.len() as u64;
-        if offset + len > DATASTORE_BYTES_MAX {
+        if base + len > DATASTORE_BYTES_MAX {
             return Err(Error::StoreFull);
         }
-        let existing = self.find_existing(kh, key)?;
-        cold.log.write_all_at(&buf, offset).map_err(|e| Error::io("appending to the cold log", e))?;
-        cold.end.store(offset + len, Ordering::Release);
+        cold.log.write_all_at(&buf, base).map_err(|e| Error::io("appending to the cold log", e))?;
+        cold.end.store(base + len, Ordering::Release);
         self.counters.appended_bytes.fetch_add(len, Ordering::Relaxed);
-        self.apply(kind, kh, existing, (offset / OFFSET_UNIT) as u32 | COLD_UNITS_BIT, len);
-        self.max_seq.fetch_max(meta.seq, Ordering::AcqRel);
-        self.growth_step(MIGRATE_BUCKETS_PER_STEP);
+        for (op, &offset) in ops.iter().zip(&offsets) {
+            let kh = KeyHash::of(op.key);
+            // After the write: an earlier op of this batch on the same key is found too.
+            let existing = self.find_existing(kh, op.key)?;
+            let units = (offset / OFFSET_UNIT) as u32 | COLD_UNITS_BIT;
+            self.apply(op.kind, kh, existing, units, record_len(op.key, op.value) as u64);
+            self.max_seq.fetch_max(op.meta.seq, Ordering::AcqRel);
+        }
+        self.growth_step(MIGRATE_BUCKETS_PER_STEP.saturating_mul(ops.len() as u64));
         Ok(())
     }
 

@@ -12,13 +12,15 @@ use fawn_ds::{DataStore, Error, FaultInjector, IoOp, Meta, Options, SyncPolicy};
 fn enospc_during_maintenance_keeps_the_old_state() {
     let dir = tempfile::tempdir().unwrap();
     let full = Arc::new(AtomicBool::new(false));
-    // Once armed, the 50th append from then on fails: deep inside the maintenance copy.
+    // Once armed, the 4th append from then on fails: inside the maintenance copy (after the
+    // new logs' headers; copies are appended in batches of 1 MiB, and the live data below is
+    // ~5 MiB).
     let countdown = Arc::new(AtomicU64::new(0));
     let faults = {
         let (full, countdown) = (full.clone(), countdown.clone());
         FaultInjector::new(move |op| {
             let armed = full.load(Ordering::Acquire) && op == IoOp::Write;
-            (armed && countdown.fetch_add(1, Ordering::AcqRel) >= 50)
+            (armed && countdown.fetch_add(1, Ordering::AcqRel) >= 3)
                 .then(|| std::io::Error::from_raw_os_error(libc::ENOSPC))
         })
     };
@@ -26,8 +28,8 @@ fn enospc_during_maintenance_keeps_the_old_state() {
     let path = dir.path().join("a");
     let ds = DataStore::open(&path, opts.clone()).unwrap();
     for i in 0..2000u64 {
-        ds.store(format!("k{}", i % 300).as_bytes(), &[i as u8; 64], Meta { seq: i + 1, ..Meta::default() })
-            .unwrap();
+        let value = vec![i as u8; 16 << 10];
+        ds.store(format!("k{}", i % 300).as_bytes(), &value, Meta { seq: i + 1, ..Meta::default() }).unwrap();
     }
     let want: Vec<_> = (0..300).map(|k| ds.lookup(format!("k{k}").as_bytes()).unwrap()).collect();
     let arm = || {
