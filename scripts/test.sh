@@ -17,6 +17,7 @@ command -v memccapable >/dev/null || need+=(libmemcached-tools)
 command -v redis-server >/dev/null || need+=(redis-server)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 command -v go >/dev/null || need+=(golang-go)   # the linearizability checker (Porcupine)
+command -v ip >/dev/null || need+=(iproute2)    # network namespaces for the link-cut fault test (needs root)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq

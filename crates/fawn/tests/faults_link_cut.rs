@@ -7,7 +7,8 @@
 //! linearizable and the final scan finds every acknowledged write; and after each heal a put
 //! to the affected range succeeds within `RECOVERY_MAX` without restarting anything.
 //! A probe client puts to a key of the affected range every 50 ms (keys outside the recorded
-//! ones) and the test prints how long puts there stalled during the cut.
+//! ones) and the test prints how long puts there stalled during the cut. A cut held past
+//! 2 s must also show up in the back-ends' `link_stalls` counter (the stalled-link detector).
 //! Needs root (network namespaces); fails with the reason otherwise.
 //! Seeds: FAWN_SEED (one or a comma-separated list), else the default below; rounds per run
 //! FAWN_FAULT_ROUNDS (default 3).
@@ -20,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use common::history::{run_scenario, FaultCtx, Scenario};
 use fawn_client::{Client, ClientOptions};
+use fawn_proto::native::{Request, Response};
 use rand::Rng;
 
 /// After a heal, a put to the affected range must succeed within this.
@@ -90,6 +92,21 @@ fn pick_neighbours(f: &mut FaultCtx) -> Option<(u32, u32, String, String)> {
     Some((a, b, role.to_string(), key))
 }
 
+/// Sum of the back-ends' `link_stalls` counters (stalls noticed so far).
+fn link_stalls(procs: &common::procs::Procs) -> u64 {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let pool = fawn_client::pool::Pool::new(Duration::from_secs(1));
+        let mut total = 0;
+        for addr in procs.backend_addrs.values() {
+            if let Ok(Response::Status(s)) = pool.call(addr, Request::Status, Duration::from_secs(2)).await {
+                total += s.counters.iter().find(|(n, _)| n == "link_stalls").map_or(0, |(_, v)| *v);
+            }
+        }
+        total
+    })
+}
+
 #[test]
 fn link_cut_between_chain_neighbours_under_load() {
     let mut sc = Scenario::new("faults_link_cut");
@@ -113,12 +130,14 @@ fn link_cut_between_chain_neighbours_under_load() {
                 1 => f.rng.gen_range(1500..2600),
                 _ => f.rng.gen_range(3000..6000),
             };
+            let stalls_before = link_stalls(f.procs);
             let probe = Probe::start(f.procs.bootstrap(), key.clone());
             std::thread::sleep(Duration::from_millis(300));
             f.procs.cut(a, b);
             let cut_at = Instant::now();
             f.note(format!("cut backend-{a} <-> backend-{b} ({role}), probe key {key}, hold {hold_ms} ms"));
             std::thread::sleep(Duration::from_millis(hold_ms));
+            let stalls_during = link_stalls(f.procs) - stalls_before;
             f.procs.heal(a, b);
             let heal_at = Instant::now();
             f.note(format!("heal backend-{a} <-> backend-{b}"));
@@ -153,9 +172,17 @@ fn link_cut_between_chain_neighbours_under_load() {
                     fails.lock().expect("lock").push(msg);
                 }
             }
+            f.note(format!(
+                "round {round}: stalled links noticed by the back-ends during the cut: {stalls_during}"
+            ));
+            if hold_ms >= 2000 && stalls_during == 0 {
+                let msg = format!("round {round}: a {hold_ms} ms cut of backend-{a} <-> backend-{b} was not noticed (link_stalls)");
+                f.note(msg.clone());
+                fails.lock().expect("lock").push(msg);
+            }
             f.pause_ms(1000, 2500);
         }
     });
     let failures = failures.lock().expect("lock");
-    assert!(failures.is_empty(), "affected ranges did not recover after a heal:\n{}", failures.join("\n"));
+    assert!(failures.is_empty(), "link cuts:\n{}", failures.join("\n"));
 }

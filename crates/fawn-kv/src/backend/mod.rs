@@ -38,6 +38,9 @@ pub const MANAGER_LEASE: Duration = Duration::from_millis(1500);
 const COMMITTED_NOTICE_TIMEOUT: Duration = Duration::from_millis(500);
 /// How often replicas retry sync requests and catch-up confirmations.
 const TICK_INTERVAL: Duration = Duration::from_millis(300);
+/// A successor whose chain has not acknowledged an update for this long is reported as a
+/// stalled link (log line, `link_stalls` counter); puts on the ranges behind it wait.
+pub const LINK_STALL: Duration = Duration::from_millis(1000);
 
 /// Back-end settings.
 #[derive(Clone, Debug)]
@@ -62,6 +65,7 @@ struct Counters {
     stale_epoch: AtomicU64,
     lease_refusals: AtomicU64,
     syncs_completed: AtomicU64,
+    link_stalls: AtomicU64,
     get_latency: Histogram,
     update_latency: Histogram,
 }
@@ -76,6 +80,8 @@ pub struct Backend {
     pool: Pool,
     started: Instant,
     last_manager_contact: parking_lot::Mutex<Instant>,
+    /// Successors whose chain has stopped acknowledging, with the time the stall began.
+    stalled_links: parking_lot::Mutex<HashMap<NodeId, Instant>>,
     counters: Counters,
     me: Weak<Backend>,
 }
@@ -94,6 +100,7 @@ impl Backend {
             pool,
             started: Instant::now(),
             last_manager_contact: parking_lot::Mutex::new(Instant::now()),
+            stalled_links: parking_lot::Mutex::new(HashMap::new()),
             counters: Counters::default(),
             me: me.clone(),
         });
@@ -311,6 +318,8 @@ impl Backend {
             ("stale_epoch".to_string(), c.stale_epoch.load(Ordering::Relaxed)),
             ("lease_refusals".to_string(), c.lease_refusals.load(Ordering::Relaxed)),
             ("syncs_completed".to_string(), c.syncs_completed.load(Ordering::Relaxed)),
+            ("link_stalls".to_string(), c.link_stalls.load(Ordering::Relaxed)),
+            ("stalled_links".to_string(), self.stalled_links.lock().len() as u64),
             ("ranges".to_string(), replicas.len() as u64),
         ];
         let (mut keys, mut log_bytes, mut unacked) = (0, 0, 0);
@@ -393,8 +402,50 @@ impl Backend {
         }
     }
 
+    /// Notices chain links that make no progress — a link cut between neighbours that both
+    /// still reach the manager, or a stuck successor — and logs and counts each stall and its
+    /// end. Nothing else happens: the updates stay unacknowledged (and their puts wait) until
+    /// the link flows again or the manager changes the chain.
+    fn check_links(&self) {
+        let view = self.current();
+        let now = crate::clock::unix_micros();
+        let mut oldest: HashMap<NodeId, u64> = HashMap::new();
+        for (range, r) in self.replicas.read().iter() {
+            let Some(seq) = r.oldest_unacked() else { continue };
+            let rc = view.config.ranges.iter().find(|rc| rc.range == *range);
+            let Some(succ) = rc.and_then(|rc| rc.successor(self.options.node)) else { continue };
+            let age = now.saturating_sub(seq);
+            let worst = oldest.entry(succ).or_default();
+            *worst = (*worst).max(age);
+        }
+        let limit = LINK_STALL.as_micros() as u64;
+        let mut stalled = self.stalled_links.lock();
+        for (&peer, &age) in &oldest {
+            if age >= limit && !stalled.contains_key(&peer) {
+                warn!(
+                    peer,
+                    oldest_unacked_ms = age / 1000,
+                    "chain link stalled: updates forwarded to this successor are not acknowledged \
+                     (link cut or stuck node downstream); puts on those ranges wait"
+                );
+                self.counters.link_stalls.fetch_add(1, Ordering::Relaxed);
+                let since =
+                    Instant::now().checked_sub(Duration::from_micros(age)).unwrap_or_else(Instant::now);
+                stalled.insert(peer, since);
+            }
+        }
+        stalled.retain(|peer, since| {
+            let still = oldest.get(peer).is_some_and(|age| *age >= limit);
+            if !still {
+                info!(peer, stalled_ms = since.elapsed().as_millis() as u64, "chain link flowing again");
+            }
+            still
+        });
+    }
+
     /// Periodic work: replica retries, and re-reporting syncs the manager has not recorded.
     async fn on_tick(&self) {
+        self.check_links();
         let links = self.linker();
         let replicas: Vec<_> = self.replicas.read().values().cloned().collect();
         for r in replicas {
@@ -470,6 +521,7 @@ impl Exposition for Backend {
             ("fawn_backend_stale_epoch_total", &c.stale_epoch),
             ("fawn_backend_lease_refusals_total", &c.lease_refusals),
             ("fawn_backend_syncs_completed_total", &c.syncs_completed),
+            ("fawn_backend_link_stalls_total", &c.link_stalls),
         ] {
             metrics::line(&mut out, name, &node, v.load(Ordering::Relaxed));
         }

@@ -539,6 +539,12 @@ impl RangeReplica {
         self.unacked.lock().len()
     }
 
+    /// Sequence number of the oldest update forwarded but not yet acknowledged (sequence
+    /// numbers are microsecond timestamps, so this dates it).
+    pub fn oldest_unacked(&self) -> Option<u64> {
+        self.unacked.lock().keys().next().copied()
+    }
+
     /// Unacked updates to resend on a fresh link to the successor.
     pub async fn resend_on_connect(&self, peer: NodeId) -> Vec<ChainMsg> {
         let st = self.state.lock().await;
