@@ -96,6 +96,13 @@ pub struct Options {
     /// Rate limit of maintenance scans (split, merge, compact), bytes read per second;
     /// 0 = unlimited. Default 0. Keeps foreground latency when the device is the bottleneck.
     pub maintenance_bytes_per_sec: u64,
+    /// Never write a record of at most 4 KiB across a 4 KiB boundary of the log: a record
+    /// that would cross one is preceded by a padding record filling the rest of the page,
+    /// so a lookup that goes to the device reads one page, not two. Costs log space (about
+    /// half a record per page that would have been crossed: measured in docs/BENCHMARKS.md)
+    /// and applies to logs created by this version (format 2); older logs are not padded
+    /// until compaction rewrites them. Default false (see docs/FORMAT.md for why).
+    pub page_aligned_records: bool,
 }
 
 impl Default for Options {
@@ -114,6 +121,7 @@ impl Default for Options {
             compact_check_interval: Duration::from_secs(1),
             maintenance_bytes_per_sec: 0,
             stall_garbage_ratio: 0.75,
+            page_aligned_records: false,
         }
     }
 }
