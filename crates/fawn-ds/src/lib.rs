@@ -59,7 +59,9 @@ pub struct Options {
     /// Use `Always` when the store is the only copy.
     pub sync: SyncPolicy,
     /// Write an index checkpoint (on a helper thread) after this many log bytes since the
-    /// last one (0 = only on `checkpoint()`/`close()`). Default 64 MiB.
+    /// last one, or 32 × the last checkpoint's size if that is more (so checkpoints add at
+    /// most ~3 % to the bytes written, and a restart replays at most that much log)
+    /// (0 = only on `checkpoint()`/`close()`). Default 64 MiB.
     pub checkpoint_every_bytes: u64,
     /// Largest accepted key (capped at `limits::KEY_BYTES_MAX`). Default 250.
     pub key_bytes_max: usize,

@@ -83,6 +83,9 @@ impl Drop for Candidates {
 }
 /// Old-table buckets the background migrator moves per step (one writer-lock hold).
 const BACKGROUND_MIGRATE_BUCKETS: u64 = 16;
+/// Automatic checkpoints are at least this many times the last checkpoint's size apart
+/// (in log bytes appended), so checkpoint writes stay under ~1/32 of the log writes.
+const CHECKPOINT_SPACING: u64 = 32;
 /// Old-table buckets moved per index-lock hold when a batch does its share of growth.
 const BATCH_MIGRATE_BUCKETS: u64 = 256;
 /// Bytes enough for any header + key (key comparisons on the write path).
@@ -170,6 +173,8 @@ pub(crate) struct Inner {
     /// The flock'ed lock file; closing it releases the directory. Shared with the `Inner`
     /// that replaces this one after maintenance.
     pub lock: Arc<File>,
+    /// Bytes of the last checkpoint file written (spaces automatic checkpoints).
+    pub ckpt_image_bytes: AtomicU64,
     /// Records are kept inside 4 KiB pages (`page_aligned_records`, on a log that allows it).
     pads: bool,
     /// Size of the last record a lookup read: the next lookup's first read (one `pread`
@@ -206,6 +211,7 @@ impl Inner {
         let index = Index::for_keys(opts.expected_keys);
         let pads = opts.page_aligned_records && log.allows_padding();
         Inner {
+            ckpt_image_bytes: AtomicU64::new(0),
             pads,
             read_guess: AtomicUsize::new(LOOKUP_READ_GUESS),
             dir,
@@ -646,7 +652,12 @@ impl Inner {
         if self.opts.sync == SyncPolicy::Always {
             self.sync_to(end)?;
         }
-        let every = self.opts.checkpoint_every_bytes;
+        // Also at least CHECKPOINT_SPACING × the last image: at millions of keys a fixed
+        // interval would write more checkpoint bytes than log bytes.
+        let every = match self.opts.checkpoint_every_bytes {
+            0 => 0,
+            n => n.max(self.ckpt_image_bytes.load(Ordering::Relaxed).saturating_mul(CHECKPOINT_SPACING)),
+        };
         // try_lock: a writer never waits behind a checkpoint another thread is writing.
         let last = self.ckpt.try_lock().map(|g| *g);
         if every > 0 && last.is_some_and(|last| end.saturating_sub(last) >= every) {
