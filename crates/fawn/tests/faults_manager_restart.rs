@@ -70,7 +70,7 @@ fn manager_kill9_and_restart_under_load() {
                 _ => f.pause_ms(3000, 5000),
             }
             let down = killed_at.elapsed();
-            let refusals = f.procs.backend_counter_sum("lease_refusals") - refusals_before;
+            let refusals = f.procs.backend_counter_sum("lease_refusals").saturating_sub(refusals_before);
             f.procs.restart_manager();
             f.note(format!(
                 "restart manager after {} ms down; lease refusals meanwhile: {refusals}",
