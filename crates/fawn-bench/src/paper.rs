@@ -344,6 +344,7 @@ fn ds_args(c: &Ctx, keys: u64, vs: usize) -> ds::DsArgs {
         duration: c.z.ds_duration,
         sync: fawn_ds::SyncPolicy::Never,
         batch_bytes: 1 << 20,
+        page_aligned: false,
         device_reads: 0,
         presize: false,
         rocksdb: false,

@@ -75,6 +75,19 @@ pub fn seq_write_bytes(path: &Path, chunk: &[u8], total: u64, sync: SyncPolicy) 
     Ok(SeqWriteTimes { written, durable: start.elapsed() })
 }
 
+/// Read all of `path` once (1 MiB reads) so that its pages are in the page cache.
+pub fn warm(path: &Path) -> Result<()> {
+    let f = File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut off = 0u64;
+    loop {
+        match f.read_at(&mut buf, off).with_context(|| format!("reading {}", path.display()))? {
+            0 => return Ok(()),
+            n => off += n as u64,
+        }
+    }
+}
+
 /// Drop the cached pages of `path` (after syncing it, since dirty pages cannot be dropped), so the
 /// next reads go to the device. Per-file `posix_fadvise(DONTNEED)` rather than `drop_caches`:
 /// it does not disturb the other processes of a shared machine.

@@ -58,6 +58,7 @@ pub(crate) fn write(inner: &Inner) -> Result<(), Error> {
     let bytes = encode(inner.nonce, &sums, &index);
     drop(index);
     replace_file(&inner.dir, &bytes)?;
+    inner.ckpt_image_bytes.store(bytes.len() as u64, Ordering::Relaxed);
     *last = end;
     inner.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
     Ok(())

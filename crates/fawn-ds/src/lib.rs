@@ -60,7 +60,9 @@ pub struct Options {
     /// Use `Always` when the store is the only copy.
     pub sync: SyncPolicy,
     /// Write an index checkpoint (on a helper thread) after this many log bytes since the
-    /// last one (0 = only on `checkpoint()`/`close()`). Default 64 MiB.
+    /// last one, or 32 × the last checkpoint's size if that is more (so checkpoints add at
+    /// most ~3 % to the bytes written, and a restart replays at most that much log)
+    /// (0 = only on `checkpoint()`/`close()`). Default 64 MiB.
     pub checkpoint_every_bytes: u64,
     /// Largest accepted key (capped at `limits::KEY_BYTES_MAX`). Default 250.
     pub key_bytes_max: usize,
@@ -108,6 +110,13 @@ pub struct Options {
     /// When false, no cold log is created (an existing one is folded back into the hot log
     /// by the next compaction).
     pub hot_cold: bool,
+    /// Never write a record of at most 4 KiB across a 4 KiB boundary of the log: a record
+    /// that would cross one is preceded by a padding record filling the rest of the page,
+    /// so a lookup that goes to the device reads one page, not two. Costs log space (about
+    /// half a record per page that would have been crossed: measured in docs/BENCHMARKS.md)
+    /// and applies to logs created by this version (format 2); older logs are not padded
+    /// until compaction rewrites them. Default false (see docs/FORMAT.md for why).
+    pub page_aligned_records: bool,
 }
 
 impl Default for Options {
@@ -127,6 +136,7 @@ impl Default for Options {
             maintenance_bytes_per_sec: 0,
             stall_garbage_ratio: 0.75,
             hot_cold: true,
+            page_aligned_records: false,
         }
     }
 }

@@ -11,7 +11,12 @@ use crate::limits::{DATASTORE_BYTES_MAX, LOG_HEADER_BYTES, OFFSET_UNIT, RECORD_H
 use crate::record::{self, Header};
 
 const LOG_MAGIC: [u8; 8] = *b"FAWNLOG\0";
-pub(crate) const LOG_VERSION: u32 = 1;
+/// Version written into new logs. 2 = may hold padding records (`Options::page_aligned_records`);
+/// version 1 logs (no padding) still open and are never padded (a version 1 reader would
+/// take padding for damage), until compaction rewrites them as version 2.
+pub(crate) const LOG_VERSION: u32 = 2;
+/// Oldest log version this code opens.
+const LOG_VERSION_MIN: u32 = 1;
 
 /// An I/O operation a `FaultInjector` may fail.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -54,6 +59,8 @@ impl std::fmt::Debug for FaultInjector {
 pub(crate) struct LogFile {
     file: File,
     faults: FaultInjector,
+    /// Format version of this log (`LOG_VERSION` for a log created now).
+    version: u32,
 }
 
 impl LogFile {
@@ -62,7 +69,17 @@ impl LogFile {
         // 1 MiB reads and do not need it. Advisory; failure is harmless.
         // SAFETY: posix_fadvise on a valid owned descriptor has no memory-safety preconditions.
         let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
-        LogFile { file, faults }
+        LogFile { file, faults, version: LOG_VERSION }
+    }
+
+    /// The same log, marked as having the format `version` (from its header).
+    pub fn with_version(self, version: u32) -> LogFile {
+        LogFile { version, ..self }
+    }
+
+    /// Whether padding records may be written to this log (version 2 and later).
+    pub fn allows_padding(&self) -> bool {
+        self.version >= 2
     }
 
     /// Read up to `buf.len()` bytes at `offset`; returns how many were read (short at EOF).
@@ -111,6 +128,14 @@ pub(crate) fn encode_header(nonce: u64) -> [u8; LOG_HEADER_BYTES as usize] {
     h
 }
 
+/// The version field of a log header that `decode_header` accepted.
+pub(crate) fn header_version(h: &[u8]) -> u32 {
+    match h.get(8..12) {
+        Some(w) => u32::from_le_bytes([w[0], w[1], w[2], w[3]]),
+        None => LOG_VERSION_MIN,
+    }
+}
+
 /// Check a log header; returns the log's nonce (ties checkpoints to this log).
 pub(crate) fn decode_header(h: &[u8]) -> Result<u64, Error> {
     if h.len() < LOG_HEADER_BYTES as usize || h[0..8] != LOG_MAGIC {
@@ -120,7 +145,7 @@ pub(crate) fn decode_header(h: &[u8]) -> Result<u64, Error> {
     if word(28) != crc32c::crc32c(&h[0..28]) {
         return Err(Error::corrupt(0, "log header checksum mismatch"));
     }
-    if word(8) != LOG_VERSION {
+    if !(LOG_VERSION_MIN..=LOG_VERSION).contains(&word(8)) {
         return Err(Error::corrupt(0, format!("unsupported log version {}", word(8))));
     }
     if word(12) as u64 != OFFSET_UNIT {
@@ -176,6 +201,8 @@ impl Scanner {
     /// The next record at `pos`, checked; `Ok(None)` exactly at `end`. On error `pos` stays
     /// at the bad record.
     pub fn next_record(&mut self) -> Result<Option<RawRecord<'_>>, Error> {
+        // Padding before a page-aligned record: checked, then skipped.
+        while self.pos < self.end && self.skip_padding()? {}
         let at = self.pos;
         if at >= self.end {
             return Ok(None);
@@ -202,6 +229,23 @@ impl Scanner {
         self.pos = at + total as u64;
         let from = (at - self.buf_start) as usize;
         Ok(Some((at, header, &self.buf[from..from + total])))
+    }
+
+    /// If a padding record starts at `pos`, check it and move past it.
+    fn skip_padding(&mut self) -> Result<bool, Error> {
+        let at = self.pos;
+        if !at.is_multiple_of(OFFSET_UNIT) {
+            return Err(Error::corrupt(at, "offset is not a record boundary"));
+        }
+        let Some(len) = record::pad_len(self.fill(at, record::PAD_HEADER_BYTES)?, at)? else {
+            return Ok(false);
+        };
+        if at + len as u64 > self.end {
+            return Err(Error::corrupt(at, "padding extends past the end of the log"));
+        }
+        record::verify_pad(self.fill(at, len)?, at, len)?;
+        self.pos = at + len as u64;
+        Ok(true)
     }
 
     /// After a bad record at `bad`: the valid records found at unit boundaries after it

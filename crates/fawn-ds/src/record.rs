@@ -11,6 +11,12 @@ const KIND_PUT: u8 = b'P';
 const KIND_DELETE: u8 = b'D';
 /// Byte 5 of every record header: record format 1 (cheap garbage detection when scanning).
 const RECORD_MARKER: u8 = 0xF1;
+/// Kind byte of a padding record (`Options::page_aligned_records`): fills the rest of a
+/// 4 KiB page so that the next record starts on the next page. Not a put or a delete:
+/// scanners skip it, the index never points at it.
+const KIND_PAD: u8 = b'Z';
+/// Bytes of a padding record's header (its checked part); the rest of it is zero.
+pub(crate) const PAD_HEADER_BYTES: usize = 16;
 
 /// A parsed record header.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -101,6 +107,68 @@ pub(crate) fn encode_into(
     Ok(total)
 }
 
+/// Append a padding record of `len` bytes (a multiple of the offset unit, at least
+/// `PAD_HEADER_BYTES`, less than a page) to `out`.
+pub(crate) fn encode_pad(out: &mut Vec<u8>, len: usize) -> Result<(), Error> {
+    let start = out.len();
+    out.resize(start + len, 0);
+    let buf = &mut out[start..];
+    if len < PAD_HEADER_BYTES || !(len as u64).is_multiple_of(OFFSET_UNIT) || len >= PAD_LEN_LIMIT {
+        out.truncate(start);
+        return Err(Error::corrupt(0, format!("bad padding length {len}")));
+    }
+    buf[4] = KIND_PAD;
+    buf[5] = RECORD_MARKER;
+    buf[8..12].copy_from_slice(&(len as u32).to_le_bytes());
+    let crc = crc32c::crc32c(&buf[4..PAD_HEADER_BYTES]);
+    buf[0..4].copy_from_slice(&crc.to_le_bytes());
+    // Pair assertion, write side.
+    if !matches!(pad_len(buf, 0), Ok(Some(l)) if l == len) {
+        out.truncate(start);
+        return Err(Error::corrupt(0, "padding encoder self-check failed"));
+    }
+    Ok(())
+}
+
+/// Padding records are shorter than this (they only ever fill the rest of a 4 KiB page).
+const PAD_LEN_LIMIT: usize = 4096;
+
+/// If `buf` (at least `PAD_HEADER_BYTES`, or what is left of the log) starts with a padding
+/// record, check its header and return its length; `None` for any other record.
+pub(crate) fn pad_len(buf: &[u8], offset: u64) -> Result<Option<usize>, Error> {
+    if buf.get(4) != Some(&KIND_PAD) {
+        return Ok(None);
+    }
+    let Some(h) = buf.get(..PAD_HEADER_BYTES) else {
+        return Err(Error::corrupt(offset, "padding header truncated"));
+    };
+    if h[5] != RECORD_MARKER {
+        return Err(Error::corrupt(offset, "record marker missing"));
+    }
+    let crc = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+    if crc32c::crc32c(&h[4..PAD_HEADER_BYTES]) != crc {
+        return Err(Error::corrupt(offset, "padding checksum mismatch"));
+    }
+    let len = u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as usize;
+    let zeros = h[6..8].iter().chain(&h[12..16]).all(|&b| b == 0);
+    if !zeros
+        || !(PAD_HEADER_BYTES..PAD_LEN_LIMIT).contains(&len)
+        || !(len as u64).is_multiple_of(OFFSET_UNIT)
+    {
+        return Err(Error::corrupt(offset, format!("bad padding record (length {len})")));
+    }
+    Ok(Some(len))
+}
+
+/// Check the zero fill of a whole padding record of `len` bytes.
+pub(crate) fn verify_pad(buf: &[u8], offset: u64, len: usize) -> Result<(), Error> {
+    match buf.get(PAD_HEADER_BYTES..len) {
+        Some(fill) if fill.iter().all(|&b| b == 0) => Ok(()),
+        Some(_) => Err(Error::corrupt(offset, "padding is not zero")),
+        None => Err(Error::corrupt(offset, "padding truncated")),
+    }
+}
+
 /// Parse and sanity-check the fixed header at the start of `buf` (record at `offset`).
 pub(crate) fn parse_header(buf: &[u8], offset: u64) -> Result<Header, Error> {
     let Some(h) = buf.get(..RECORD_HEADER_BYTES) else {
@@ -162,6 +230,35 @@ pub(crate) fn value_of<'a>(buf: &'a [u8], header: &Header) -> &'a [u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn padding_roundtrips_and_bitflips_detected() {
+        for len in [16usize, 32, 48, 4080] {
+            let mut buf = Vec::new();
+            encode_pad(&mut buf, len).unwrap();
+            assert_eq!(pad_len(&buf, 0).unwrap(), Some(len));
+            verify_pad(&buf, 0, len).unwrap();
+            // A padding record is never a put or delete.
+            assert!(parse_header(&[buf.clone(), vec![0; 32]].concat(), 0).is_err());
+            for i in 0..len {
+                for bit in 0..8 {
+                    let mut b = buf.clone();
+                    b[i] ^= 1 << bit;
+                    let bad = match pad_len(&b, 0) {
+                        Ok(Some(l)) => verify_pad(&b, 0, l).is_err() || l != len,
+                        Ok(None) => true, // no longer a padding record: parsed as a record, which fails
+                        Err(_) => true,
+                    };
+                    assert!(bad, "pad {len}: flip at byte {i} bit {bit} not detected");
+                }
+            }
+        }
+        for bad_len in [0usize, 8, 24, 4096] {
+            assert!(encode_pad(&mut Vec::new(), bad_len).is_err());
+        }
+        let rec = encode(RecordKind::Put, b"k", b"v", Meta::default(), 0).unwrap();
+        assert_eq!(pad_len(&rec, 0).unwrap(), None);
+    }
 
     #[test]
     fn roundtrip_and_bitflips_detected() {

@@ -119,7 +119,8 @@ fn open_log(dir: &Path, opts: &Options, report: &mut RecoveryReport) -> Result<(
     if len >= LOG_HEADER_BYTES {
         let mut h = [0u8; LOG_HEADER_BYTES as usize];
         log.read_at(&mut h, 0)?;
-        return Ok((log, log::decode_header(&h)?, len));
+        let nonce = log::decode_header(&h)?;
+        return Ok((log.with_version(log::header_version(&h)), nonce, len));
     }
     // New log, or one whose creation was torn (no record can exist before the header).
     report.truncated_bytes = len;

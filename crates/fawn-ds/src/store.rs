@@ -2,7 +2,7 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -21,12 +21,16 @@ use crate::record::{self, Header};
 use crate::{Entry, Meta, Options, RecordKind, RecoveryReport, Stats, SyncPolicy};
 
 /// A lookup's first `pread` stays inside the 4 KiB page holding the record start (a second
-/// device page is only read when the record itself crosses into it), up to this many bytes
-/// (enough for the 256 B – 1 KB design point without copying a whole page)...
-const LOOKUP_READ_MAX: usize = 1024;
+/// device page is only read when the record itself crosses into it), and reads as many bytes
+/// as the last record a lookup read had (the guess; records of one store tend to be of one
+/// size), between these bounds: one `pread` for records up to 2 KiB that fit the page...
+const LOOKUP_READ_MAX: usize = 2048;
 /// ...unless fewer than this many bytes are left in the page: then the record almost surely
-/// crosses the boundary and the read continues into the next page.
+/// crosses the boundary and the read continues into the next page (never with
+/// `page_aligned_records`: no record crosses).
 const LOOKUP_READ_MIN: usize = 256;
+/// The first guess.
+const LOOKUP_READ_GUESS: usize = 1024;
 const PAGE: u64 = 4096;
 /// The largest first read of a lookup (a stack buffer: no allocation but the value's).
 const LOOKUP_STACK_BYTES: usize = LOOKUP_READ_MIN + LOOKUP_READ_MAX;
@@ -80,8 +84,15 @@ impl Drop for Candidates {
 }
 /// Old-table buckets the background migrator moves per step (one writer-lock hold).
 const BACKGROUND_MIGRATE_BUCKETS: u64 = 16;
+/// Automatic checkpoints are at least this many times the last checkpoint's size apart
+/// (in log bytes appended), so checkpoint writes stay under ~1/32 of the log writes.
+const CHECKPOINT_SPACING: u64 = 32;
+/// Old-table buckets moved per index-lock hold when a batch does its share of growth.
+const BATCH_MIGRATE_BUCKETS: u64 = 256;
 /// Bytes enough for any header + key (key comparisons on the write path).
 const KEY_READ_BYTES: usize = RECORD_HEADER_BYTES + KEY_BYTES_MAX;
+/// First read of a key: header + keys up to 32 bytes (one cache line of key) in one go.
+const KEY_READ_FIRST: usize = RECORD_HEADER_BYTES + 32;
 
 /// Serialized by `Inner::writer`: appends happen in this order.
 #[derive(Debug)]
@@ -179,6 +190,13 @@ pub(crate) struct Inner {
     /// The flock'ed lock file; closing it releases the directory. Shared with the `Inner`
     /// that replaces this one after maintenance.
     pub lock: Arc<File>,
+    /// Bytes of the last checkpoint file written (spaces automatic checkpoints).
+    pub ckpt_image_bytes: AtomicU64,
+    /// Records are kept inside 4 KiB pages (`page_aligned_records`, on a log that allows it).
+    pads: bool,
+    /// Size of the last record a lookup read: the next lookup's first read (one `pread`
+    /// for a record of the usual size).
+    read_guess: AtomicUsize,
 }
 
 /// A datastore: one directory holding the log, the index checkpoint and a lock file.
@@ -210,7 +228,11 @@ impl Inner {
         cold: Option<ColdLog>,
     ) -> Inner {
         let index = Index::for_keys(opts.expected_keys);
+        let pads = opts.page_aligned_records && log.allows_padding();
         Inner {
+            ckpt_image_bytes: AtomicU64::new(0),
+            pads,
+            read_guess: AtomicUsize::new(LOOKUP_READ_GUESS),
             dir,
             opts,
             log: Arc::new(log),
@@ -287,17 +309,27 @@ impl Inner {
         self.cold.as_ref().map_or(0, |c| c.end.load(Ordering::Acquire))
     }
 
-    /// Read header + key of the record an index entry points at (no checksum: the value is
-    /// not read).
-    pub fn read_key(&self, units: u32) -> Result<(Header, Vec<u8>), Error> {
+    /// Read header + key of the record an index entry points at (offset units with the cold
+    /// bit; no checksum: the value is not read)
+    /// into `buf`: one short `pread` for the usual short key (index
+    /// growth reads one key per moved entry), a second one only for a long key.
+    fn read_key_buf<'b>(
+        &self,
+        units: u32,
+        buf: &'b mut [u8; KEY_READ_BYTES],
+    ) -> Result<(Header, &'b [u8]), Error> {
         let (log, offset) = self.locate(units)?;
-        let mut buf = [0u8; KEY_READ_BYTES];
-        let n = log.read_at(&mut buf, offset)?;
+        let n = log.read_at(&mut buf[..KEY_READ_FIRST], offset)?;
         let header = record::parse_header(&buf[..n], offset)?;
-        if RECORD_HEADER_BYTES + header.key_len > n {
+        let want = RECORD_HEADER_BYTES + header.key_len;
+        let mut have = n;
+        if want > n && n == KEY_READ_FIRST {
+            have += log.read_at(&mut buf[n..want], offset + n as u64)?;
+        }
+        if want > have {
             return Err(Error::corrupt(offset, "record truncated"));
         }
-        Ok((header, record::key_of(&buf, &header).to_vec()))
+        Ok((header, record::key_of(&buf[..], &header)))
     }
 
     /// Read and fully check the record an index entry points at (offset units with the cold
@@ -311,11 +343,25 @@ impl Inner {
     ) -> Result<(Header, &'b [u8]), Error> {
         let (log, offset) = self.locate(units)?;
         let in_page = (PAGE - offset % PAGE) as usize;
-        let first =
-            if in_page >= LOOKUP_READ_MIN { in_page.min(LOOKUP_READ_MAX) } else { in_page + LOOKUP_READ_MAX };
+        let guess = self.read_guess.load(Ordering::Relaxed).clamp(LOOKUP_READ_MIN, LOOKUP_READ_MAX);
+        // Padding is an optimisation only: a log may hold unpadded stretches (written before
+        // the option was set), so a short first read is always followed up if needed.
+        let first = if in_page >= LOOKUP_READ_MIN {
+            in_page.min(guess)
+        } else if self.pads
+            && units & COLD_UNITS_BIT == 0
+            && in_page >= RECORD_HEADER_BYTES + OFFSET_UNIT as usize
+        {
+            in_page
+        } else {
+            in_page + guess
+        };
         let n = log.read_at(&mut stack[..first], offset)?;
         let header = record::parse_header(&stack[..n], offset)?;
         let total = header.total_len();
+        if total != guess && (LOOKUP_READ_MIN..=LOOKUP_READ_MAX).contains(&total) {
+            self.read_guess.store(total, Ordering::Relaxed);
+        }
         let buf: &[u8] = if total <= n {
             &stack[..total]
         } else {
@@ -338,7 +384,8 @@ impl Inner {
     /// cold log (live-bytes accounting).
     pub fn find_existing(&self, kh: KeyHash, key: &[u8]) -> Result<Option<Existing>, Error> {
         for c in self.candidates(kh) {
-            let (header, stored) = self.read_key(c.units)?;
+            let mut buf = [0u8; KEY_READ_BYTES];
+            let (header, stored) = self.read_key_buf(c.units, &mut buf)?;
             if stored == key {
                 return Ok(Some((c.loc, header.total_len() as u64, c.units & COLD_UNITS_BIT != 0)));
             }
@@ -384,14 +431,23 @@ impl Inner {
         let kh = KeyHash::of(key);
         let mut w = self.writer.lock();
         self.check_writable()?;
-        let offset = w.end;
+        let start = w.end;
+        let pad = self.padding_before(start, buf.len());
+        let offset = start + pad as u64;
         let new_end = offset + buf.len() as u64;
         if new_end > DATASTORE_BYTES_MAX {
             return Err(Error::StoreFull);
         }
         let existing = self.find_existing(kh, key)?;
-        self.append(&mut w, offset, &buf)?;
-        self.counters.appended_bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
+        if pad > 0 {
+            let mut padded = Vec::with_capacity(pad + buf.len());
+            record::encode_pad(&mut padded, pad)?;
+            padded.extend_from_slice(&buf);
+            self.append(&mut w, start, &padded)?;
+        } else {
+            self.append(&mut w, start, &buf)?;
+        }
+        self.counters.appended_bytes.fetch_add(new_end - start, Ordering::Relaxed);
         self.apply(kind, kh, existing, (offset / OFFSET_UNIT) as u32, buf.len() as u64);
         self.applied_end.store(new_end, Ordering::Release);
         self.max_seq.fetch_max(meta.seq, Ordering::AcqRel);
@@ -420,6 +476,10 @@ impl Inner {
         let base = w.end;
         let durable = self.durable.load(Ordering::Acquire);
         for op in ops {
+            let pad = self.padding_before(base + buf.len() as u64, record_len(op.key, op.value));
+            if pad > 0 {
+                record::encode_pad(&mut buf, pad)?;
+            }
             offsets.push(base + buf.len() as u64);
             record::encode_into(&mut buf, op.kind, op.key, op.value, op.meta, durable)?;
         }
@@ -455,11 +515,36 @@ impl Inner {
         }
         self.applied_end.store(new_end, Ordering::Release);
         self.max_seq.fetch_max(max_seq, Ordering::AcqRel);
-        // As much growth work as the same records written one by one would do.
-        if self.growth_step(MIGRATE_BUCKETS_PER_STEP.saturating_mul(ops.len() as u64)) {
+        // As much growth work as the same records written one by one would do, in steps
+        // that each hold the index lock briefly (lookups wait at most one step).
+        let mut buckets = MIGRATE_BUCKETS_PER_STEP.saturating_mul(ops.len() as u64);
+        let mut migrating = false;
+        while buckets > 0 {
+            let step = buckets.min(BATCH_MIGRATE_BUCKETS);
+            if !self.growth_step(step) {
+                break;
+            }
+            migrating = true;
+            buckets -= step;
+        }
+        if migrating {
             self.start_migrator();
         }
         Ok(new_end)
+    }
+
+    /// Bytes of padding to write at `at` before a record of `len` bytes so that it does not
+    /// cross a 4 KiB boundary (0 unless `page_aligned_records` applies to this log).
+    fn padding_before(&self, at: u64, len: usize) -> usize {
+        if !self.pads || len as u64 > PAGE {
+            return 0;
+        }
+        let in_page = PAGE - at % PAGE;
+        if len as u64 <= in_page {
+            0
+        } else {
+            in_page as usize
+        }
     }
 
     /// Point the index at a record of `len` bytes just appended (or replayed) at `units`
@@ -610,8 +695,10 @@ impl Inner {
     }
 
     fn rehash(&self, batch: &MigrationBatch) -> Vec<Option<u64>> {
-        let read = |units: u32| self.read_key(units).ok();
-        batch.entries.iter().map(|&(_, units)| read(units).map(|(_, key)| KeyHash::of(&key).h)).collect()
+        let mut buf = [0u8; KEY_READ_BYTES];
+        let mut read =
+            |units: u32| self.read_key_buf(units, &mut buf).ok().map(|(_, key)| KeyHash::of(key).h);
+        batch.entries.iter().map(|&(_, units)| read(units)).collect()
     }
 
     /// Make the log durable at least up to `target`. Group commit: one thread (the leader)
@@ -652,7 +739,12 @@ impl Inner {
         if self.opts.sync == SyncPolicy::Always {
             self.sync_to(end)?;
         }
-        let every = self.opts.checkpoint_every_bytes;
+        // Also at least CHECKPOINT_SPACING × the last image: at millions of keys a fixed
+        // interval would write more checkpoint bytes than log bytes.
+        let every = match self.opts.checkpoint_every_bytes {
+            0 => 0,
+            n => n.max(self.ckpt_image_bytes.load(Ordering::Relaxed).saturating_mul(CHECKPOINT_SPACING)),
+        };
         // try_lock: a writer never waits behind a checkpoint another thread is writing.
         let last = self.ckpt.try_lock().map(|g| *g);
         if every > 0 && last.is_some_and(|last| end.saturating_sub(last) >= every) {

@@ -7,7 +7,8 @@
 //! third uses `Interval(5 ms)` or `Never`, which must lose nothing to a *process* crash
 //! either (the page cache survives it). About half the rounds write with `write_batch`
 //! (batches of 1..8 ops, all acknowledged when the batch returns): then a prefix of each
-//! thread's in-flight batch may be present, nothing else. Reproduce with FAWN_DS_SEED=<seed>.
+//! thread's in-flight batch may be present, nothing else. Half the children pad records to
+//! 4 KiB pages (`page_aligned_records`). Reproduce with FAWN_DS_SEED=<seed>.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
@@ -24,6 +25,7 @@ const CHILD_DIR_ENV: &str = "FAWN_DS_CRASH_CHILD_DIR";
 const CHILD_BASE_ENV: &str = "FAWN_DS_CRASH_CHILD_BASE";
 const CHILD_POLICY_ENV: &str = "FAWN_DS_CRASH_CHILD_POLICY";
 const CHILD_BATCH_ENV: &str = "FAWN_DS_CRASH_CHILD_BATCH";
+const CHILD_ALIGN_ENV: &str = "FAWN_DS_CRASH_CHILD_ALIGN";
 const THREADS: u64 = 4;
 const KEYS_PER_THREAD: u64 = 64;
 const ROUNDS: u64 = 200;
@@ -83,7 +85,8 @@ fn crash_child_writer() {
         _ => SyncPolicy::Always,
     };
     let batching = std::env::var(CHILD_BATCH_ENV).is_ok_and(|v| v == "1");
-    let opts = Options { sync, checkpoint_every_bytes: 64 << 10, ..Options::default() };
+    let page_aligned_records = std::env::var(CHILD_ALIGN_ENV).is_ok_and(|v| v == "1");
+    let opts = Options { sync, checkpoint_every_bytes: 64 << 10, page_aligned_records, ..Options::default() };
     let ds = std::sync::Arc::new(DataStore::open(Path::new(&dir), opts).expect("child open"));
     println!("READY");
     std::io::stdout().flush().expect("flush");
@@ -145,6 +148,7 @@ fn run_child(dir: &Path, base: u64, policy: &str, batching: bool, rng: &mut Smal
         .env(CHILD_BASE_ENV, base.to_string())
         .env(CHILD_POLICY_ENV, policy)
         .env(CHILD_BATCH_ENV, if batching { "1" } else { "0" })
+        .env(CHILD_ALIGN_ENV, if rng.gen_bool(0.5) { "1" } else { "0" })
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

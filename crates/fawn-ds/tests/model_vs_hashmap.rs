@@ -1,6 +1,7 @@
 //! Guards functional correctness against a model: thousands of seeded random sequences of
 //! store / delete / write_batch (puts and deletes, repeated keys) / lookup / iterate /
-//! checkpoint / drop-reopen / close-reopen, checked against a `HashMap`. Small starting index so growth and migration are exercised, values
+//! checkpoint / drop-reopen / close-reopen, checked against a `HashMap`; each open picks
+//! `page_aligned_records` at random. Small starting index so growth and migration are exercised, values
 //! around the lookup read size so both read paths run. Reproduce one case with
 //! `FAWN_DS_SEED=<seed> cargo test -p fawn-ds --test model_vs_hashmap`.
 
@@ -35,6 +36,8 @@ fn options(rng: &mut SmallRng) -> Options {
     Options {
         sync: SyncPolicy::Never,
         checkpoint_every_bytes: if rng.gen_bool(0.2) { 4096 } else { 0 },
+        // Toggled per open: logs mix padded and unpadded stretches.
+        page_aligned_records: rng.gen_bool(0.5),
         ..Options::default()
     }
 }

@@ -4,13 +4,14 @@
 //! always open (damage only in unsynced data is never "corruption"), every write covered
 //! by a completed `sync()` must be there, and the state must be the synced state plus a
 //! prefix of the later writes — never garbage, never a later write without an earlier one.
-//! Reproduce with FAWN_DS_SEED=<seed>.
+//! Half the cases pad records to 4 KiB pages (`page_aligned_records`), and some writes go
+//! through `write_batch`. Reproduce with FAWN_DS_SEED=<seed>.
 
 use std::collections::HashMap;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use fawn_ds::{DataStore, Meta, Options, SyncPolicy};
+use fawn_ds::{BatchOp, DataStore, Meta, Options, SyncPolicy};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -22,8 +23,13 @@ type State = HashMap<u64, (Vec<u8>, u64)>;
 /// A write after the last sync: key and its new state (None = deleted).
 type Op = (u64, Option<(Vec<u8>, u64)>);
 
-fn opts() -> Options {
-    Options { sync: SyncPolicy::Never, checkpoint_every_bytes: 0, ..Options::default() }
+fn opts(aligned: bool) -> Options {
+    Options {
+        sync: SyncPolicy::Never,
+        checkpoint_every_bytes: 0,
+        page_aligned_records: aligned,
+        ..Options::default()
+    }
 }
 
 fn scratch() -> tempfile::TempDir {
@@ -58,12 +64,47 @@ fn lose_power(log: &Path, synced: u64, rng: &mut SmallRng) {
 fn run_case(seed: u64) -> Result<(), String> {
     let mut rng = SmallRng::seed_from_u64(seed);
     let dir = scratch();
-    let ds = DataStore::open(dir.path(), opts()).map_err(|e| e.to_string())?;
+    let aligned = rng.gen_bool(0.5);
+    let ds = DataStore::open(dir.path(), opts(aligned)).map_err(|e| e.to_string())?;
     let mut state = State::new();
     let (mut synced_state, mut synced_len) = (State::new(), ds.end_offset());
     let mut unsynced: Vec<Op> = Vec::new();
+    let mut batch: Vec<(u64, Option<Vec<u8>>, u64)> = Vec::new();
     for seq in 1..rng.gen_range(20..300u64) {
         let k = rng.gen_range(0..KEYS);
+        if !batch.is_empty() || rng.gen_bool(0.05) {
+            // Collect a few ops, then write them with one write_batch.
+            let v = (!rng.gen_bool(0.2)).then(|| (0..rng.gen_range(0..2500)).map(|_| rng.gen()).collect());
+            batch.push((k, v, seq));
+            if batch.len() >= rng.gen_range(1..8) {
+                let keys: Vec<[u8; 8]> = batch.iter().map(|(k, _, _)| k.to_le_bytes()).collect();
+                let ops: Vec<BatchOp> = batch
+                    .iter()
+                    .zip(&keys)
+                    .map(|((_, v, seq), kb)| {
+                        let meta = Meta { seq: *seq, ..Meta::default() };
+                        match v {
+                            Some(v) => BatchOp::put(kb, v, meta),
+                            None => BatchOp::delete(kb, meta),
+                        }
+                    })
+                    .collect();
+                ds.write_batch(&ops).map_err(|e| e.to_string())?;
+                for (k, v, seq) in batch.drain(..) {
+                    match v {
+                        Some(v) => {
+                            state.insert(k, (v.clone(), seq));
+                            unsynced.push((k, Some((v, seq))));
+                        }
+                        None => {
+                            state.remove(&k);
+                            unsynced.push((k, None));
+                        }
+                    }
+                }
+            }
+            continue;
+        }
         if rng.gen_bool(0.2) {
             ds.delete(&k.to_le_bytes(), Meta { seq, ..Meta::default() }).map_err(|e| e.to_string())?;
             state.remove(&k);
@@ -86,7 +127,7 @@ fn run_case(seed: u64) -> Result<(), String> {
     }
     drop(ds); // not closed: no final sync or checkpoint beyond what the case did
     lose_power(&dir.path().join("data.log"), synced_len, &mut rng);
-    let ds = DataStore::open(dir.path(), opts()).map_err(|e| format!("open after power loss: {e}"))?;
+    let ds = DataStore::open(dir.path(), opts(aligned)).map_err(|e| format!("open after power loss: {e}"))?;
     let mut got = State::new();
     for k in 0..KEYS {
         if let Some(e) = ds.lookup(&k.to_le_bytes()).map_err(|e| e.to_string())? {

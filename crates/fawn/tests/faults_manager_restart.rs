@@ -5,7 +5,8 @@
 //! declare healthy back-ends failed, and every run: the history is linearizable and the final
 //! scan finds every acknowledged write. Each round also times how long after the restart a
 //! put (to a key outside the recorded ones) is acknowledged again; it must be within
-//! `RESUME_MAX`.
+//! `RESUME_MAX`, and an outage of 3 s or more must show in the back-ends' `lease_refusals`
+//! (they fenced themselves while the load went on).
 //! Seeds: FAWN_SEED (one or a comma-separated list), else the default below; rounds per run
 //! FAWN_FAULT_ROUNDS (default 2).
 
@@ -55,18 +56,29 @@ fn manager_kill9_and_restart_under_load() {
     let rounds: u32 = std::env::var("FAWN_FAULT_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(2);
     let mut failed_nodes = Vec::new();
     let mut not_resumed = Vec::new();
+    let mut unfenced = Vec::new();
     run_scenario(&sc, &[901], |f| {
         for _ in 0..rounds {
             let before = f.procs.config().map(|c| c.epoch);
+            let refusals_before = f.procs.backend_counter_sum("lease_refusals");
             f.procs.kill_manager();
+            let killed_at = Instant::now();
             f.note(format!("kill -9 manager (epoch {before:?})"));
             match f.rng.gen_range(0..3) {
                 0 => f.pause_ms(200, 1000),
                 1 => f.pause_ms(1500, 2500),
                 _ => f.pause_ms(3000, 5000),
             }
+            let down = killed_at.elapsed();
+            let refusals = f.procs.backend_counter_sum("lease_refusals").saturating_sub(refusals_before);
             f.procs.restart_manager();
-            f.note("restart manager");
+            f.note(format!(
+                "restart manager after {} ms down; lease refusals meanwhile: {refusals}",
+                down.as_millis()
+            ));
+            if down >= Duration::from_secs(3) && refusals == 0 {
+                unfenced.push(down);
+            }
             match time_to_put(&f.procs.bootstrap(), "mgrprobe") {
                 Some(d) => f.note(format!("first put acknowledged {} ms after the restart", d.as_millis())),
                 None => {
@@ -83,6 +95,7 @@ fn manager_kill9_and_restart_under_load() {
             }
         }
     });
+    assert!(unfenced.is_empty(), "back-ends served without a manager past their lease: {unfenced:?}");
     assert!(not_resumed.is_empty(), "the cluster did not take puts again after a manager restart");
     // Every back-end kept running and answering: a restarted manager that declares them
     // failed (before it could have heartbeated them for the threshold) forces needless repairs.

@@ -286,6 +286,24 @@ impl Procs {
         })
     }
 
+    /// The sum of one `Status` counter (e.g. `link_stalls`, `lease_refusals`) over every
+    /// back-end that answers.
+    pub fn backend_counter_sum(&self, name: &str) -> u64 {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        rt.block_on(async {
+            let pool = fawn_client::pool::Pool::new(Duration::from_secs(1));
+            let mut total = 0;
+            for addr in self.backend_addrs.values() {
+                if let Ok(Response::Status(s)) =
+                    pool.call(addr, Request::Status, Duration::from_secs(2)).await
+                {
+                    total += s.counters.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v);
+                }
+            }
+            total
+        })
+    }
+
     fn wait_formed(&mut self) {
         let deadline = Instant::now() + FORM_TIMEOUT;
         loop {
