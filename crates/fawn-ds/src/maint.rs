@@ -649,6 +649,10 @@ fn move_hot_to_cold(
             }
             RecordKind::Delete => None,
         };
+        let pad = new.cold_padding_before(flushed + batch.len() as u64, total as usize);
+        if pad > 0 {
+            record::encode_pad(&mut batch, pad)?;
+        }
         let at = flushed + batch.len() as u64;
         if at + total > DATASTORE_BYTES_MAX {
             return Err(Error::StoreFull);

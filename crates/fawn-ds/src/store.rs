@@ -348,10 +348,7 @@ impl Inner {
         // the option was set), so a short first read is always followed up if needed.
         let first = if in_page >= LOOKUP_READ_MIN {
             in_page.min(guess)
-        } else if self.pads
-            && units & COLD_UNITS_BIT == 0
-            && in_page >= RECORD_HEADER_BYTES + OFFSET_UNIT as usize
-        {
+        } else if self.pads && in_page >= RECORD_HEADER_BYTES + OFFSET_UNIT as usize {
             in_page
         } else {
             in_page + guess
@@ -569,6 +566,20 @@ impl Inner {
         }
     }
 
+    /// Bytes of padding before a record of `len` bytes at `at` in the cold log, as
+    /// `padding_before` for the hot log (cold logs are always created as version 2).
+    pub(crate) fn cold_padding_before(&self, at: u64, len: usize) -> usize {
+        if !self.opts.page_aligned_records || len as u64 > PAGE {
+            return 0;
+        }
+        let in_page = PAGE - at % PAGE;
+        if len as u64 <= in_page {
+            0
+        } else {
+            in_page as usize
+        }
+    }
+
     /// Append records to the cold log of a state that maintenance is building (before it is
     /// published, so no other thread writes to it), with one write, and point the index at
     /// them in order.
@@ -581,6 +592,10 @@ impl Inner {
         let mut buf = Vec::with_capacity(ops.iter().map(|op| record_len(op.key, op.value)).sum());
         let mut offsets = Vec::with_capacity(ops.len());
         for op in ops {
+            let pad = self.cold_padding_before(base + buf.len() as u64, record_len(op.key, op.value));
+            if pad > 0 {
+                record::encode_pad(&mut buf, pad)?;
+            }
             offsets.push(base + buf.len() as u64);
             // The cold log is fsynced as a whole before it is committed; the stamp is unused.
             record::encode_into(&mut buf, op.kind, op.key, op.value, op.meta, LOG_HEADER_BYTES)?;
