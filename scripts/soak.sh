@@ -2,7 +2,8 @@
 # Fault-injection soak: runs the seeded fault scenarios (crates/fawn/tests/faults_*.rs) for many
 # seeds, one cargo test process per (scenario, seed), and prints a summary. Every run checks its
 # client history for per-key linearizability (tools/linearizability, Porcupine) and scans every
-# key for the acknowledged writes. Needs Go (the checker is built with `go build`).
+# key for the acknowledged writes. Needs Go (the checker is built with `go build`);
+# faults_link_cut also needs root (each back-end in its own network namespace).
 #
 # Usage:
 #   scripts/soak.sh                         # every scenario, seeds 1..20
@@ -26,7 +27,7 @@ while getopts "n:s:t:h" opt; do
     n) count=$OPTARG ;;
     s) first=$OPTARG ;;
     t) scenarios+=("$OPTARG") ;;
-    *) sed -n '2,18p' "$0"; exit 2 ;;
+    *) sed -n '2,19p' "$0"; exit 2 ;;
   esac
 done
 if [ ${#scenarios[@]} -eq 0 ]; then
