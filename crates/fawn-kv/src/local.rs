@@ -34,6 +34,8 @@ pub struct LocalCluster {
     pub vnodes: u32,
     /// Sync policy for back-end datastores (`always`, `never`, `interval:MS`).
     pub sync: String,
+    /// `--expected-keys` of every back-end: keys each one expects to hold (0 = no hint).
+    pub expected_keys: u64,
     /// Serve `/metrics` on every role: manager BASE+300, back-end i BASE+301+i,
     /// front-end i BASE+400+i.
     pub metrics: bool,
@@ -137,6 +139,8 @@ impl LocalCluster {
                 d(&format!("backend-{i}")),
                 "--sync".into(),
                 self.sync.clone(),
+                "--expected-keys".into(),
+                self.expected_keys.to_string(),
             ];
             roles.push(self.spawn(&format!("backend-{i}"), self.with_metrics(args, 301 + i as u32))?);
         }

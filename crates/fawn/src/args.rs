@@ -124,6 +124,10 @@ pub struct UpArgs {
     /// Datastore sync policy: always, never or interval:MS.
     #[arg(long, default_value = "interval:100", value_parser = parse_sync)]
     sync: SyncPolicy,
+    /// Keys each back-end expects to hold, over all its ranges and replicas (0 = no hint);
+    /// passed to every back-end as `--expected-keys` (see `fawn backend --help`).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    expected_keys: u64,
     /// Serve Prometheus /metrics on every role (manager BASE+300, back-ends BASE+301.., front-ends BASE+400..).
     #[arg(long)]
     metrics: bool,
@@ -148,6 +152,7 @@ impl UpArgs {
             replicas: self.replicas,
             vnodes: self.vnodes,
             sync,
+            expected_keys: self.expected_keys,
             metrics: self.metrics,
             extra_args: Vec::new(),
         };
@@ -227,6 +232,21 @@ pub struct BackendArgs {
     /// Milliseconds the head waits for the tail's ack before answering "timeout".
     #[arg(long, default_value_t = 2000)]
     chain_timeout_ms: u64,
+    /// Keys this back-end expects to hold in total, over all its ranges and replicas (0 = no
+    /// hint: every index starts small and grows online by doubling).
+    ///
+    /// A sizing hint for the in-DRAM index: each range's datastore, when it is created or
+    /// opened, gets the share of N matching its part of the key space among this back-end's
+    /// ranges, and its index is allocated for that many keys up front: 6 bytes per slot at
+    /// 93 % load, i.e. 6.45 B of DRAM per expected key, paid at start even while empty. It
+    /// saves the ~10 B per key of an index grown by doubling and the growth work of a bulk
+    /// load (each doubling re-reads one key per entry from the log). The index still grows
+    /// online past the hint; a datastore reopened from an index checkpoint keeps its saved
+    /// size. Use it when the data set size is known (bulk loads, DRAM-tight nodes); leave 0
+    /// when unsure, as an overshoot holds DRAM for keys that never come. See
+    /// docs/OPERATIONS.md.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    expected_keys: u64,
 }
 
 impl BackendArgs {
@@ -237,6 +257,7 @@ impl BackendArgs {
             manager: self.manager,
             advertise: self.advertise.unwrap_or_else(|| self.listen.clone()),
             sync: self.sync,
+            expected_keys: self.expected_keys,
             chain_timeout: Duration::from_millis(self.chain_timeout_ms),
         };
         run::backend(options, &self.listen, self.metrics.as_deref(), run::shutdown_on_signals()).await

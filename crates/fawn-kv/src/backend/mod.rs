@@ -52,6 +52,12 @@ pub struct BackendOptions {
     /// Address other processes use to reach this back-end.
     pub advertise: String,
     pub sync: SyncPolicy,
+    /// Keys this back-end expects to hold in total, over all its ranges and replicas (0 = no
+    /// hint: each index starts small and grows online by doubling). A datastore created or
+    /// opened for a range gets its share (`expected_keys_by_range`) as
+    /// `fawn_ds::Options::expected_keys`: its index is sized for that many keys up front
+    /// (6 B per slot at 93 % load, 6.45 B per key) and still grows online past it.
+    pub expected_keys: u64,
     /// How long the head waits for the tail's ack before answering "timeout".
     pub chain_timeout: Duration,
 }
@@ -128,18 +134,24 @@ impl Backend {
         self.options.data_dir.join("ranges").join(range.id_string())
     }
 
-    fn open_store(&self, range: &Range, fresh: bool) -> anyhow::Result<DataStore> {
+    /// Opens (or creates) a range's datastore, its index sized for `expected_keys` (0 = grow).
+    fn open_store(&self, range: &Range, fresh: bool, expected_keys: u64) -> anyhow::Result<DataStore> {
         let dir = self.range_dir(range);
         if fresh && dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(|e| anyhow::anyhow!("emptying {}: {e}", dir.display()))?;
         }
-        let options = DsOptions { sync: self.options.sync, ..DsOptions::default() };
+        let options = DsOptions { sync: self.options.sync, expected_keys, ..DsOptions::default() };
         let store = DataStore::open(&dir, options)
             .map_err(|e| anyhow::anyhow!("opening datastore {}: {e}", dir.display()))?;
         let report = store.recovery_report();
-        info!(range = %range.id_string(), fresh, records = report.records_replayed,
+        info!(range = %range.id_string(), fresh, expected_keys, records = report.records_replayed,
             truncated_bytes = report.truncated_bytes, "datastore open");
         Ok(store)
+    }
+
+    /// Datastore statistics of every range this back-end holds a replica of.
+    pub fn datastore_stats(&self) -> Vec<(Range, fawn_ds::Stats)> {
+        self.replicas.read().values().map(|r| (r.range, r.store.stats())).collect()
     }
 
     fn current(&self) -> Arc<View> {
@@ -154,9 +166,11 @@ impl Backend {
         }
         let me = self.options.node;
         let epoch = config.epoch;
+        let sizing = expected_keys_by_range(self.options.expected_keys, me, &config);
         for rc in &config.ranges {
             if rc.path().any(|n| n == me) {
-                self.install_range(epoch, rc).await?;
+                let expected_keys = sizing.get(&rc.range).copied().unwrap_or(0);
+                self.install_range(epoch, rc, expected_keys).await?;
             } else if let Some(old) = self.replicas.write().remove(&rc.range) {
                 info!(range = %old.range.id_string(), "no longer a replica of this range; freeing it");
                 let dir = self.range_dir(&rc.range);
@@ -169,7 +183,8 @@ impl Backend {
         Ok(())
     }
 
-    async fn install_range(&self, epoch: Epoch, rc: &RangeConfig) -> anyhow::Result<()> {
+    /// `expected_keys` sizes the index if a datastore is opened here (0 = grow online).
+    async fn install_range(&self, epoch: Epoch, rc: &RangeConfig, expected_keys: u64) -> anyhow::Result<()> {
         let route = Route { epoch, me: self.options.node, rc: rc.clone() };
         let existing = self.replicas.read().get(&rc.range).cloned();
         let fresh_sync = match (&existing, route.is_syncing()) {
@@ -186,7 +201,7 @@ impl Backend {
                 if fresh_sync {
                     info!(range = %rc.range.id_string(), from = ?route.predecessor(), "syncing a fresh copy of the range");
                 }
-                let store = self.open_store(&rc.range, fresh_sync)?;
+                let store = self.open_store(&rc.range, fresh_sync, expected_keys)?;
                 let writes_block = matches!(self.options.sync, SyncPolicy::Always);
                 let replica = Arc::new(RangeReplica::new(store, route, writes_block));
                 self.replicas.write().insert(rc.range, replica);
@@ -535,6 +550,7 @@ impl Exposition for Backend {
             metrics::line(&mut out, "fawn_datastore_live_keys", &labels, s.live_keys);
             metrics::line(&mut out, "fawn_datastore_log_bytes", &labels, s.log_bytes);
             metrics::line(&mut out, "fawn_datastore_index_bytes", &labels, s.index_bytes);
+            metrics::line(&mut out, "fawn_datastore_index_slots", &labels, s.index_capacity);
             metrics::line(&mut out, "fawn_datastore_unacked_updates", &labels, r.unacked_len() as u64);
         }
         out
@@ -599,6 +615,40 @@ impl Handler for Backend {
 }
 
 /// Registers with the manager until it answers, then waits until the ranges are formed.
+/// Splits `total` expected keys over `ranges` in proportion to their widths (each range's
+/// share of the key-id space over the ranges' total share). The parts sum to `total` exactly
+/// (cumulative rounding); `ranges` should not overlap, as a ring's ranges never do.
+pub fn apportion_expected_keys(total: u64, ranges: &[Range]) -> Vec<u64> {
+    // Ids in a range as f64: exact enough for proportions (53 significant bits).
+    let widths: Vec<f64> = ranges.iter().map(|r| r.len_minus_one() as f64 + 1.0).collect();
+    let sum: f64 = widths.iter().sum();
+    let mut parts = Vec::with_capacity(ranges.len());
+    let (mut cumulative, mut given) = (0.0_f64, 0_u64);
+    for (i, w) in widths.iter().enumerate() {
+        cumulative += w;
+        let upto = if i + 1 == widths.len() {
+            total
+        } else {
+            ((cumulative / sum * total as f64).round() as u64).min(total)
+        };
+        let part = upto.saturating_sub(given);
+        parts.push(part);
+        given += part;
+    }
+    parts
+}
+
+/// Each range `node` replicates in `config` (chain or syncing) with its share of the node's
+/// `total` expected keys; empty when `total` is 0 (no sizing hint).
+pub fn expected_keys_by_range(total: u64, node: NodeId, config: &ClusterConfig) -> HashMap<Range, u64> {
+    if total == 0 {
+        return HashMap::new();
+    }
+    let held: Vec<Range> =
+        config.ranges.iter().filter(|rc| rc.path().any(|n| n == node)).map(|rc| rc.range).collect();
+    held.iter().copied().zip(apportion_expected_keys(total, &held)).collect()
+}
+
 async fn register(pool: &Pool, options: &BackendOptions) -> anyhow::Result<ClusterConfig> {
     let request = Request::RegisterBackend { node: options.node, addr: options.advertise.clone() };
     let mut logged = false;
@@ -646,5 +696,32 @@ async fn tick(backend: Weak<Backend>) {
         tokio::time::sleep(TICK_INTERVAL).await;
         let Some(b) = backend.upgrade() else { return };
         b.on_tick().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::apportion_expected_keys;
+    use fawn_ring::{KeyId, Range};
+
+    #[test]
+    fn apportioning_follows_widths_and_sums_to_the_total() {
+        let quarter = u128::MAX / 4;
+        // Widths 1/4, 1/2 and 1/4 of the circle (the last one wraps).
+        let ranges = [
+            Range::new(KeyId(0), KeyId(quarter)),
+            Range::new(KeyId(quarter), KeyId(3 * quarter)),
+            Range::new(KeyId(3 * quarter), KeyId(0)),
+        ];
+        assert_eq!(apportion_expected_keys(1000, &ranges), vec![250, 500, 250]);
+        for total in [0, 1, 2, 3, 7, 999, 1_000_001, u64::MAX / 3] {
+            let parts = apportion_expected_keys(total, &ranges);
+            assert_eq!(parts.iter().sum::<u64>(), total, "total {total}: {parts:?}");
+        }
+        // A tiny range next to a huge one still sums exactly.
+        let skewed = [Range::new(KeyId(0), KeyId(1)), Range::new(KeyId(1), KeyId(0))];
+        assert_eq!(apportion_expected_keys(10, &skewed), vec![0, 10]);
+        assert_eq!(apportion_expected_keys(5, &[Range::full()]), vec![5]);
+        assert!(apportion_expected_keys(5, &[]).is_empty());
     }
 }
