@@ -2,7 +2,7 @@
 //!
 //! Slot = 6 bytes: a 32-bit log offset in `OFFSET_UNIT`s (0 = empty: offset 0 is the log
 //! header, so no valid bit is needed) and a 16-bit key fragment. A bucket holds 4 slots.
-//! A key has two candidate buckets: `b1 = fastrange(high64(key id), B)` and
+//! A key has two candidate buckets: `b1 = fastrange(mix(low 48 bits of key id), B)` and
 //! `b2 = alt(b1, fragment)` (partial-key cuckoo hashing: the alternate bucket is computed
 //! from the bucket and the fragment alone, so displacing an entry needs no log read).
 //! The table runs up to `INDEX_MAX_LOAD`; entries a cuckoo walk cannot place go to a small
@@ -37,11 +37,13 @@ pub(crate) struct KeyHash {
 }
 
 impl KeyHash {
-    /// Bucket choice from the high 64 bits of the key id, fragment from the top 16 bits of
-    /// the low 64 bits (independent of the bucket bits).
+    /// Bucket choice from the low 48 bits of the key id (mixed), fragment from the top 16
+    /// bits of the low 64 (disjoint from the bucket bits). Never from the high bits: they
+    /// place the key on the ring, so the keys of one datastore (one ring range) share them and
+    /// would crowd into a band of buckets (the table then grew at 43–68 % load).
     pub fn of(key: &[u8]) -> KeyHash {
-        let id = fawn_ring::key_id(key);
-        KeyHash { h: id.high64(), frag: (id.low64() >> 48) as u16 }
+        let low = fawn_ring::key_id(key).low64();
+        KeyHash { h: mix(low & 0x0000_FFFF_FFFF_FFFF), frag: (low >> 48) as u16 }
     }
 }
 
