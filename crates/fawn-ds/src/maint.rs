@@ -19,10 +19,10 @@
 use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 
 use crate::checkpoint::CHECKPOINT_FILE;
 use crate::error::Error;
@@ -992,31 +992,15 @@ pub(crate) fn over_stall_limit(shared: &Shared) -> bool {
 /// The automatic compactor: every `compact_check_interval`, compacts if the garbage
 /// thresholds are crossed and no other maintenance is running.
 pub(crate) fn spawn_auto_compactor(shared: &Arc<Shared>) -> Option<Background> {
-    let stop = Arc::new((Mutex::new(false), Condvar::new()));
-    let stop2 = Arc::clone(&stop);
-    let weak: Weak<Shared> = Arc::downgrade(shared);
     let every = shared.opts.compact_check_interval.max(Duration::from_millis(10));
-    let handle = std::thread::Builder::new()
-        .name("fawn-ds-compact".into())
-        .spawn(move || loop {
-            {
-                let mut stopped = stop2.0.lock();
-                if !*stopped {
-                    stop2.1.wait_for(&mut stopped, every);
-                }
-                if *stopped {
-                    return;
-                }
-            }
-            let Some(shared) = weak.upgrade() else { return };
-            if !wants_compaction(&shared) {
-                continue;
-            }
-            let Some(_m) = shared.maint.try_lock() else { continue };
-            if clean(&shared).is_err() {
-                shared.counters.auto_compact_errors.fetch_add(1, Ordering::Relaxed);
-            }
-        })
-        .ok()?;
-    Some(Background { stop, handle: Some(handle) })
+    Background::spawn_periodic(shared, "fawn-ds-compact", every, |shared| {
+        if !wants_compaction(shared) {
+            return;
+        }
+        let Some(_m) = shared.maint.try_lock() else { return };
+        if clean(shared).is_err() {
+            shared.counters.auto_compact_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    })
+    .ok()
 }

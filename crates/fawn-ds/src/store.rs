@@ -890,13 +890,30 @@ fn free_in_background<T: Send + 'static>(garbage: T) {
 /// The interval sync thread: wakes every `every`, syncs the current log if it has
 /// unsynced appends.
 fn spawn_interval_sync(shared: &Arc<Shared>, every: Duration) -> Result<Background, Error> {
-    let stop = Arc::new((Mutex::new(false), Condvar::new()));
-    let weak = Arc::downgrade(shared);
-    let stop2 = Arc::clone(&stop);
-    let every = every.max(Duration::from_millis(1));
-    let handle = std::thread::Builder::new()
-        .name("fawn-ds-sync".into())
-        .spawn(move || loop {
+    Background::spawn_periodic(shared, "fawn-ds-sync", every.max(Duration::from_millis(1)), |shared| {
+        let inner = shared.current();
+        let end = inner.written_end.load(Ordering::Acquire);
+        if end > inner.synced() && !inner.poisoned.load(Ordering::Acquire) {
+            // A failure poisons the store; writers see it on their next call.
+            let _ = inner.sync_to(end);
+        }
+    })
+    .map_err(|e| Error::io("starting the sync thread", e))
+}
+
+impl Background {
+    /// A named thread that runs `tick` every `every` until shut down or until the store is
+    /// dropped (it holds only a weak reference, so it never keeps a closed store alive).
+    pub(crate) fn spawn_periodic(
+        shared: &Arc<Shared>,
+        name: &str,
+        every: Duration,
+        tick: impl Fn(&Shared) + Send + 'static,
+    ) -> std::io::Result<Background> {
+        let stop = Arc::new((Mutex::new(false), Condvar::new()));
+        let stop2 = Arc::clone(&stop);
+        let weak = Arc::downgrade(shared);
+        let handle = std::thread::Builder::new().name(name.into()).spawn(move || loop {
             {
                 let mut stopped = stop2.0.lock();
                 if !*stopped {
@@ -907,18 +924,11 @@ fn spawn_interval_sync(shared: &Arc<Shared>, every: Duration) -> Result<Backgrou
                 }
             }
             let Some(shared) = weak.upgrade() else { return };
-            let inner = shared.current();
-            let end = inner.written_end.load(Ordering::Acquire);
-            if end > inner.synced() && !inner.poisoned.load(Ordering::Acquire) {
-                // A failure poisons the store; writers see it on their next call.
-                let _ = inner.sync_to(end);
-            }
-        })
-        .map_err(|e| Error::io("starting the sync thread", e))?;
-    Ok(Background { stop, handle: Some(handle) })
-}
+            tick(&shared);
+        })?;
+        Ok(Background { stop, handle: Some(handle) })
+    }
 
-impl Background {
     pub(crate) fn shutdown(&mut self) {
         *self.stop.0.lock() = true;
         self.stop.1.notify_all();
