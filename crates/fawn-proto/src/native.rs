@@ -86,6 +86,11 @@ pub enum Request {
     Ping,
     /// The tail committed a front-end's update (tail → front-end).
     Committed { req: ReqId, outcome: Outcome },
+    /// Back-end `node` cannot reach its chain neighbour `peer` although both still reach the
+    /// manager: updates it forwarded to `peer` went unacknowledged past its repair threshold
+    /// and `peer` did not answer a direct probe (to the manager; answered with `Config`).
+    /// Re-sent while the probes keep failing.
+    LinkCut { node: NodeId, peer: NodeId },
 }
 
 /// Answers, one per request, with the request's id.

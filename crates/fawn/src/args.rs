@@ -247,6 +247,12 @@ pub struct BackendArgs {
     /// docs/OPERATIONS.md.
     #[arg(long, value_name = "N", default_value_t = 0)]
     expected_keys: u64,
+    /// Milliseconds a chain link may go without acknowledgements before this back-end, if the
+    /// successor also fails a direct probe, reports the link cut to the manager, which then
+    /// repairs the chains around it (0 = never: puts wait until the link heals). Keep it well
+    /// above the ack latency under load. See docs/OPERATIONS.md.
+    #[arg(long, default_value_t = fawn_kv::backend::LINK_REPAIR_AFTER.as_millis() as u64)]
+    link_repair_ms: u64,
 }
 
 impl BackendArgs {
@@ -259,6 +265,7 @@ impl BackendArgs {
             sync: self.sync,
             expected_keys: self.expected_keys,
             chain_timeout: Duration::from_millis(self.chain_timeout_ms),
+            link_repair_after: Duration::from_millis(self.link_repair_ms),
         };
         run::backend(options, &self.listen, self.metrics.as_deref(), run::shutdown_on_signals()).await
     }

@@ -3,12 +3,16 @@
 //! network namespace; a cut is a blackhole route both ways (established connections stall
 //! silently). Under the mixed load, each round picks a range and two neighbours of its chain
 //! (head↔mid or mid↔tail), cuts, holds the cut for a time shorter or longer than the lease
-//! (1.5 s) and the failure-detection threshold (2 s), and heals. Every run: the history is
-//! linearizable and the final scan finds every acknowledged write; and after each heal a put
-//! to the affected range succeeds within `RECOVERY_MAX` without restarting anything.
+//! (1.5 s), the failure-detection threshold (2 s) and the link-repair threshold
+//! (`LINK_REPAIR_AFTER`, 2.5 s), and heals. Every run: the history is linearizable and the
+//! final scan finds every acknowledged write; and after each heal a put to the affected range
+//! succeeds within `RECOVERY_MAX` without restarting anything.
 //! A probe client puts to a key of the affected range every 50 ms (keys outside the recorded
 //! ones) and the test prints how long puts there stalled during the cut. A cut held past
 //! 2 s must also show up in the back-ends' `link_stalls` counter (the stalled-link detector).
+//! A cut held past the repair threshold plus `REPAIR_SLACK` must be repaired around: probe
+//! puts are acknowledged again after `LINK_REPAIR_AFTER` and **before** the heal (without the
+//! repair they stall for the whole cut).
 //! In about one round in four a third back-end is also killed (kill -9) during a long cut and
 //! restarted after the heal: the manager repairs and re-replicates its chains while the cut
 //! lasts (two changes at once).
@@ -24,10 +28,14 @@ use std::time::{Duration, Instant};
 
 use common::history::{run_scenario, FaultCtx, Scenario};
 use fawn_client::{Client, ClientOptions};
+use fawn_kv::backend::LINK_REPAIR_AFTER;
 use rand::Rng;
 
 /// After a heal, a put to the affected range must succeed within this.
 const RECOVERY_MAX: Duration = Duration::from_secs(10);
+/// Time the repair may take past the back-ends' stall threshold: the stall check runs every
+/// 300 ms, the manager pushes the new chains, the probe's put in flight times out (600 ms).
+const REPAIR_SLACK: Duration = Duration::from_millis(1500);
 
 /// Puts to `key` every 50 ms until stopped; the times of acknowledged puts.
 struct Probe {
@@ -111,11 +119,12 @@ fn link_cut_between_chain_neighbours_under_load() {
                 f.pause_ms(1000, 2000);
                 continue;
             };
-            // Short (< lease), around the lease and detection threshold, and long.
+            // Short (< lease), around the lease and detection threshold, and long (past the
+            // repair threshold and its slack: 4 s).
             let hold_ms = match f.rng.gen_range(0..3) {
                 0 => f.rng.gen_range(200..1200),
                 1 => f.rng.gen_range(1500..2600),
-                _ => f.rng.gen_range(3000..6000),
+                _ => f.rng.gen_range(4500..7000),
             };
             // Sometimes a third back-end dies during a long cut.
             let third = (hold_ms >= 3000 && f.rng.gen_range(0..2) == 0)
@@ -164,6 +173,9 @@ fn link_cut_between_chain_neighbours_under_load() {
             }
             let acked = probe.finish();
             let during: Vec<&Instant> = acked.iter().filter(|t| **t > cut_at && **t <= heal_at).collect();
+            let repair_at = cut_at + LINK_REPAIR_AFTER;
+            let repaired: Vec<&Instant> =
+                acked.iter().filter(|t| **t > repair_at && **t <= heal_at).collect();
             let longest_gap = {
                 let mut last = cut_at;
                 let mut gap = Duration::ZERO;
@@ -175,8 +187,10 @@ fn link_cut_between_chain_neighbours_under_load() {
             };
             match acked.iter().find(|t| **t > heal_at) {
                 Some(t) => f.note(format!(
-                    "round {round}: probe puts acknowledged during the {hold_ms} ms cut: {}; longest stall {} ms; first put {} ms after the heal",
+                    "round {round}: probe puts acknowledged during the {hold_ms} ms cut: {} ({} after the repair threshold, first {} ms after the cut); longest stall {} ms; first put {} ms after the heal",
                     during.len(),
+                    repaired.len(),
+                    repaired.first().map_or("-".to_string(), |t| t.duration_since(cut_at).as_millis().to_string()),
                     longest_gap.as_millis(),
                     t.duration_since(heal_at).as_millis()
                 )),
@@ -191,6 +205,14 @@ fn link_cut_between_chain_neighbours_under_load() {
             f.note(format!(
                 "round {round}: stalled links noticed by the back-ends during the cut: {stalls_during}"
             ));
+            if Duration::from_millis(hold_ms) >= LINK_REPAIR_AFTER + REPAIR_SLACK && repaired.is_empty() {
+                let msg = format!(
+                    "round {round}: puts to the range of {key} did not resume during the {hold_ms} ms cut of backend-{a} <-> backend-{b} (longest stall {} ms): no repair",
+                    longest_gap.as_millis()
+                );
+                f.note(msg.clone());
+                fails.lock().expect("lock").push(msg);
+            }
             // A repair during the cut (a killed third node, or a node the manager declared
             // failed) may have moved the two apart before any update waited on them.
             if hold_ms >= 2000 && stalls_during == 0 && third.is_none() && epoch_before == epoch_after {

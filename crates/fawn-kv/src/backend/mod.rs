@@ -41,6 +41,17 @@ const TICK_INTERVAL: Duration = Duration::from_millis(300);
 /// A successor whose chain has not acknowledged an update for this long is reported as a
 /// stalled link (log line, `link_stalls` counter); puts on the ranges behind it wait.
 pub const LINK_STALL: Duration = Duration::from_millis(1000);
+/// Default of `BackendOptions::link_repair_after`: a stall this old, with the successor not
+/// answering a direct probe, is reported to the manager as a cut link. Well above the ack
+/// latency of a loaded chain (tens of ms; the chain time-out is 2 s), so a merely slow
+/// successor is not cut out; a dead or stopped one is failed by the manager's detector first
+/// (2 s) and the manager ignores reports about a node that misses its heartbeats.
+pub const LINK_REPAIR_AFTER: Duration = Duration::from_millis(2500);
+/// How long a direct probe (`Ping`) of a stalled successor may take before it counts as failed.
+pub const LINK_PROBE_TIMEOUT: Duration = Duration::from_millis(1000);
+/// While a reported cut lasts (probes keep failing), it is reported again this often, so the
+/// manager keeps avoiding it (`manager::LINK_CUT_FORGET_AFTER`).
+pub const LINK_CUT_REPORT_INTERVAL: Duration = Duration::from_millis(1000);
 
 /// Back-end settings.
 #[derive(Clone, Debug)]
@@ -60,6 +71,10 @@ pub struct BackendOptions {
     pub expected_keys: u64,
     /// How long the head waits for the tail's ack before answering "timeout".
     pub chain_timeout: Duration,
+    /// A chain link whose successor has not acknowledged an update for this long, and does not
+    /// answer a direct probe, is reported to the manager as cut, which repairs the chains
+    /// around it (`LINK_REPAIR_AFTER` by default; zero: never report, puts wait for the link).
+    pub link_repair_after: Duration,
 }
 
 #[derive(Default)]
@@ -72,6 +87,7 @@ struct Counters {
     lease_refusals: AtomicU64,
     syncs_completed: AtomicU64,
     link_stalls: AtomicU64,
+    link_cuts_reported: AtomicU64,
     get_latency: Histogram,
     update_latency: Histogram,
 }
@@ -88,6 +104,10 @@ pub struct Backend {
     last_manager_contact: parking_lot::Mutex<Instant>,
     /// Successors whose chain has stopped acknowledging, with the time the stall began.
     stalled_links: parking_lot::Mutex<HashMap<NodeId, Instant>>,
+    /// Direct probes of stalled (or reported) successors.
+    link_probes: parking_lot::Mutex<HashMap<NodeId, LinkProbe>>,
+    /// Peers reported to the manager as cut off, with the time of the latest report.
+    reported_cuts: parking_lot::Mutex<HashMap<NodeId, Instant>>,
     counters: Counters,
     me: Weak<Backend>,
 }
@@ -107,6 +127,8 @@ impl Backend {
             started: Instant::now(),
             last_manager_contact: parking_lot::Mutex::new(Instant::now()),
             stalled_links: parking_lot::Mutex::new(HashMap::new()),
+            link_probes: parking_lot::Mutex::new(HashMap::new()),
+            reported_cuts: parking_lot::Mutex::new(HashMap::new()),
             counters: Counters::default(),
             me: me.clone(),
         });
@@ -335,6 +357,8 @@ impl Backend {
             ("syncs_completed".to_string(), c.syncs_completed.load(Ordering::Relaxed)),
             ("link_stalls".to_string(), c.link_stalls.load(Ordering::Relaxed)),
             ("stalled_links".to_string(), self.stalled_links.lock().len() as u64),
+            ("link_cuts_reported".to_string(), c.link_cuts_reported.load(Ordering::Relaxed)),
+            ("cut_links".to_string(), self.reported_cuts.lock().len() as u64),
             ("ranges".to_string(), replicas.len() as u64),
         ];
         let (mut keys, mut log_bytes, mut unacked) = (0, 0, 0);
@@ -419,8 +443,8 @@ impl Backend {
 
     /// Notices chain links that make no progress — a link cut between neighbours that both
     /// still reach the manager, or a stuck successor — and logs and counts each stall and its
-    /// end. Nothing else happens: the updates stay unacknowledged (and their puts wait) until
-    /// the link flows again or the manager changes the chain.
+    /// end. The updates stay unacknowledged (and their puts wait) until the link flows again
+    /// or the manager changes the chain; `check_cuts` asks it to when the stall lasts.
     fn check_links(&self) {
         let view = self.current();
         let now = crate::clock::unix_micros();
@@ -458,9 +482,107 @@ impl Backend {
         });
     }
 
+    /// Starts a direct probe (`Ping` on a client connection, not the chain link) of `peer`
+    /// unless one is in flight; its result lands in `link_probes`.
+    fn probe_link(&self, peer: NodeId) {
+        let Some(addr) = self.current().config.backend_addr(peer).map(str::to_string) else { return };
+        let Some(b) = self.me.upgrade() else { return };
+        {
+            let mut probes = self.link_probes.lock();
+            let p = probes.entry(peer).or_default();
+            if p.in_flight {
+                return;
+            }
+            p.in_flight = true;
+        }
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let call = b.pool.call(&addr, Request::Ping, LINK_PROBE_TIMEOUT);
+            let ok = matches!(tokio::time::timeout(LINK_PROBE_TIMEOUT, call).await, Ok(Ok(Response::Pong)));
+            let mut probes = b.link_probes.lock();
+            let p = probes.entry(peer).or_default();
+            p.in_flight = false;
+            p.last = Some((started, ok));
+        });
+    }
+
+    /// The latest finished probe of `peer`: (started, answered).
+    fn last_probe(&self, peer: NodeId) -> Option<(Instant, bool)> {
+        self.link_probes.lock().get(&peer).and_then(|p| p.last)
+    }
+
+    /// Turns stalls into repairs: a successor stalled for `link_repair_after` that does not
+    /// answer a direct probe started after the stall began is reported to the manager as a cut
+    /// link; a reported peer is probed and re-reported until it answers again. A stall whose
+    /// successor still answers (a slow or overloaded node) is not reported.
+    fn check_cuts(&self) {
+        let threshold = self.options.link_repair_after;
+        if threshold.is_zero() {
+            return;
+        }
+        let stalled: Vec<(NodeId, Instant)> =
+            self.stalled_links.lock().iter().map(|(p, t)| (*p, *t)).collect();
+        let reported: Vec<(NodeId, Instant)> =
+            self.reported_cuts.lock().iter().map(|(p, t)| (*p, *t)).collect();
+        for (peer, _) in stalled.iter().chain(&reported) {
+            self.probe_link(*peer);
+        }
+        for (peer, since) in &stalled {
+            let unanswered = self.last_probe(*peer).is_some_and(|(at, ok)| !ok && at >= *since);
+            if since.elapsed() >= threshold && unanswered {
+                self.report_cut(*peer);
+            }
+        }
+        for (peer, last_report) in reported {
+            if stalled.iter().any(|(p, _)| *p == peer) {
+                continue;
+            }
+            match self.last_probe(peer) {
+                Some((at, true)) if at > last_report => {
+                    info!(peer, "chain neighbour answers again; no longer reporting the link cut");
+                    self.reported_cuts.lock().remove(&peer);
+                }
+                _ => self.report_cut(peer),
+            }
+        }
+    }
+
+    /// Tells the manager the link to `peer` is cut (at most every `LINK_CUT_REPORT_INTERVAL`)
+    /// and installs the configuration it answers with.
+    fn report_cut(&self, peer: NodeId) {
+        {
+            let mut reported = self.reported_cuts.lock();
+            let first = match reported.get(&peer) {
+                Some(t) if t.elapsed() < LINK_CUT_REPORT_INTERVAL => return,
+                Some(_) => false,
+                None => true,
+            };
+            reported.insert(peer, Instant::now());
+            if first {
+                self.counters.link_cuts_reported.fetch_add(1, Ordering::Relaxed);
+                warn!(peer, "chain link cut: the successor does not answer; asking the manager to repair");
+            }
+        }
+        let Some(b) = self.me.upgrade() else { return };
+        tokio::spawn(async move {
+            let req = Request::LinkCut { node: b.options.node, peer };
+            match b.pool.call(&b.options.manager, req, Duration::from_secs(2)).await {
+                Ok(Response::Config(c)) => {
+                    if let Err(e) = b.install(c).await {
+                        error!(error = %e, "cannot install configuration");
+                    }
+                }
+                Ok(Response::Error(e)) => info!(peer, error = %e, "the manager did not act on the link cut"),
+                Ok(other) => warn!(?other, "unexpected answer to a link-cut report"),
+                Err(e) => warn!(error = %e, "cannot report the link cut; will retry"),
+            }
+        });
+    }
+
     /// Periodic work: replica retries, and re-reporting syncs the manager has not recorded.
     async fn on_tick(&self) {
         self.check_links();
+        self.check_cuts();
         let links = self.linker();
         let replicas: Vec<_> = self.replicas.read().values().cloned().collect();
         for r in replicas {
@@ -501,6 +623,14 @@ fn chain_epoch(msg: &ChainMsg) -> Option<Epoch> {
     }
 }
 
+/// A direct probe of a chain successor.
+#[derive(Default)]
+struct LinkProbe {
+    in_flight: bool,
+    /// The latest finished probe: when it started, and whether the peer answered.
+    last: Option<(Instant, bool)>,
+}
+
 /// Hands replicas the links of their back-end.
 struct Linker(Option<Arc<Backend>>);
 
@@ -537,6 +667,7 @@ impl Exposition for Backend {
             ("fawn_backend_lease_refusals_total", &c.lease_refusals),
             ("fawn_backend_syncs_completed_total", &c.syncs_completed),
             ("fawn_backend_link_stalls_total", &c.link_stalls),
+            ("fawn_backend_link_cuts_reported_total", &c.link_cuts_reported),
         ] {
             metrics::line(&mut out, name, &node, v.load(Ordering::Relaxed));
         }

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fawn_proto::native::{ClusterConfig, NodeState, NodeStatus, Request, Response, WireError};
+use fawn_ring::NodeId;
 use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -34,10 +35,19 @@ pub struct ManagerOptions {
     pub fd_threshold: u32,
 }
 
+/// A cut link the manager has not heard about for this long is taken to be over: re-replication
+/// may sync across it again. Back-ends re-report a cut about every second while it lasts
+/// (`backend::LINK_CUT_REPORT_INTERVAL`).
+pub const LINK_CUT_FORGET_AFTER: Duration = Duration::from_secs(3);
+
 /// The running manager.
 pub struct Manager {
     options: ManagerOptions,
     config: Mutex<ClusterConfig>,
+    /// Cut chain links (unordered pairs) with the time of their latest report.
+    cuts: Mutex<HashMap<(NodeId, NodeId), Instant>>,
+    /// When each back-end last answered a heartbeat.
+    heartbeat_ok: Mutex<HashMap<NodeId, Instant>>,
     file: ConfigFile,
     started: Instant,
     /// Publishes every new configuration to the pusher task.
@@ -61,6 +71,8 @@ impl Manager {
         Ok(Arc::new(Manager {
             options,
             config: Mutex::new(config),
+            cuts: Mutex::new(HashMap::new()),
+            heartbeat_ok: Mutex::new(HashMap::new()),
             file,
             started: Instant::now(),
             published,
@@ -77,6 +89,60 @@ impl Manager {
         tokio::spawn(detect_failures(Arc::downgrade(&self), shutdown.clone()));
         tokio::spawn(push_configs(self.published.subscribe(), shutdown.clone()));
         server::serve(listener, self, shutdown).await
+    }
+
+    /// The cut links currently believed in.
+    fn link_cuts(&self) -> state::LinkCuts {
+        let mut cuts = state::LinkCuts::default();
+        for (a, b) in self.cuts.lock().keys() {
+            cuts.insert(*a, *b);
+        }
+        cuts
+    }
+
+    /// `node` reports its chain link to `peer` cut. Acted on only while both answer the
+    /// manager's heartbeats: a node that has missed half the heartbeats that would fail it is
+    /// left to the failure detector (a stopped or dead successor also stalls a link, and
+    /// failing it is the right repair).
+    fn link_cut(&self, node: NodeId, peer: NodeId) -> Response {
+        let fresh = self.options.heartbeat * (self.options.fd_threshold / 2).max(1);
+        {
+            let seen = self.heartbeat_ok.lock();
+            for n in [node, peer] {
+                if seen.get(&n).is_none_or(|t| t.elapsed() > fresh) {
+                    return Response::Error(WireError::Unavailable(format!(
+                        "back-end {n} is not answering heartbeats: the failure detector decides"
+                    )));
+                }
+            }
+        }
+        let known = self.cuts.lock().insert((node.min(peer), node.max(peer)), Instant::now()).is_some();
+        if !known {
+            warn!(node, peer, "chain link reported cut; repairing the chains around it");
+        }
+        let cuts = self.link_cuts();
+        self.apply(|c| state::cut_link(c, node, peer, &cuts))
+    }
+
+    /// Forgets cuts no longer reported and lets re-replication use those links again.
+    fn expire_cuts(&self) {
+        let expired: Vec<(NodeId, NodeId)> = {
+            let mut cuts = self.cuts.lock();
+            let old: Vec<_> =
+                cuts.iter().filter(|(_, t)| t.elapsed() >= LINK_CUT_FORGET_AFTER).map(|(k, _)| *k).collect();
+            for k in &old {
+                cuts.remove(k);
+            }
+            old
+        };
+        if expired.is_empty() {
+            return;
+        }
+        for (a, b) in &expired {
+            info!(a, b, "chain link no longer reported cut");
+        }
+        let cuts = self.link_cuts();
+        let _ = self.apply(|c| Ok::<_, std::convert::Infallible>(state::settle(c, &cuts)));
     }
 
     /// Applies a transition: persist first, then publish.
@@ -124,13 +190,21 @@ impl Handler for Manager {
             Request::GetConfig => Response::Config(self.config()),
             Request::RegisterBackend { node, addr } => {
                 let expected = self.options.expected_backends;
-                self.apply(|c| state::register_backend(c, expected, node, &addr))
+                let cuts = self.link_cuts();
+                self.apply(|c| state::register_backend(c, expected, node, &addr, &cuts))
             }
             Request::RegisterFrontend { id, native_addr, memcache_addr } => {
                 self.apply(|c| state::register_frontend(c, id, &native_addr, &memcache_addr))
             }
-            Request::SyncDone { node, range } => self.apply(|c| state::sync_done(c, node, range)),
-            Request::Leave { node } => self.apply(|c| state::leave(c, node)),
+            Request::SyncDone { node, range } => {
+                let cuts = self.link_cuts();
+                self.apply(|c| state::sync_done(c, node, range, &cuts))
+            }
+            Request::Leave { node } => {
+                let cuts = self.link_cuts();
+                self.apply(|c| state::leave(c, node, &cuts))
+            }
+            Request::LinkCut { node, peer } => self.link_cut(node, peer),
             Request::SetFlush { at_micros } => {
                 self.apply(|c| Ok::<_, std::convert::Infallible>(Some(state::set_flush(c, at_micros))))
             }
@@ -138,7 +212,7 @@ impl Handler for Manager {
                 role: "manager".into(),
                 epoch: self.config.lock().epoch,
                 uptime_secs: self.started.elapsed().as_secs(),
-                counters: Vec::new(),
+                counters: vec![("cut_links".to_string(), self.cuts.lock().len() as u64)],
             }),
             Request::Ping => Response::Pong,
             other => Response::Error(WireError::Invalid(format!("the manager does not serve {other:?}"))),
@@ -174,15 +248,20 @@ async fn detect_failures(manager: std::sync::Weak<Manager>, mut shutdown: watch:
         }
         let limit = heartbeat * threshold;
         while let Some(Ok((node, alive))) = probes.join_next().await {
+            let Some(m) = manager.upgrade() else { return };
             let seen = last_ok.entry(node).or_insert_with(Instant::now);
             if alive {
                 *seen = Instant::now();
+                m.heartbeat_ok.lock().insert(node, *seen);
             } else if seen.elapsed() >= limit {
                 last_ok.remove(&node);
-                let Some(m) = manager.upgrade() else { return };
                 warn!(node, threshold, "back-end missed its heartbeats; declaring it failed");
-                let _ = m.apply(|c| state::fail_node(c, node));
+                let cuts = m.link_cuts();
+                let _ = m.apply(|c| state::fail_node(c, node, &cuts));
             }
+        }
+        if let Some(m) = manager.upgrade() {
+            m.expire_cuts();
         }
     }
 }

@@ -2,6 +2,11 @@
 //!
 //! Kept free of I/O so it can later be driven by a replicated log (Raft) unchanged: each
 //! transition takes the current config and returns the next one (or a refusal).
+//!
+//! Transitions that may start re-replication also take the [`LinkCuts`] the manager currently
+//! believes in, so that no sync is started across a cut chain link.
+
+use std::collections::BTreeSet;
 
 use fawn_proto::native::{BackendInfo, ClusterConfig, FrontendInfo, NodeState, RangeConfig};
 use fawn_ring::{NodeId, Range, Ring};
@@ -20,6 +25,39 @@ pub enum Refused {
     UnknownNode(NodeId),
     #[error("back-end {node} is not syncing range {range}")]
     NotSyncing { node: NodeId, range: String },
+}
+
+/// Pairs of back-ends whose chain link is cut while both still reach the manager (reported by
+/// one of them, `Request::LinkCut`). Unordered: a cut is treated as both ways, since a chain
+/// link needs acknowledgements back. Soft state kept by the manager beside the configuration
+/// (not persisted: a restarted manager hears about a lasting cut again from the next report).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LinkCuts(BTreeSet<(NodeId, NodeId)>);
+
+impl LinkCuts {
+    fn key(a: NodeId, b: NodeId) -> (NodeId, NodeId) {
+        (a.min(b), a.max(b))
+    }
+
+    pub fn insert(&mut self, a: NodeId, b: NodeId) {
+        self.0.insert(Self::key(a, b));
+    }
+
+    pub fn remove(&mut self, a: NodeId, b: NodeId) {
+        self.0.remove(&Self::key(a, b));
+    }
+
+    pub fn contains(&self, a: NodeId, b: NodeId) -> bool {
+        self.0.contains(&Self::key(a, b))
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 /// A fresh configuration for a cluster of `frontends` front-ends.
@@ -42,6 +80,7 @@ pub fn register_backend(
     expected_backends: usize,
     node: NodeId,
     addr: &str,
+    cuts: &LinkCuts,
 ) -> Result<Option<ClusterConfig>, Refused> {
     let mut next = config.clone();
     match next.backends.iter_mut().find(|b| b.node == node) {
@@ -62,7 +101,7 @@ pub fn register_backend(
     if !next.formed && next.backends.len() >= expected_backends {
         form(&mut next);
     } else if next.formed {
-        rebalance(&mut next);
+        rebalance(&mut next, cuts);
     }
     next.epoch += 1;
     Ok(Some(next))
@@ -96,8 +135,10 @@ fn preferred(ring: &Ring, range: &Range) -> Vec<NodeId> {
 }
 
 /// Starts one sync per range whose chain is short or holds a node the ring no longer prefers.
-/// Ranges already syncing wait: one membership change per range at a time.
-fn rebalance(config: &mut ClusterConfig) {
+/// Ranges already syncing wait: one membership change per range at a time. A node whose link
+/// to the range's tail (the sync source) is cut is not a candidate: the range waits at fewer
+/// replicas until the cut is over (a sync across it could never finish).
+fn rebalance(config: &mut ClusterConfig, cuts: &LinkCuts) {
     let ring = alive_ring(config);
     let want = (config.replicas as usize).min(ring.nodes().len());
     for rc in &mut config.ranges {
@@ -105,7 +146,12 @@ fn rebalance(config: &mut ClusterConfig) {
             continue;
         }
         let preferred = preferred(&ring, &rc.range);
-        let Some(candidate) = preferred.iter().find(|p| !rc.chain.contains(p)) else { continue };
+        let tail = rc.tail();
+        let Some(candidate) =
+            preferred.iter().find(|p| !rc.chain.contains(p) && !tail.is_some_and(|t| cuts.contains(t, **p)))
+        else {
+            continue;
+        };
         if rc.chain.len() < want || rc.chain.iter().any(|n| !preferred.contains(n)) {
             rc.syncing.push(*candidate);
         }
@@ -129,7 +175,11 @@ fn settle_leavers(config: &mut ClusterConfig) {
 /// as soon as that node is back (an emptied chain could never be refilled; found by the
 /// link-cut fault test when an overloaded machine made the manager miss three back-ends at
 /// once).
-pub fn fail_node(config: &ClusterConfig, node: NodeId) -> Result<Option<ClusterConfig>, Refused> {
+pub fn fail_node(
+    config: &ClusterConfig,
+    node: NodeId,
+    cuts: &LinkCuts,
+) -> Result<Option<ClusterConfig>, Refused> {
     let mut next = config.clone();
     let b = next.backends.iter_mut().find(|b| b.node == node).ok_or(Refused::UnknownNode(node))?;
     if matches!(b.state, NodeState::Failed | NodeState::Left) {
@@ -142,20 +192,24 @@ pub fn fail_node(config: &ClusterConfig, node: NodeId) -> Result<Option<ClusterC
         }
         rc.syncing.retain(|n| *n != node);
     }
-    rebalance(&mut next);
+    rebalance(&mut next, cuts);
     next.epoch += 1;
     Ok(Some(next))
 }
 
 /// Graceful leave: replacements sync first; the node leaves each chain once they are in.
-pub fn leave(config: &ClusterConfig, node: NodeId) -> Result<Option<ClusterConfig>, Refused> {
+pub fn leave(
+    config: &ClusterConfig,
+    node: NodeId,
+    cuts: &LinkCuts,
+) -> Result<Option<ClusterConfig>, Refused> {
     let mut next = config.clone();
     let b = next.backends.iter_mut().find(|b| b.node == node).ok_or(Refused::UnknownNode(node))?;
     if b.state != NodeState::Alive {
         return Ok(None);
     }
     b.state = NodeState::Leaving;
-    rebalance(&mut next);
+    rebalance(&mut next, cuts);
     next.epoch += 1;
     Ok(Some(next))
 }
@@ -166,6 +220,7 @@ pub fn sync_done(
     config: &ClusterConfig,
     node: NodeId,
     range: Range,
+    cuts: &LinkCuts,
 ) -> Result<Option<ClusterConfig>, Refused> {
     let mut next = config.clone();
     let ring = alive_ring(&next);
@@ -182,9 +237,89 @@ pub fn sync_done(
         let Some(i) = rc.chain.iter().position(|n| !preferred.contains(n)) else { break };
         rc.chain.remove(i);
     }
-    rebalance(&mut next);
+    rebalance(&mut next, cuts);
     next.epoch += 1;
     Ok(Some(next))
+}
+
+/// Back-end `node` reports that its chain link to `peer` is cut while both still reach the
+/// manager (the caller checked that both answer its heartbeats: a silent node is the failure
+/// detector's business). In every range where the two are neighbours on the forwarding path,
+/// one of them leaves the path ([`cut_victim`]); re-replication then avoids syncing across
+/// `cuts`, which must already hold this pair. `None` when no range has them adjacent (an
+/// earlier report was already handled, or the chains moved on).
+///
+/// **Fencing.** The removed node may still reach the front-ends and the manager, and it
+/// learns of its removal only at its next configuration fetch or push. No fence is needed
+/// before the new chain commits and serves, because the victim is never the range's tail:
+/// * gets go only to the tail, which keeps its role, so the removed node never served a get
+///   of this range in the old epoch that the new one could contradict;
+/// * a removed *upstream* node (it was the cut link's sender) cannot get anything committed:
+///   its updates reach the tail only over the cut link, and once the downstream node is in the
+///   new epoch it drops chain messages from a node that is not its predecessor;
+/// * a removed *downstream* middle node orders nothing (only the head does): whatever it still
+///   forwards was ordered by the head in the old epoch and is a prefix of what the head
+///   re-sends to its new successor.
+///
+/// Removing the downstream *tail* instead (the obvious choice for a mid↔tail cut) would need a
+/// fence: the old tail keeps answering gets at the old epoch until it installs the new
+/// configuration or its lease runs out, while the new tail would already commit updates it
+/// never saw.
+pub fn cut_link(
+    config: &ClusterConfig,
+    node: NodeId,
+    peer: NodeId,
+    cuts: &LinkCuts,
+) -> Result<Option<ClusterConfig>, Refused> {
+    for n in [node, peer] {
+        let b = config.backends.iter().find(|b| b.node == n).ok_or(Refused::UnknownNode(n))?;
+        if !matches!(b.state, NodeState::Alive | NodeState::Leaving) {
+            return Ok(None);
+        }
+    }
+    let mut next = config.clone();
+    let mut changed = false;
+    for rc in &mut next.ranges {
+        let Some(victim) = cut_victim(rc, node, peer) else { continue };
+        rc.chain.retain(|n| *n != victim);
+        rc.syncing.retain(|n| *n != victim);
+        changed = true;
+    }
+    if !changed {
+        return Ok(None);
+    }
+    rebalance(&mut next, cuts);
+    next.epoch += 1;
+    Ok(Some(next))
+}
+
+/// The node that leaves `rc`'s forwarding path when the link between `a` and `b` is cut:
+/// `None` unless they are neighbours on it. Never the tail (see [`cut_link`] on fencing):
+/// * head↔middle, middle↔middle: the downstream one (a middle: nothing is re-routed, the
+///   upstream node re-sends its unacknowledged updates to its new successor);
+/// * middle↔tail, and head↔tail in a chain of two: the upstream one, so the tail keeps
+///   serving and committing (for head↔tail the tail becomes head as well);
+/// * tail→syncing replica: the syncing replica (its sync could never finish).
+pub fn cut_victim(rc: &RangeConfig, a: NodeId, b: NodeId) -> Option<NodeId> {
+    let path: Vec<NodeId> = rc.path().collect();
+    let i = path.windows(2).position(|w| (w[0] == a && w[1] == b) || (w[0] == b && w[1] == a))?;
+    let (up, down) = (path[i], path[i + 1]);
+    Some(if rc.tail() == Some(down) { up } else { down })
+}
+
+/// Re-evaluates re-replication after `cuts` changed (a cut the manager no longer hears about
+/// is over). `None` when no sync starts.
+pub fn settle(config: &ClusterConfig, cuts: &LinkCuts) -> Option<ClusterConfig> {
+    if !config.formed {
+        return None;
+    }
+    let mut next = config.clone();
+    rebalance(&mut next, cuts);
+    if next == *config {
+        return None;
+    }
+    next.epoch += 1;
+    Some(next)
 }
 
 /// A front-end announces its addresses. Returns `None` when nothing changed.
@@ -224,10 +359,14 @@ pub fn set_flush(config: &ClusterConfig, at_micros: u64) -> ClusterConfig {
 mod tests {
     use super::*;
 
+    fn none() -> LinkCuts {
+        LinkCuts::default()
+    }
+
     fn formed(n: u32) -> ClusterConfig {
         let mut c = initial(3, 2, 1);
         for node in 0..n {
-            c = register_backend(&c, n as usize, node, &format!("a:{node}")).unwrap().unwrap();
+            c = register_backend(&c, n as usize, node, &format!("a:{node}"), &none()).unwrap().unwrap();
         }
         c
     }
@@ -235,14 +374,14 @@ mod tests {
     #[test]
     fn ranges_form_at_the_expected_count() {
         let c = initial(3, 2, 1);
-        let c = register_backend(&c, 2, 1, "a:1").unwrap().unwrap();
+        let c = register_backend(&c, 2, 1, "a:1", &none()).unwrap().unwrap();
         assert!(!c.formed && c.ranges.is_empty());
-        let c = register_backend(&c, 2, 2, "a:2").unwrap().unwrap();
+        let c = register_backend(&c, 2, 2, "a:2", &none()).unwrap().unwrap();
         assert!(c.formed);
         assert_eq!(c.ranges.len(), 4);
         assert!(c.ranges.iter().all(|r| r.chain.len() == 2 && r.syncing.is_empty()));
-        assert!(register_backend(&c, 2, 2, "a:2").unwrap().is_none());
-        let moved = register_backend(&c, 2, 2, "a:9").unwrap().unwrap();
+        assert!(register_backend(&c, 2, 2, "a:2", &none()).unwrap().is_none());
+        let moved = register_backend(&c, 2, 2, "a:9", &none()).unwrap().unwrap();
         assert_eq!(moved.backends[1].addr, "a:9");
     }
 
@@ -251,7 +390,7 @@ mod tests {
         let c = formed(4);
         let mut c = c;
         for node in [0, 1, 2, 3] {
-            c = fail_node(&c, node).unwrap().unwrap();
+            c = fail_node(&c, node, &none()).unwrap().unwrap();
             assert!(
                 c.ranges.iter().all(|r| !r.chain.is_empty()),
                 "a chain emptied after failing {node}: {c:?}"
@@ -259,19 +398,19 @@ mod tests {
         }
         // Every chain is down to the one node that failed last among its replicas.
         assert!(c.ranges.iter().all(|r| r.chain.len() == 1));
-        let c = register_backend(&c, 4, 3, "a:3").unwrap().unwrap();
+        let c = register_backend(&c, 4, 3, "a:3", &none()).unwrap().unwrap();
         for rc in c.ranges.iter().filter(|r| r.chain == [3]) {
             assert!(rc.syncing.is_empty(), "no other alive node to sync to: {rc:?}");
         }
         // A node coming back syncs onto the chains it is preferred for, from their survivors.
-        let c = register_backend(&c, 4, 0, "a:0").unwrap().unwrap();
+        let c = register_backend(&c, 4, 0, "a:0", &none()).unwrap().unwrap();
         assert!(c.ranges.iter().any(|r| r.syncing.contains(&0)));
     }
 
     #[test]
     fn a_failure_shortens_chains_and_starts_re_replication() {
         let c = formed(4);
-        let c = fail_node(&c, 1).unwrap().unwrap();
+        let c = fail_node(&c, 1, &none()).unwrap().unwrap();
         for rc in &c.ranges {
             assert!(!rc.chain.contains(&1) && !rc.syncing.contains(&1));
             assert!(rc.chain.len() >= 2);
@@ -281,7 +420,7 @@ mod tests {
         let mut c = c;
         while let Some((node, range)) = c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range)))
         {
-            c = sync_done(&c, node, range).unwrap().unwrap();
+            c = sync_done(&c, node, range, &none()).unwrap().unwrap();
         }
         assert!(c.ranges.iter().all(|r| r.chain.len() == 3));
     }
@@ -289,26 +428,192 @@ mod tests {
     #[test]
     fn a_failed_node_rejoins_through_sync() {
         let c = formed(3);
-        let c = fail_node(&c, 2).unwrap().unwrap();
+        let c = fail_node(&c, 2, &none()).unwrap().unwrap();
         assert!(c.ranges.iter().all(|r| r.chain.len() == 2 && r.syncing.is_empty()));
-        let c = register_backend(&c, 3, 2, "a:2").unwrap().unwrap();
+        let c = register_backend(&c, 3, 2, "a:2", &none()).unwrap().unwrap();
         assert!(c.ranges.iter().all(|r| r.syncing == vec![2]));
     }
 
     #[test]
     fn a_leaver_stays_until_its_replacement_is_in_sync() {
         let c = formed(4);
-        let c = leave(&c, 0).unwrap().unwrap();
+        let c = leave(&c, 0, &none()).unwrap().unwrap();
         let holding: Vec<_> = c.ranges.iter().filter(|r| r.chain.contains(&0)).collect();
         assert!(!holding.is_empty());
         assert!(holding.iter().all(|r| r.syncing.len() == 1));
         let mut c = c;
         while let Some((node, range)) = c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range)))
         {
-            c = sync_done(&c, node, range).unwrap().unwrap();
+            c = sync_done(&c, node, range, &none()).unwrap().unwrap();
         }
         assert!(c.ranges.iter().all(|r| !r.chain.contains(&0) && r.chain.len() == 3));
         assert_eq!(c.backends[0].state, NodeState::Left);
+    }
+
+    fn cuts(pairs: &[(NodeId, NodeId)]) -> LinkCuts {
+        let mut c = LinkCuts::default();
+        for (a, b) in pairs {
+            c.insert(*a, *b);
+        }
+        c
+    }
+
+    fn adjacent(rc: &RangeConfig, a: NodeId, b: NodeId) -> bool {
+        let path: Vec<NodeId> = rc.path().collect();
+        path.windows(2).any(|w| (w[0] == a && w[1] == b) || (w[0] == b && w[1] == a))
+    }
+
+    #[test]
+    fn a_cut_link_removes_the_middle_node_and_never_the_tail() {
+        let c = formed(4);
+        let mut seen = (false, false);
+        for rc in c.ranges.clone() {
+            let (head, mid, tail) = (rc.chain[0], rc.chain[1], rc.chain[2]);
+            // head↔mid: the downstream middle leaves; mid↔tail: the upstream middle leaves.
+            for (up, down) in [(head, mid), (mid, tail)] {
+                assert_eq!(cut_victim(&rc, up, down), Some(mid));
+                assert_eq!(cut_victim(&rc, down, up), Some(mid), "the report's direction does not matter");
+                let next = cut_link(&c, up, down, &cuts(&[(up, down)])).unwrap().unwrap();
+                assert_eq!(next.epoch, c.epoch + 1);
+                let after = next.ranges.iter().find(|r| r.range == rc.range).unwrap();
+                assert_eq!(after.chain, vec![head, tail], "{rc:?} cut {up}<->{down}");
+                // Every range is repaired in the same transition, and none had its tail moved.
+                for (old, new) in c.ranges.iter().zip(&next.ranges) {
+                    assert!(!adjacent(new, up, down), "{new:?} still links {up}<->{down}");
+                    assert_eq!(old.tail(), new.tail(), "a cut moved a tail: {old:?} -> {new:?}");
+                }
+                // A second report of the same cut changes nothing.
+                assert!(cut_link(&next, up, down, &cuts(&[(up, down)])).unwrap().is_none());
+                seen = (seen.0 || up == head, seen.1 || down == tail);
+            }
+        }
+        assert!(seen.0 && seen.1);
+        // Not neighbours anywhere: nothing to do.
+        let rc = &c.ranges[0];
+        let mut d = c.clone();
+        for r in &mut d.ranges {
+            r.chain = rc.chain.clone();
+        }
+        assert!(cut_link(&d, rc.chain[0], rc.chain[2], &none()).unwrap().is_none());
+    }
+
+    #[test]
+    fn a_cut_between_head_and_tail_of_a_chain_of_two_keeps_the_tail() {
+        let mut c = initial(2, 1, 1);
+        for node in 0..2 {
+            c = register_backend(&c, 2, node, &format!("a:{node}"), &none()).unwrap().unwrap();
+        }
+        let rc = c.ranges[0].clone();
+        let (head, tail) = (rc.chain[0], rc.chain[1]);
+        let next = cut_link(&c, head, tail, &cuts(&[(head, tail)])).unwrap().unwrap();
+        for r in &next.ranges {
+            assert_eq!(r.chain.len(), 1, "{r:?}");
+            assert!(r.syncing.is_empty(), "no sync across the cut: {r:?}");
+        }
+        assert_eq!(next.ranges.iter().find(|r| r.range == rc.range).unwrap().chain, vec![tail]);
+    }
+
+    #[test]
+    fn a_cut_to_a_syncing_replica_drops_the_sync_and_does_not_restart_it_across_the_cut() {
+        let c = formed(4);
+        let c = fail_node(&c, 1, &none()).unwrap().unwrap();
+        let rc = c.ranges.iter().find(|r| !r.syncing.is_empty()).unwrap().clone();
+        let (tail, s) = (rc.tail().unwrap(), rc.syncing[0]);
+        assert_eq!(cut_victim(&rc, tail, s), Some(s));
+        let cut = cuts(&[(tail, s)]);
+        let next = cut_link(&c, s, tail, &cut).unwrap().unwrap();
+        let after = next.ranges.iter().find(|r| r.range == rc.range).unwrap();
+        assert_eq!(after.chain, rc.chain);
+        assert!(!after.syncing.contains(&s), "{after:?}");
+    }
+
+    #[test]
+    fn re_replication_waits_for_the_cut_to_end() {
+        // Three nodes, R = 3: the only node that can restore a chain is the one cut off.
+        let c = formed(3);
+        let rc = c.ranges[0].clone();
+        let (mid, tail) = (rc.chain[1], rc.chain[2]);
+        let cut = cuts(&[(mid, tail)]);
+        let c = cut_link(&c, mid, tail, &cut).unwrap().unwrap();
+        for r in &c.ranges {
+            assert!(!adjacent(r, mid, tail), "{r:?}");
+        }
+        // Other transitions while the cut lasts do not sync across it either.
+        let c = register_backend(&c, 3, 0, "a:moved", &cut).unwrap().unwrap();
+        for r in &c.ranges {
+            assert!(!adjacent(r, mid, tail), "{r:?}");
+        }
+        assert!(settle(&c, &cut).is_none());
+        // The cut is over: the short chains sync their missing replica again.
+        let mut c = settle(&c, &none()).unwrap();
+        assert!(c.ranges.iter().any(|r| !r.syncing.is_empty()));
+        while let Some((node, range)) = c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range)))
+        {
+            c = sync_done(&c, node, range, &none()).unwrap().unwrap();
+        }
+        assert!(c.ranges.iter().all(|r| r.chain.len() == 3), "{c:?}");
+    }
+
+    #[test]
+    fn link_cut_repairs_interleaved_with_failures_and_syncs_never_move_a_tail() {
+        // Seeded random walk over cuts, heals, failures, rejoins and finished syncs. The
+        // fencing invariant: a link-cut repair never changes any range's tail, never empties
+        // a chain, and leaves the two nodes adjacent nowhere.
+        use rand::{Rng, SeedableRng};
+        for seed in 0..200u64 {
+            let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+            let n = rng.gen_range(2..6u32);
+            let mut c = initial(rng.gen_range(2..4), 2, 1);
+            for node in 0..n {
+                c = register_backend(&c, n as usize, node, &format!("a:{node}"), &none()).unwrap().unwrap();
+            }
+            let mut cut = LinkCuts::default();
+            for step in 0..40 {
+                let ctx = format!("seed {seed} step {step}");
+                match rng.gen_range(0..5) {
+                    0 | 1 => {
+                        let rc = &c.ranges[rng.gen_range(0..c.ranges.len())];
+                        let path: Vec<NodeId> = rc.path().collect();
+                        if path.len() < 2 {
+                            continue;
+                        }
+                        let i = rng.gen_range(0..path.len() - 1);
+                        let (a, b) = (path[i], path[i + 1]);
+                        cut.insert(a, b);
+                        let Some(next) = cut_link(&c, b, a, &cut).unwrap() else { continue };
+                        for (old, new) in c.ranges.iter().zip(&next.ranges) {
+                            assert_eq!(old.tail(), new.tail(), "{ctx}: tail moved {old:?} -> {new:?}");
+                            assert!(!adjacent(new, a, b), "{ctx}: {new:?} still links {a}<->{b}");
+                        }
+                        c = next;
+                    }
+                    2 => {
+                        cut = LinkCuts::default();
+                        if let Some(next) = settle(&c, &cut) {
+                            c = next;
+                        }
+                    }
+                    3 => {
+                        let node = rng.gen_range(0..n);
+                        let next = if rng.gen_bool(0.5) {
+                            fail_node(&c, node, &cut).unwrap()
+                        } else {
+                            register_backend(&c, n as usize, node, &format!("a:{node}"), &cut).unwrap()
+                        };
+                        if let Some(next) = next {
+                            c = next;
+                        }
+                    }
+                    _ => {
+                        let synced = c.ranges.iter().find_map(|r| r.syncing.first().map(|s| (*s, r.range)));
+                        if let Some((node, range)) = synced {
+                            c = sync_done(&c, node, range, &cut).unwrap().unwrap();
+                        }
+                    }
+                }
+                assert!(c.ranges.iter().all(|r| !r.chain.is_empty()), "{ctx}: empty chain {c:?}");
+            }
+        }
     }
 
     #[test]
