@@ -85,6 +85,18 @@ impl Probe {
     }
 }
 
+/// The back-ends' link-repair threshold: `--link-repair-ms` among the extra back-end flags
+/// (`FAWN_BACKEND_ARGS`), else the default; `None` when repair is off (0).
+fn repair_after(backend_args: &[String]) -> Option<Duration> {
+    let flag = backend_args.iter().position(|a| a == "--link-repair-ms");
+    let ms = flag.and_then(|i| backend_args.get(i + 1)).and_then(|v| v.parse::<u64>().ok());
+    match ms {
+        Some(0) => None,
+        Some(ms) => Some(Duration::from_millis(ms)),
+        None => Some(LINK_REPAIR_AFTER),
+    }
+}
+
 /// A range whose chain has at least two nodes, two neighbours on it, and a probe key in it.
 fn pick_neighbours(f: &mut FaultCtx) -> Option<(u32, u32, String, String)> {
     let config = f.procs.config()?;
@@ -112,6 +124,10 @@ fn link_cut_between_chain_neighbours_under_load() {
     let rounds: u32 = std::env::var("FAWN_FAULT_ROUNDS").ok().and_then(|s| s.parse().ok()).unwrap_or(3);
     let failures: Arc<Mutex<Vec<String>>> = Arc::default();
     let fails = failures.clone();
+    let repair = repair_after(&sc.shape.backend_args);
+    if repair.is_none() {
+        eprintln!("link repair is off (--link-repair-ms 0): puts are expected to stall for whole cuts");
+    }
     run_scenario(&sc, &[801], move |f| {
         for round in 0..rounds {
             let Some((a, b, role, key)) = pick_neighbours(f) else {
@@ -173,7 +189,7 @@ fn link_cut_between_chain_neighbours_under_load() {
             }
             let acked = probe.finish();
             let during: Vec<&Instant> = acked.iter().filter(|t| **t > cut_at && **t <= heal_at).collect();
-            let repair_at = cut_at + LINK_REPAIR_AFTER;
+            let repair_at = cut_at + repair.unwrap_or(LINK_REPAIR_AFTER);
             let repaired: Vec<&Instant> =
                 acked.iter().filter(|t| **t > repair_at && **t <= heal_at).collect();
             let longest_gap = {
@@ -205,7 +221,8 @@ fn link_cut_between_chain_neighbours_under_load() {
             f.note(format!(
                 "round {round}: stalled links noticed by the back-ends during the cut: {stalls_during}"
             ));
-            if Duration::from_millis(hold_ms) >= LINK_REPAIR_AFTER + REPAIR_SLACK && repaired.is_empty() {
+            let repair_due = repair.is_some_and(|r| Duration::from_millis(hold_ms) >= r + REPAIR_SLACK);
+            if repair_due && repaired.is_empty() {
                 let msg = format!(
                     "round {round}: puts to the range of {key} did not resume during the {hold_ms} ms cut of backend-{a} <-> backend-{b} (longest stall {} ms): no repair",
                     longest_gap.as_millis()

@@ -34,6 +34,8 @@ pub struct ProcShape {
     pub sync: String,
     /// Extra flags for every front-end (e.g. `--cache-entries 0`).
     pub frontend_args: Vec<String>,
+    /// Extra flags for every back-end (e.g. `--link-repair-ms 0`).
+    pub backend_args: Vec<String>,
     /// Each back-end in its own network namespace (needs root), for [`Procs::cut`].
     pub netns: bool,
 }
@@ -48,6 +50,10 @@ impl Default for ProcShape {
             sync: "interval:100".into(),
             // For diagnosis, e.g. FAWN_FRONTEND_ARGS="--cache-entries 0".
             frontend_args: std::env::var("FAWN_FRONTEND_ARGS")
+                .map(|s| s.split_whitespace().map(String::from).collect())
+                .unwrap_or_default(),
+            // E.g. FAWN_BACKEND_ARGS="--link-repair-ms 0" (the behaviour before link repair).
+            backend_args: std::env::var("FAWN_BACKEND_ARGS")
                 .map(|s| s.split_whitespace().map(String::from).collect())
                 .unwrap_or_default(),
             netns: false,
@@ -233,6 +239,7 @@ impl Procs {
             child: None,
             paused: false,
         };
+        p.args.extend(self.shape.backend_args.iter().cloned());
         self.spawn(&mut p);
         self.backends.insert(node, p);
         self.backend_addrs.insert(node, addr);
