@@ -39,6 +39,9 @@ pub struct ManagerOptions {
 /// may sync across it again. Back-ends re-report a cut about every second while it lasts
 /// (`backend::LINK_CUT_REPORT_INTERVAL`).
 pub const LINK_CUT_FORGET_AFTER: Duration = Duration::from_secs(3);
+/// Before acting on a link-cut report the manager pings the reported peer itself; it must
+/// answer within this (a dead or stopped peer is a failure, not a cut).
+pub const LINK_CUT_CONFIRM_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// The running manager.
 pub struct Manager {
@@ -48,6 +51,8 @@ pub struct Manager {
     cuts: Mutex<HashMap<(NodeId, NodeId), Instant>>,
     /// When each back-end last answered a heartbeat.
     heartbeat_ok: Mutex<HashMap<NodeId, Instant>>,
+    /// Connections for confirming link-cut reports.
+    pool: fawn_client::pool::Pool,
     file: ConfigFile,
     started: Instant,
     /// Publishes every new configuration to the pusher task.
@@ -73,6 +78,7 @@ impl Manager {
             config: Mutex::new(config),
             cuts: Mutex::new(HashMap::new()),
             heartbeat_ok: Mutex::new(HashMap::new()),
+            pool: fawn_client::pool::Pool::new(LINK_CUT_CONFIRM_TIMEOUT),
             file,
             started: Instant::now(),
             published,
@@ -101,10 +107,13 @@ impl Manager {
     }
 
     /// `node` reports its chain link to `peer` cut. Acted on only while both answer the
-    /// manager's heartbeats: a node that has missed half the heartbeats that would fail it is
-    /// left to the failure detector (a stopped or dead successor also stalls a link, and
-    /// failing it is the right repair).
-    fn link_cut(&self, node: NodeId, peer: NodeId) -> Response {
+    /// manager's heartbeats and `peer` answers a ping from the manager now: a stopped or dead
+    /// successor also stalls a link and fails the reporter's probe, and failing it (the
+    /// failure detector's job) is the right repair. Without the ping, a node killed less than
+    /// half the failure threshold ago still looked alive, and the manager removed the healthy
+    /// reporter from a chain whose only other member was the dead node (found by the
+    /// link-cut fault test, a third node killed during a cut).
+    async fn link_cut(&self, node: NodeId, peer: NodeId) -> Response {
         let fresh = self.options.heartbeat * (self.options.fd_threshold / 2).max(1);
         {
             let seen = self.heartbeat_ok.lock();
@@ -115,6 +124,19 @@ impl Manager {
                     )));
                 }
             }
+        }
+        let addr = self.config().backend_addr(peer).map(str::to_string);
+        let answered = match addr {
+            Some(addr) => {
+                let ping = self.pool.call(&addr, Request::Ping, LINK_CUT_CONFIRM_TIMEOUT);
+                matches!(tokio::time::timeout(LINK_CUT_CONFIRM_TIMEOUT, ping).await, Ok(Ok(Response::Pong)))
+            }
+            None => false,
+        };
+        if !answered {
+            return Response::Error(WireError::Unavailable(format!(
+                "back-end {peer} does not answer the manager either: the failure detector decides"
+            )));
         }
         let known = self.cuts.lock().insert((node.min(peer), node.max(peer)), Instant::now()).is_some();
         if !known {
@@ -204,7 +226,7 @@ impl Handler for Manager {
                 let cuts = self.link_cuts();
                 self.apply(|c| state::leave(c, node, &cuts))
             }
-            Request::LinkCut { node, peer } => self.link_cut(node, peer),
+            Request::LinkCut { node, peer } => self.link_cut(node, peer).await,
             Request::SetFlush { at_micros } => {
                 self.apply(|c| Ok::<_, std::convert::Infallible>(Some(state::set_flush(c, at_micros))))
             }
