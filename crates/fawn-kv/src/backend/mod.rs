@@ -42,6 +42,9 @@ const TICK_INTERVAL: Duration = Duration::from_millis(300);
 /// stalled link (log line, `link_stalls` counter); puts on the ranges behind it wait.
 pub const LINK_STALL: Duration = Duration::from_millis(1000);
 
+/// How long a get to a promoted tail that is still catching up waits before being refused.
+const TAIL_CATCH_UP_WAIT: Duration = Duration::from_millis(500);
+
 /// Back-end settings.
 #[derive(Clone, Debug)]
 pub struct BackendOptions {
@@ -279,7 +282,13 @@ impl Backend {
     }
 
     async fn get(&self, epoch: Epoch, key: &[u8]) -> Result<Response, WireError> {
-        let view = self.view_for(epoch).await?;
+        let mut view = self.view_for(epoch).await?;
+        if let Ok((_, replica)) = self.replica_for_key(&view, key) {
+            if !replica.readable() && replica.wait_readable(TAIL_CATCH_UP_WAIT).await {
+                // The configuration (and the lease) may have moved on while waiting: check again.
+                view = self.view_for(epoch).await?;
+            }
+        }
         self.get_by(&view, key).map_err(|e| for_sender(e, epoch, &view))
     }
 
