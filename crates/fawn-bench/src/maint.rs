@@ -66,6 +66,9 @@ pub struct MaintArgs {
     /// Seconds per put-fraction point of `sweep`.
     #[arg(long, default_value_t = 3.0)]
     pub sweep_seconds: f64,
+    /// Hot/cold separation settings `sweep` runs with, one full sweep each (e.g. `true,false`).
+    #[arg(long, value_delimiter = ',', default_value = "true")]
+    pub sweep_hot_cold: Vec<bool>,
     /// Directory for the stores (a fresh sub-directory is made and removed). Default: temp dir.
     #[arg(long)]
     pub dir: Option<PathBuf>,
@@ -471,15 +474,29 @@ fn wa(args: &MaintArgs, dir: &Path, quiet: bool, rep: &mut Reporter) -> Result<(
 }
 
 fn sweep(args: &MaintArgs, dir: &Path, rep: &mut Reporter) -> Result<()> {
+    for &hot_cold in &args.sweep_hot_cold {
+        sweep_one(args, &dir.join(if hot_cold { "hot-cold" } else { "one-log" }), hot_cold, rep)?;
+    }
+    Ok(())
+}
+
+/// One sweep over the put fractions on one store (garbage accumulates across points).
+fn sweep_one(args: &MaintArgs, dir: &Path, hot_cold: bool, rep: &mut Reporter) -> Result<()> {
     let keys = keys_for(args.store_mib, args.value_size);
     let value = vec![b's'; args.value_size];
-    let o = Options { auto_compact: true, compact_check_interval: Duration::from_millis(100), ..opts(keys) };
+    let o = Options {
+        auto_compact: true,
+        compact_check_interval: Duration::from_millis(100),
+        hot_cold,
+        ..opts(keys)
+    };
     let ds = Arc::new(DataStore::open(&dir.join("a"), o.clone())?);
     let seq = Arc::new(AtomicU64::new(0));
     fill(&ds, keys, &value, &seq)?;
     for tenth in 0..=10u32 {
         let frac = tenth as f64 / 10.0;
-        let (before, stalls_before) = (ds.stats().maintenance_ops, ds.stats().write_stalls);
+        let st0 = ds.stats();
+        let (before, stalls_before) = (st0.maintenance_ops, st0.write_stalls);
         let stop = Arc::new(AtomicBool::new(false));
         let done = Arc::new(AtomicU64::new(0));
         let handles: Vec<_> = (0..args.threads)
@@ -513,7 +530,10 @@ fn sweep(args: &MaintArgs, dir: &Path, rep: &mut Reporter) -> Result<()> {
         let st = ds.stats();
         let sc = format!("maint/sweep/put{tenth:02}");
         let params = json!({"put_fraction": frac, "store_mib": args.store_mib, "value_size": args.value_size,
-            "threads": args.threads, "garbage_ratio": o.compact_garbage_ratio, "garbage_bytes": o.compact_garbage_bytes});
+            "threads": args.threads, "garbage_ratio": o.compact_garbage_ratio, "garbage_bytes": o.compact_garbage_bytes,
+            "hot_cold": hot_cold});
+        let cleaning = st.bytes_written_cleaning - st0.bytes_written_cleaning;
+        rep.metric(&sc, "fawn-ds", "cleaning_bytes", cleaning as f64, "bytes", &params)?;
         rep.metric(&sc, "fawn-ds", "query_rate", rate, "ops/s", &params)?;
         rep.metric(&sc, "fawn-ds", "compactions", (st.maintenance_ops - before) as f64, "count", &params)?;
         rep.metric(
