@@ -9,7 +9,7 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fawn_ds::{DataStore, Meta, RecordKind};
 use fawn_proto::native::{ChainMsg, Epoch, Origin, RangeConfig, ReplEffect, ReqId, WireError};
@@ -397,7 +397,8 @@ impl RangeReplica {
 
     /// The last in-sync replica starts a snapshot for its syncing successor. The cut is taken
     /// under the state lock: records up to it go in the snapshot, later ones are forwarded.
-    pub async fn on_sync_request(self: &Arc<Self>, from: NodeId, links: &dyn LinkTo) {
+    /// The stream is paced to `copy_bytes_per_s` (key + value bytes; 0 = unlimited).
+    pub async fn on_sync_request(self: &Arc<Self>, from: NodeId, links: &dyn LinkTo, copy_bytes_per_s: u64) {
         let st = self.state.lock().await;
         if !(st.route.is_tail() && st.route.successor() == Some(from) && st.route.rc.syncing.contains(&from))
         {
@@ -413,11 +414,13 @@ impl RangeReplica {
         info!(range = %range.id_string(), to = from, upto_seq, "streaming snapshot");
         tokio::spawn(async move {
             let mut sent = 0u64;
+            let mut pacer = Pacer::new(copy_bytes_per_s);
             for record in records {
                 let Ok(record) = record else {
                     warn!(range = %range.id_string(), "snapshot read failed; the receiver will ask again");
                     return;
                 };
+                pacer.pace(record.key.len() + record.value.len()).await;
                 let effect = effect_of(record.kind, record.value, record.meta);
                 let msg = ChainMsg::SnapshotRecord { range, seq: record.meta.seq, key: record.key, effect };
                 if link.send(msg).await.is_err() {
@@ -426,7 +429,7 @@ impl RangeReplica {
                 sent += 1;
             }
             let _ = link.send(ChainMsg::SnapshotEnd { epoch, range, upto_seq }).await;
-            info!(range = %range.id_string(), records = sent, "snapshot sent");
+            info!(range = %range.id_string(), records = sent, bytes = pacer.sent, secs = pacer.started.elapsed().as_secs_f64(), "snapshot sent");
         });
     }
 
@@ -593,6 +596,33 @@ impl RangeReplica {
             }
         };
         result.map_err(storage)
+    }
+}
+
+/// Paces a stream to a byte rate: once `sent` bytes went out, the next waits until
+/// `sent / rate` seconds have passed since the start (no burst beyond one timer tick).
+struct Pacer {
+    started: Instant,
+    bytes_per_s: u64,
+    sent: u64,
+}
+
+impl Pacer {
+    fn new(bytes_per_s: u64) -> Pacer {
+        Pacer { started: Instant::now(), bytes_per_s, sent: 0 }
+    }
+
+    async fn pace(&mut self, bytes: usize) {
+        self.sent += bytes as u64;
+        if self.bytes_per_s == 0 {
+            return;
+        }
+        let due = Duration::from_secs_f64(self.sent as f64 / self.bytes_per_s as f64);
+        let elapsed = self.started.elapsed();
+        // Sleep only when a few ms ahead: the timer's resolution is 1 ms.
+        if due > elapsed + Duration::from_millis(2) {
+            tokio::time::sleep(due - elapsed).await;
+        }
     }
 }
 
