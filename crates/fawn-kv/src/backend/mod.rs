@@ -422,9 +422,7 @@ impl Backend {
                 replica.on_sync_request(from, &links, self.options.copy_bytes_per_s).await
             }
             ChainMsg::SnapshotBegin { .. } => replica.on_snapshot_begin(from).await,
-            ChainMsg::SnapshotRecord { seq, key, effect, .. } => {
-                replica.on_snapshot_record(from, seq, &key, &effect).await?
-            }
+            ChainMsg::SnapshotBatch { records, .. } => replica.on_snapshot_batch(from, &records).await?,
             ChainMsg::SnapshotEnd { upto_seq, .. } => {
                 let followups = replica.on_snapshot_end(from, upto_seq, &links).await?;
                 if followups.sync_done {
@@ -527,7 +525,7 @@ fn chain_range(msg: &ChainMsg) -> Option<Range> {
         | ChainMsg::CaughtUp { range, .. }
         | ChainMsg::SyncRequest { range, .. }
         | ChainMsg::SnapshotBegin { range, .. }
-        | ChainMsg::SnapshotRecord { range, .. }
+        | ChainMsg::SnapshotBatch { range, .. }
         | ChainMsg::SnapshotEnd { range, .. } => Some(*range),
     }
 }
@@ -541,7 +539,7 @@ fn chain_epoch(msg: &ChainMsg) -> Option<Epoch> {
         | ChainMsg::SyncRequest { epoch, .. }
         | ChainMsg::SnapshotBegin { epoch, .. }
         | ChainMsg::SnapshotEnd { epoch, .. } => Some(*epoch),
-        ChainMsg::Hello { .. } | ChainMsg::SnapshotRecord { .. } => None,
+        ChainMsg::Hello { .. } | ChainMsg::SnapshotBatch { .. } => None,
     }
 }
 

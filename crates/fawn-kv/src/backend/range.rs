@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fawn_ds::{DataStore, Meta, RecordKind};
-use fawn_proto::native::{ChainMsg, Epoch, Origin, RangeConfig, ReplEffect, ReqId, WireError};
+use fawn_ds::{BatchOp, DataStore, Meta, RecordKind};
+use fawn_proto::native::{ChainMsg, Epoch, Origin, RangeConfig, ReplEffect, ReqId, SnapshotItem, WireError};
 use fawn_proto::op::{decide, Effect, Item, Mutation, Outcome, Update};
 use fawn_ring::{NodeId, Range};
 use parking_lot::Mutex;
@@ -415,18 +415,27 @@ impl RangeReplica {
         tokio::spawn(async move {
             let mut sent = 0u64;
             let mut pacer = Pacer::new(copy_bytes_per_s);
-            for record in records {
+            let mut batch = Vec::new();
+            let mut batch_bytes = 0usize;
+            let mut records = records.peekable();
+            while let Some(record) = records.next() {
                 let Ok(record) = record else {
                     warn!(range = %range.id_string(), "snapshot read failed; the receiver will ask again");
                     return;
                 };
-                pacer.pace(record.key.len() + record.value.len()).await;
+                batch_bytes += record.key.len() + record.value.len();
                 let effect = effect_of(record.kind, record.value, record.meta);
-                let msg = ChainMsg::SnapshotRecord { range, seq: record.meta.seq, key: record.key, effect };
+                batch.push(SnapshotItem { seq: record.meta.seq, key: record.key, effect });
+                if batch_bytes < SNAPSHOT_BATCH_BYTES && records.peek().is_some() {
+                    continue;
+                }
+                pacer.pace(batch_bytes).await;
+                sent += batch.len() as u64;
+                let msg = ChainMsg::SnapshotBatch { range, records: std::mem::take(&mut batch) };
+                batch_bytes = 0;
                 if link.send(msg).await.is_err() {
                     return;
                 }
-                sent += 1;
             }
             let _ = link.send(ChainMsg::SnapshotEnd { epoch, range, upto_seq }).await;
             info!(range = %range.id_string(), records = sent, bytes = pacer.sent, secs = pacer.started.elapsed().as_secs_f64(), "snapshot sent");
@@ -440,18 +449,22 @@ impl RangeReplica {
         }
     }
 
-    pub async fn on_snapshot_record(
-        &self,
-        from: NodeId,
-        seq: u64,
-        key: &[u8],
-        effect: &ReplEffect,
-    ) -> Result<(), WireError> {
+    /// Writes a batch of snapshot records with one datastore write.
+    pub async fn on_snapshot_batch(&self, from: NodeId, records: &[SnapshotItem]) -> Result<(), WireError> {
         let st = self.state.lock().await;
-        if st.sync.as_ref().is_some_and(|s| s.source == from && s.started && !s.done) {
-            self.write(key, effect, seq)?;
+        if !st.sync.as_ref().is_some_and(|s| s.source == from && s.started && !s.done) {
+            return Ok(());
         }
-        Ok(())
+        let ops: Vec<BatchOp<'_>> = records
+            .iter()
+            .map(|r| match &r.effect {
+                ReplEffect::Put { value, flags, expiry } => {
+                    BatchOp::put(&r.key, value, Meta { seq: r.seq, flags: *flags, expiry: *expiry })
+                }
+                ReplEffect::Delete => BatchOp::delete(&r.key, Meta { seq: r.seq, ..Meta::default() }),
+            })
+            .collect();
+        blocking(self.writes_block, || self.store.write_batch(&ops)).map(|_| ()).map_err(storage)
     }
 
     /// The snapshot is complete: play the buffered updates forward.
@@ -598,6 +611,15 @@ impl RangeReplica {
         result.map_err(storage)
     }
 }
+
+/// Key + value bytes per snapshot message: large enough that per-message costs vanish, small
+/// enough that pacing stays smooth and a chain link's queue is not held up for long.
+const SNAPSHOT_BATCH_BYTES: usize = 64 << 10;
+// A batch closes at the first record that reaches the target, so it can exceed it by one
+// largest record; with per-item framing overhead it must still fit one frame.
+const _: () = assert!(
+    2 * (SNAPSHOT_BATCH_BYTES + fawn_ds::limits::RECORD_BYTES_MAX) < fawn_proto::native::FRAME_BYTES_MAX
+);
 
 /// Paces a stream to a byte rate: once `sent` bytes went out, the next waits until
 /// `sent / rate` seconds have passed since the start (no burst beyond one timer tick).
