@@ -37,7 +37,7 @@ use std::time::Duration;
 pub use error::Error;
 pub use iter::Iter;
 pub use log::{FaultInjector, IoOp};
-pub use maint::{MaintenanceKind, MaintenanceReport};
+pub use maint::{LockPhases, MaintenanceKind, MaintenanceReport};
 pub use store::{BatchOp, DataStore, KeyFilter};
 
 /// When appended records are made durable with `fdatasync`.
@@ -250,6 +250,9 @@ pub struct Stats {
     pub last_lock_hold_us: u64,
     /// Longest such lock hold since open (microseconds).
     pub max_lock_hold_us: u64,
+    /// What the last lock hold spent its time on (phases and the holding thread's CPU,
+    /// run-queue and blocked time).
+    pub last_lock_phases: LockPhases,
     /// Automatic compactions that failed (the store keeps its old log).
     pub auto_compact_errors: u64,
     /// Writes that were slowed down because garbage passed `stall_garbage_ratio`.

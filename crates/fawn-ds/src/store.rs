@@ -135,6 +135,8 @@ pub(crate) struct Counters {
     pub last_maintenance_us: AtomicU64,
     pub last_lock_hold_us: AtomicU64,
     pub max_lock_hold_us: AtomicU64,
+    /// What the last maintenance lock hold spent its time on.
+    pub last_lock_phases: Mutex<crate::maint::LockPhases>,
     /// Automatic compactions that failed.
     pub auto_compact_errors: AtomicU64,
     pub write_stalls: AtomicU64,
@@ -822,6 +824,7 @@ impl Inner {
             last_maintenance_us: c.last_maintenance_us.load(Ordering::Relaxed),
             last_lock_hold_us: c.last_lock_hold_us.load(Ordering::Relaxed),
             max_lock_hold_us: c.max_lock_hold_us.load(Ordering::Relaxed),
+            last_lock_phases: c.last_lock_phases.lock().clone(),
             auto_compact_errors: c.auto_compact_errors.load(Ordering::Relaxed),
             write_stalls: c.write_stalls.load(Ordering::Relaxed),
         }
