@@ -180,19 +180,26 @@ impl Backend {
         let me = self.options.node;
         let epoch = config.epoch;
         let sizing = expected_keys_by_range(self.options.expected_keys, me, &config);
+        let mut dropped = Vec::new();
         for rc in &config.ranges {
             if rc.path().any(|n| n == me) {
                 let expected_keys = sizing.get(&rc.range).copied().unwrap_or(0);
                 self.install_range(epoch, rc, expected_keys).await?;
-            } else if let Some(old) = self.replicas.write().remove(&rc.range) {
-                info!(range = %old.range.id_string(), "no longer a replica of this range; freeing it");
-                let dir = self.range_dir(&rc.range);
-                drop(old);
-                let _ = std::fs::remove_dir_all(dir);
+            } else if self.replicas.read().contains_key(&rc.range) {
+                dropped.push(rc.range);
             }
         }
         info!(epoch, "configuration installed");
         *self.view.write() = Arc::new(View::new(config));
+        // Freed only after the new view is in place: a request still routed by the old one
+        // then hears "stale epoch" (and retries at once), not "no replica here".
+        for range in dropped {
+            if let Some(old) = self.replicas.write().remove(&range) {
+                info!(range = %old.range.id_string(), "no longer a replica of this range; freeing it");
+                drop(old);
+                let _ = std::fs::remove_dir_all(self.range_dir(&range));
+            }
+        }
         Ok(())
     }
 
