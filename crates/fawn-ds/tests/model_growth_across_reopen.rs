@@ -62,13 +62,11 @@ fn run_case(seed: u64, seen: &mut Seen) -> Result<(), String> {
     let mut ds = DataStore::open(dir.path(), options(&mut rng)).map_err(e("open"))?;
     let mut model: Model = HashMap::new();
     let mut next_key = 0u64;
-    let mut seq = 0u64;
-    let ops = rng.gen_range(3000..7000);
+    let ops: u64 = rng.gen_range(3000..7000);
     let mut capacity = ds.stats().index_capacity;
     for step in 0..ops {
         let at = format!("step {step}");
-        seq += 1;
-        let meta = Meta { seq, ..Meta::default() };
+        let meta = Meta { seq: step + 1, ..Meta::default() };
         let value: Vec<u8> = (0..rng.gen_range(1..60)).map(|_| rng.gen()).collect();
         let existing = |rng: &mut SmallRng, model: &Model| -> Option<Vec<u8>> {
             let n = model.len();
