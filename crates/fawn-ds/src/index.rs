@@ -8,10 +8,17 @@
 //! The table runs up to `INDEX_MAX_LOAD`; entries a cuckoo walk cannot place go to a small
 //! stash, which also triggers growth.
 //!
-//! Growth is incremental: a new table of twice the buckets is allocated and each later
-//! write migrates `MIGRATE_BUCKETS_PER_STEP` old buckets (a migrated entry's new bucket
-//! needs its key id, read from the log). Lookups probe both tables until the old one is
-//! empty. No operation ever rehashes the whole table.
+//! Growth is incremental: a new table of twice the buckets becomes current and the old one
+//! is migrated. A slot does not hold its key's hash, so a migrated entry's new bucket needs
+//! the key: instead of reading it from the log per entry (a random read each), growth
+//! **scans the logs sequentially** below limits recorded when growth started, and for each
+//! put record moves the old entry at exactly that record's position (if any) into the new
+//! table (`growth_work` / `apply_scan`; the store runs the scan, see `Inner::growth_step`).
+//! Writes that touch an entry still in the old table move or remove it themselves (they
+//! know the key). Entries only ever leave the old table, so when the scans end it is empty
+//! but for entries whose records could not be read, which go to the stash
+//! (`finish_migration`). Lookups probe both tables until then. No operation ever rehashes the
+//! whole table.
 
 use crate::limits::{COLD_UNITS_BIT, INDEX_MAX_LOAD, INDEX_SIZING_LOAD, LOG_HEADER_BYTES, SLOTS_PER_BUCKET};
 
@@ -22,6 +29,8 @@ const WORDS_PER_BUCKET: usize = WORDS_PER_SLOT * SLOTS_PER_BUCKET;
 const MAX_KICKS: usize = 256;
 /// A growing table gets this many times the buckets.
 const GROWTH_FACTOR: u64 = 2;
+/// Entries ahead whose buckets a batch loop prefetches.
+pub(crate) const PREFETCH_AHEAD: usize = 8;
 /// Writes scan the log themselves only when the growth scan is this far behind their share
 /// (1/8 of the scan for small logs); normally the background migrator keeps it ahead.
 const WRITE_SLACK_BYTES: u64 = 4 << 20;
@@ -75,6 +84,19 @@ impl Loc {
 enum Where {
     Slot(usize),
     Stash(usize),
+}
+
+/// A cache prefetch hint for the line holding `p` (no effect on other targets).
+#[inline]
+fn prefetch_read(p: *const u16) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is only a hint: it never faults and does not access memory
+    // semantically; `p` points into a live slice anyway.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p as *const i8);
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }
 
 /// 1 if `units` names a record in the cold log.
@@ -208,6 +230,22 @@ impl Table {
     fn insert(&mut self, kh: KeyHash, units: u32) {
         let b1 = self.primary(kh.h);
         self.insert_at(b1, kh.frag, units);
+    }
+
+    /// Ask the CPU to start loading the two buckets of `kh` (a hint: the index is far larger
+    /// than the caches, so each probe is a DRAM miss; issuing the next few early overlaps
+    /// them).
+    #[inline]
+    fn prefetch(&self, kh: KeyHash) {
+        let b1 = self.primary(kh.h);
+        let b2 = self.alt(b1, kh.frag);
+        for b in [b1, b2] {
+            let at = b as usize * WORDS_PER_BUCKET;
+            if let Some(w) = self.words.get(at..at + WORDS_PER_BUCKET) {
+                prefetch_read(w.as_ptr());
+                prefetch_read(w[WORDS_PER_BUCKET - 1..].as_ptr());
+            }
+        }
     }
 
     /// The entry of key hash `kh` at exactly log position `units`, if this table holds it.
@@ -393,6 +431,14 @@ impl Index {
         self.old.is_some()
     }
 
+    /// Start loading the buckets `kh` will probe (see `Table::prefetch`).
+    pub fn prefetch(&self, kh: KeyHash) {
+        self.cur.prefetch(kh);
+        if let Some(m) = &self.old {
+            m.table.prefetch(kh);
+        }
+    }
+
     /// All entries whose fragment matches, current table first.
     pub fn find(&self, kh: KeyHash, out: &mut Vec<Candidate>) {
         self.cur.find(kh, false, out);
@@ -550,7 +596,11 @@ impl Index {
         m.done = m.done.saturating_add(upto.saturating_sub(s.pos.max(job.pos)));
         s.pos = s.pos.max(upto.min(s.limit));
         let mut moved = 0;
-        for &(kh, units) in found {
+        for (i, &(kh, units)) in found.iter().enumerate() {
+            if let Some(&(next, _)) = found.get(i + PREFETCH_AHEAD) {
+                m.table.prefetch(next);
+                self.cur.prefetch(next);
+            }
             if let Some(w) = m.table.find_exact(kh, units) {
                 m.table.take_at(w);
                 self.cur.insert(kh, units);

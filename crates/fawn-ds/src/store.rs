@@ -388,7 +388,28 @@ impl Inner {
     /// Also returns the byte length of the record it points at and whether it is in the
     /// cold log (live-bytes accounting).
     pub fn find_existing(&self, kh: KeyHash, key: &[u8]) -> Result<Option<Existing>, Error> {
-        for c in self.candidates(kh) {
+        self.find_existing_ahead(kh, key, None)
+    }
+
+    /// `find_existing`, also prefetching the index buckets of `ahead` (a later record of a
+    /// batch) while the index lock is held.
+    fn find_existing_ahead(
+        &self,
+        kh: KeyHash,
+        key: &[u8],
+        ahead: Option<KeyHash>,
+    ) -> Result<Option<Existing>, Error> {
+        let candidates = {
+            let mut out = CANDIDATES.try_with(|c| std::mem::take(&mut *c.borrow_mut())).unwrap_or_default();
+            out.clear();
+            let idx = self.index.read();
+            idx.find(kh, &mut out);
+            if let Some(a) = ahead {
+                idx.prefetch(a);
+            }
+            Candidates(out)
+        };
+        for c in candidates {
             let mut buf = [0u8; KEY_READ_BYTES];
             let (header, stored) = self.read_key_buf(c.units, &mut buf)?;
             if stored == key {
@@ -498,9 +519,10 @@ impl Inner {
         self.counters.appended_bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
         let mut max_seq = 0;
         let mut growth = Growth::default();
-        for ((op, &kh), &offset) in ops.iter().zip(&hashes).zip(&offsets) {
+        for (i, ((op, &kh), &offset)) in ops.iter().zip(&hashes).zip(&offsets).enumerate() {
             // After the append: an earlier op of this batch on the same key is found too.
-            let existing = match self.find_existing(kh, op.key) {
+            let ahead = hashes.get(i + crate::index::PREFETCH_AHEAD).copied();
+            let existing = match self.find_existing_ahead(kh, op.key, ahead) {
                 Ok(e) => e,
                 Err(e) => {
                     // The log holds records the index does not: only a reopen (replay) can
