@@ -226,7 +226,8 @@ impl Cluster {
             std::fs::File::create(&log_path).with_context(|| format!("creating {}", log_path.display()))?;
         let child = Command::new(&self.spec.bin)
             .args(&args)
-            .env("FAWN_LOG", "warn")
+            // Quiet by default; FAWN_BENCH_ROLE_LOG (e.g. `info`) shows what the roles did.
+            .env("FAWN_LOG", std::env::var("FAWN_BENCH_ROLE_LOG").unwrap_or_else(|_| "warn".into()))
             .stdin(Stdio::null())
             .stdout(log.try_clone().context("cloning a log handle")?)
             .stderr(log)

@@ -54,6 +54,7 @@ async fn ranges_open_presized_by_their_share_of_the_hint() {
             sync: SyncPolicy::Never,
             expected_keys: if node == 0 { TOTAL } else { 0 },
             chain_timeout: Duration::from_secs(5),
+            copy_bytes_per_s: 0,
         };
         starting.push(tokio::spawn(async move { (Backend::start(options).await, listener) }));
     }

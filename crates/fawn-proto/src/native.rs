@@ -137,14 +137,9 @@ pub enum ChainMsg {
     SyncRequest { epoch: Epoch, range: Range },
     /// Start of a snapshot; the receiver empties its copy of the range.
     SnapshotBegin { epoch: Epoch, range: Range },
-    /// One record of a snapshot, in the sender's log order.
-    SnapshotRecord {
-        range: Range,
-        seq: u64,
-        #[serde(with = "serde_bytes")]
-        key: Vec<u8>,
-        effect: ReplEffect,
-    },
+    /// Consecutive records of a snapshot, in the sender's log order (a few dozen KiB per
+    /// message: one frame and one datastore write per batch instead of per record).
+    SnapshotBatch { range: Range, records: Vec<SnapshotItem> },
     /// End of a snapshot: it held every update up to `upto_seq`.
     SnapshotEnd { epoch: Epoch, range: Range, upto_seq: u64 },
     /// Answer to `Resend`: every update the sender had when it handled the resend was sent
@@ -178,6 +173,15 @@ pub struct Origin {
     pub req: ReqId,
     pub outcome: Outcome,
     pub reply_to: Option<String>,
+}
+
+/// One record of a snapshot.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotItem {
+    pub seq: u64,
+    #[serde(with = "serde_bytes")]
+    pub key: Vec<u8>,
+    pub effect: ReplEffect,
 }
 
 /// The replicated effect of an update.

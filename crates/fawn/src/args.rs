@@ -247,6 +247,15 @@ pub struct BackendArgs {
     /// docs/OPERATIONS.md.
     #[arg(long, value_name = "N", default_value_t = 0)]
     expected_keys: u64,
+    /// MiB per second this back-end streams to one syncing replica (a joining node's
+    /// pre-copy, re-replication after a failure); 0 = unlimited.
+    ///
+    /// Copying a range competes with gets for CPU and disk on both ends; the paper rate-limits
+    /// the pre-copy so a join costs foreground traffic little. Lower it to protect latency,
+    /// raise it (or 0) to get back to R replicas sooner after a failure. See
+    /// docs/OPERATIONS.md.
+    #[arg(long, value_name = "MIB", env = "FAWN_COPY_RATE_MIB", default_value_t = fawn_kv::backend::COPY_BYTES_PER_S_DEFAULT >> 20)]
+    copy_rate_mib: u64,
 }
 
 impl BackendArgs {
@@ -259,6 +268,7 @@ impl BackendArgs {
             sync: self.sync,
             expected_keys: self.expected_keys,
             chain_timeout: Duration::from_millis(self.chain_timeout_ms),
+            copy_bytes_per_s: self.copy_rate_mib.saturating_mul(1 << 20),
         };
         run::backend(options, &self.listen, self.metrics.as_deref(), run::shutdown_on_signals()).await
     }

@@ -60,7 +60,14 @@ pub struct BackendOptions {
     pub expected_keys: u64,
     /// How long the head waits for the tail's ack before answering "timeout".
     pub chain_timeout: Duration,
+    /// Ceiling on the bytes per second (key + value) this back-end streams to one syncing
+    /// successor (a joining node's pre-copy, re-replication after a failure); 0 = unlimited.
+    /// Keeps foreground gets near their rate while a range is copied (paper §3.4.4).
+    pub copy_bytes_per_s: u64,
 }
+
+/// Default for `BackendOptions::copy_bytes_per_s`: 32 MiB/s per syncing range.
+pub const COPY_BYTES_PER_S_DEFAULT: u64 = 32 << 20;
 
 #[derive(Default)]
 struct Counters {
@@ -82,6 +89,8 @@ pub struct Backend {
     view: RwLock<Arc<View>>,
     replicas: RwLock<HashMap<Range, Arc<RangeReplica>>>,
     install_lock: tokio::sync::Mutex<()>,
+    /// Serializes configuration fetches triggered by requests (see `catch_up_to`).
+    refresh_lock: tokio::sync::Mutex<()>,
     links: Links,
     pool: Pool,
     started: Instant,
@@ -102,6 +111,7 @@ impl Backend {
             view: RwLock::new(Arc::new(View::new(ClusterConfig::default()))),
             replicas: RwLock::new(HashMap::new()),
             install_lock: tokio::sync::Mutex::new(()),
+            refresh_lock: tokio::sync::Mutex::new(()),
             links: Links::default(),
             pool,
             started: Instant::now(),
@@ -214,25 +224,39 @@ impl Backend {
         Linker(self.me.upgrade())
     }
 
-    /// The view matching a request's epoch, refreshing from the manager if the request is newer.
+    /// The view to serve a request of `epoch` by: this node's own configuration, after fetching
+    /// the manager's if the request is newer. A request from a sender that is behind is served
+    /// by this node's newer view: the role checks (head for updates, tail for gets) use it, so
+    /// a node that lost the role refuses (and `for_sender` tells the sender to refresh). Only a
+    /// node that cannot reach the newer configuration refuses outright.
     async fn view_for(&self, epoch: Epoch) -> Result<Arc<View>, WireError> {
         if self.last_manager_contact.lock().elapsed() > MANAGER_LEASE {
             self.counters.lease_refusals.fetch_add(1, Ordering::Relaxed);
             return Err(WireError::Unavailable("back-end lease expired: cannot reach the manager".into()));
         }
         if epoch > self.current().config.epoch {
-            if let Ok(config) = fetch_config(&self.pool, &self.options.manager).await {
-                if let Err(e) = self.install(config).await {
-                    error!(error = %e, "cannot install configuration");
-                }
-            }
+            self.catch_up_to(epoch).await;
         }
         let view = self.current();
-        if epoch != view.config.epoch {
+        if epoch > view.config.epoch {
             self.counters.stale_epoch.fetch_add(1, Ordering::Relaxed);
             return Err(WireError::StaleEpoch { current: view.config.epoch });
         }
         Ok(view)
+    }
+
+    /// Fetches and installs the manager's configuration unless one of at least `epoch` got
+    /// installed while waiting: a burst of newer-epoch requests costs one fetch, not one each.
+    async fn catch_up_to(&self, epoch: Epoch) {
+        let _one_at_a_time = self.refresh_lock.lock().await;
+        if self.current().config.epoch >= epoch {
+            return;
+        }
+        if let Ok(config) = fetch_config(&self.pool, &self.options.manager).await {
+            if let Err(e) = self.install(config).await {
+                error!(error = %e, "cannot install configuration");
+            }
+        }
     }
 
     fn replica(&self, range: &Range) -> Option<Arc<RangeReplica>> {
@@ -256,7 +280,11 @@ impl Backend {
 
     async fn get(&self, epoch: Epoch, key: &[u8]) -> Result<Response, WireError> {
         let view = self.view_for(epoch).await?;
-        let (rc, replica) = self.replica_for_key(&view, key)?;
+        self.get_by(&view, key).map_err(|e| for_sender(e, epoch, &view))
+    }
+
+    fn get_by(&self, view: &View, key: &[u8]) -> Result<Response, WireError> {
+        let (rc, replica) = self.replica_for_key(view, key)?;
         if rc.tail() != Some(self.options.node) {
             return Err(WireError::WrongNode(format!("node {} is not the tail", self.options.node)));
         }
@@ -275,11 +303,14 @@ impl Backend {
         reply_to: Option<String>,
     ) -> Result<Response, WireError> {
         let view = self.view_for(epoch).await?;
-        let (_, replica) = self.replica_for_key(&view, &update.key)?;
+        let (_, replica) =
+            self.replica_for_key(&view, &update.key).map_err(|e| for_sender(e, epoch, &view))?;
         self.counters.updates.fetch_add(1, Ordering::Relaxed);
         let links = self.linker();
-        let ordered =
-            replica.order_update(req, &update, reply_to, view.config.flush_at_micros, &links).await?;
+        let ordered = replica
+            .order_update(req, &update, reply_to, view.config.flush_at_micros, &links)
+            .await
+            .map_err(|e| for_sender(e, epoch, &view))?;
         match ordered {
             Ordered::Reply(outcome) => Ok(Response::Update(outcome)),
             Ordered::AwaitAck { seq, outcome } => {
@@ -387,11 +418,11 @@ impl Backend {
             }
             ChainMsg::Resend { after_seq, .. } => replica.on_resend(from, after_seq, &links).await?,
             ChainMsg::CaughtUp { .. } => replica.on_caught_up(from, &links).await,
-            ChainMsg::SyncRequest { .. } => replica.on_sync_request(from, &links).await,
-            ChainMsg::SnapshotBegin { .. } => replica.on_snapshot_begin(from).await,
-            ChainMsg::SnapshotRecord { seq, key, effect, .. } => {
-                replica.on_snapshot_record(from, seq, &key, &effect).await?
+            ChainMsg::SyncRequest { .. } => {
+                replica.on_sync_request(from, &links, self.options.copy_bytes_per_s).await
             }
+            ChainMsg::SnapshotBegin { .. } => replica.on_snapshot_begin(from).await,
+            ChainMsg::SnapshotBatch { records, .. } => replica.on_snapshot_batch(from, &records).await?,
             ChainMsg::SnapshotEnd { upto_seq, .. } => {
                 let followups = replica.on_snapshot_end(from, upto_seq, &links).await?;
                 if followups.sync_done {
@@ -474,6 +505,17 @@ impl Backend {
     }
 }
 
+/// A role refusal to a sender that routed by an older configuration says so, so that it fetches
+/// the newer one at once instead of backing off.
+fn for_sender(e: WireError, sender_epoch: Epoch, view: &View) -> WireError {
+    match e {
+        WireError::WrongNode(_) if sender_epoch < view.config.epoch => {
+            WireError::StaleEpoch { current: view.config.epoch }
+        }
+        e => e,
+    }
+}
+
 fn chain_range(msg: &ChainMsg) -> Option<Range> {
     match msg {
         ChainMsg::Hello { .. } => None,
@@ -483,7 +525,7 @@ fn chain_range(msg: &ChainMsg) -> Option<Range> {
         | ChainMsg::CaughtUp { range, .. }
         | ChainMsg::SyncRequest { range, .. }
         | ChainMsg::SnapshotBegin { range, .. }
-        | ChainMsg::SnapshotRecord { range, .. }
+        | ChainMsg::SnapshotBatch { range, .. }
         | ChainMsg::SnapshotEnd { range, .. } => Some(*range),
     }
 }
@@ -497,7 +539,7 @@ fn chain_epoch(msg: &ChainMsg) -> Option<Epoch> {
         | ChainMsg::SyncRequest { epoch, .. }
         | ChainMsg::SnapshotBegin { epoch, .. }
         | ChainMsg::SnapshotEnd { epoch, .. } => Some(*epoch),
-        ChainMsg::Hello { .. } | ChainMsg::SnapshotRecord { .. } => None,
+        ChainMsg::Hello { .. } | ChainMsg::SnapshotBatch { .. } => None,
     }
 }
 

@@ -9,10 +9,10 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use fawn_ds::{DataStore, Meta, RecordKind};
-use fawn_proto::native::{ChainMsg, Epoch, Origin, RangeConfig, ReplEffect, ReqId, WireError};
+use fawn_ds::{BatchOp, DataStore, Meta, RecordKind};
+use fawn_proto::native::{ChainMsg, Epoch, Origin, RangeConfig, ReplEffect, ReqId, SnapshotItem, WireError};
 use fawn_proto::op::{decide, Effect, Item, Mutation, Outcome, Update};
 use fawn_ring::{NodeId, Range};
 use parking_lot::Mutex;
@@ -397,7 +397,8 @@ impl RangeReplica {
 
     /// The last in-sync replica starts a snapshot for its syncing successor. The cut is taken
     /// under the state lock: records up to it go in the snapshot, later ones are forwarded.
-    pub async fn on_sync_request(self: &Arc<Self>, from: NodeId, links: &dyn LinkTo) {
+    /// The stream is paced to `copy_bytes_per_s` (key + value bytes; 0 = unlimited).
+    pub async fn on_sync_request(self: &Arc<Self>, from: NodeId, links: &dyn LinkTo, copy_bytes_per_s: u64) {
         let st = self.state.lock().await;
         if !(st.route.is_tail() && st.route.successor() == Some(from) && st.route.rc.syncing.contains(&from))
         {
@@ -413,20 +414,31 @@ impl RangeReplica {
         info!(range = %range.id_string(), to = from, upto_seq, "streaming snapshot");
         tokio::spawn(async move {
             let mut sent = 0u64;
-            for record in records {
+            let mut pacer = Pacer::new(copy_bytes_per_s);
+            let mut batch = Vec::new();
+            let mut batch_bytes = 0usize;
+            let mut records = records.peekable();
+            while let Some(record) = records.next() {
                 let Ok(record) = record else {
                     warn!(range = %range.id_string(), "snapshot read failed; the receiver will ask again");
                     return;
                 };
+                batch_bytes += record.key.len() + record.value.len();
                 let effect = effect_of(record.kind, record.value, record.meta);
-                let msg = ChainMsg::SnapshotRecord { range, seq: record.meta.seq, key: record.key, effect };
+                batch.push(SnapshotItem { seq: record.meta.seq, key: record.key, effect });
+                if batch_bytes < SNAPSHOT_BATCH_BYTES && records.peek().is_some() {
+                    continue;
+                }
+                pacer.pace(batch_bytes).await;
+                sent += batch.len() as u64;
+                let msg = ChainMsg::SnapshotBatch { range, records: std::mem::take(&mut batch) };
+                batch_bytes = 0;
                 if link.send(msg).await.is_err() {
                     return;
                 }
-                sent += 1;
             }
             let _ = link.send(ChainMsg::SnapshotEnd { epoch, range, upto_seq }).await;
-            info!(range = %range.id_string(), records = sent, "snapshot sent");
+            info!(range = %range.id_string(), records = sent, bytes = pacer.sent, secs = pacer.started.elapsed().as_secs_f64(), "snapshot sent");
         });
     }
 
@@ -437,18 +449,22 @@ impl RangeReplica {
         }
     }
 
-    pub async fn on_snapshot_record(
-        &self,
-        from: NodeId,
-        seq: u64,
-        key: &[u8],
-        effect: &ReplEffect,
-    ) -> Result<(), WireError> {
+    /// Writes a batch of snapshot records with one datastore write.
+    pub async fn on_snapshot_batch(&self, from: NodeId, records: &[SnapshotItem]) -> Result<(), WireError> {
         let st = self.state.lock().await;
-        if st.sync.as_ref().is_some_and(|s| s.source == from && s.started && !s.done) {
-            self.write(key, effect, seq)?;
+        if !st.sync.as_ref().is_some_and(|s| s.source == from && s.started && !s.done) {
+            return Ok(());
         }
-        Ok(())
+        let ops: Vec<BatchOp<'_>> = records
+            .iter()
+            .map(|r| match &r.effect {
+                ReplEffect::Put { value, flags, expiry } => {
+                    BatchOp::put(&r.key, value, Meta { seq: r.seq, flags: *flags, expiry: *expiry })
+                }
+                ReplEffect::Delete => BatchOp::delete(&r.key, Meta { seq: r.seq, ..Meta::default() }),
+            })
+            .collect();
+        blocking(self.writes_block, || self.store.write_batch(&ops)).map(|_| ()).map_err(storage)
     }
 
     /// The snapshot is complete: play the buffered updates forward.
@@ -593,6 +609,42 @@ impl RangeReplica {
             }
         };
         result.map_err(storage)
+    }
+}
+
+/// Key + value bytes per snapshot message: large enough that per-message costs vanish, small
+/// enough that pacing stays smooth and a chain link's queue is not held up for long.
+const SNAPSHOT_BATCH_BYTES: usize = 64 << 10;
+// A batch closes at the first record that reaches the target, so it can exceed it by one
+// largest record; with per-item framing overhead it must still fit one frame.
+const _: () = assert!(
+    2 * (SNAPSHOT_BATCH_BYTES + fawn_ds::limits::RECORD_BYTES_MAX) < fawn_proto::native::FRAME_BYTES_MAX
+);
+
+/// Paces a stream to a byte rate: once `sent` bytes went out, the next waits until
+/// `sent / rate` seconds have passed since the start (no burst beyond one timer tick).
+struct Pacer {
+    started: Instant,
+    bytes_per_s: u64,
+    sent: u64,
+}
+
+impl Pacer {
+    fn new(bytes_per_s: u64) -> Pacer {
+        Pacer { started: Instant::now(), bytes_per_s, sent: 0 }
+    }
+
+    async fn pace(&mut self, bytes: usize) {
+        self.sent += bytes as u64;
+        if self.bytes_per_s == 0 {
+            return;
+        }
+        let due = Duration::from_secs_f64(self.sent as f64 / self.bytes_per_s as f64);
+        let elapsed = self.started.elapsed();
+        // Sleep only when a few ms ahead: the timer's resolution is 1 ms.
+        if due > elapsed + Duration::from_millis(2) {
+            tokio::time::sleep(due - elapsed).await;
+        }
     }
 }
 

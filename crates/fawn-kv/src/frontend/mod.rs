@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fawn_client::pool::Pool;
-use fawn_proto::native::{ClusterConfig, NodeStatus, ReqId, Request, Response, WireError};
+use fawn_proto::native::{ClusterConfig, Epoch, NodeStatus, ReqId, Request, Response, WireError};
 use fawn_proto::op::{is_expired, Item, Outcome, Update};
 use fawn_ring::{key_id, wedge_of};
 use parking_lot::RwLock;
@@ -69,6 +69,9 @@ pub struct Frontend {
     counters: Counters,
     /// Updates waiting for the tail's `Committed` notice, by request id.
     committed: parking_lot::Mutex<std::collections::HashMap<ReqId, oneshot::Sender<Outcome>>>,
+    /// Serializes configuration fetches, so that a burst of requests refused for a stale epoch
+    /// costs the manager one fetch, not one per request.
+    refresh_lock: tokio::sync::Mutex<()>,
 }
 
 impl Frontend {
@@ -86,6 +89,7 @@ impl Frontend {
             started: Instant::now(),
             counters: Counters::default(),
             committed: parking_lot::Mutex::new(std::collections::HashMap::new()),
+            refresh_lock: tokio::sync::Mutex::new(()),
         });
         tokio::spawn(poll_config(Arc::downgrade(&frontend)));
         Ok(frontend)
@@ -126,6 +130,16 @@ impl Frontend {
             Ok(config) => self.install(config),
             Err(e) => warn!(error = %e, "cannot fetch configuration from the manager"),
         }
+    }
+
+    /// Fetches the configuration unless this front-end already moved past `seen` (the epoch it
+    /// routed a refused request by) while waiting for another request's fetch.
+    async fn refresh_after(&self, seen: Epoch) {
+        let _one_at_a_time = self.refresh_lock.lock().await;
+        if self.current().config.epoch > seen {
+            return;
+        }
+        self.refresh().await;
     }
 
     /// The front-end owning `key`'s wedge, if not this one.
@@ -254,16 +268,28 @@ impl Frontend {
     ) -> Result<Response, WireError> {
         let mut backoff = BACKOFF_START;
         let mut last = WireError::Unavailable("no route".into());
+        // A refusal that only says "a newer configuration exists" is fixed by fetching it:
+        // retry at once instead of backing off (a join or repair bumps the epoch several times).
+        let mut newer_epoch_known = false;
+        let mut routed_by: Epoch = 0;
         for attempt in 0..ROUTE_ATTEMPTS_MAX {
             if attempt > 0 {
                 self.counters.retries.fetch_add(1, Ordering::Relaxed);
-                tokio::time::sleep(backoff).await;
-                backoff *= 2;
-                self.refresh().await;
+                if !newer_epoch_known {
+                    tokio::time::sleep(backoff).await;
+                    backoff *= 2;
+                }
+                self.refresh_after(routed_by).await;
             }
             let view = self.current();
+            routed_by = view.config.epoch;
             let Some(addr) = target(&view) else { continue };
+            newer_epoch_known = false;
             match self.pool.call(&addr, make(view.config.epoch), self.options.request_timeout).await {
+                Ok(Response::Error(WireError::StaleEpoch { current })) if current > routed_by => {
+                    newer_epoch_known = true;
+                    last = WireError::StaleEpoch { current };
+                }
                 Ok(Response::Error(e)) if fawn_client::client::is_retryable(&e) => last = e,
                 Ok(Response::Error(e)) => return Err(e),
                 Ok(resp) => return Ok(resp),
