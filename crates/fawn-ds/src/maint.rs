@@ -775,7 +775,7 @@ fn move_hot_to_cold(
         let value = record::value_of(bytes, &header);
         record::encode_into(&mut batch, header.kind, key, value, header.meta, LOG_HEADER_BYTES)?;
         if let Some(loc) = slot {
-            index.update(loc, (at / OFFSET_UNIT) as u32 | COLD_UNITS_BIT);
+            index.update(loc, KeyHash::of(key), (at / OFFSET_UNIT) as u32 | COLD_UNITS_BIT);
         }
         max_seq = max_seq.max(header.meta.seq);
         rep.records_written += 1;
