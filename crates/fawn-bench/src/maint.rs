@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{ensure, Context, Result};
-use fawn_ds::{DataStore, MaintenanceKind, MaintenanceReport, Meta, Options, SyncPolicy};
+use fawn_ds::{DataStore, LockPhases, MaintenanceKind, MaintenanceReport, Meta, Options, SyncPolicy};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;
@@ -66,6 +66,9 @@ pub struct MaintArgs {
     /// Seconds per put-fraction point of `sweep`.
     #[arg(long, default_value_t = 3.0)]
     pub sweep_seconds: f64,
+    /// Hot/cold separation settings `sweep` runs with, one full sweep each (e.g. `true,false`).
+    #[arg(long, value_delimiter = ',', default_value = "true")]
+    pub sweep_hot_cold: Vec<bool>,
     /// Directory for the stores (a fresh sub-directory is made and removed). Default: temp dir.
     #[arg(long)]
     pub dir: Option<PathBuf>,
@@ -304,6 +307,8 @@ fn lock(args: &MaintArgs, dir: &Path, quiet: bool, rep: &mut Reporter) -> Result
     };
     let mut holds = Vec::new();
     let mut by_kind: Vec<(&str, f64)> = Vec::new();
+    // (operation number, kind, what its lock hold spent its time on)
+    let mut phases: Vec<(usize, &str, LockPhases)> = Vec::new();
     for i in 0..args.lock_runs {
         let r = if i % 3 == 2 {
             let target = dir.join(format!("split{i}"));
@@ -311,6 +316,7 @@ fn lock(args: &MaintArgs, dir: &Path, quiet: bool, rep: &mut Reporter) -> Result
             let (b, r) = ds.split(Arc::new(half), &target, opts(keys / 2))?;
             holds.push(r.lock_hold_us as f64 / 1e3);
             by_kind.push(("split", r.lock_hold_us as f64 / 1e3));
+            phases.push((by_kind.len(), "split", r.lock.clone()));
             let m = ds.merge(&b)?;
             drop(b);
             std::fs::remove_dir_all(&target).ok();
@@ -320,14 +326,23 @@ fn lock(args: &MaintArgs, dir: &Path, quiet: bool, rep: &mut Reporter) -> Result
         };
         let kind = if i % 3 == 2 { "merge" } else { "compact" };
         if !quiet {
+            let p = &r.lock;
             eprintln!(
-                "  {kind}: {:.1} s, lock held {:.2} ms",
+                "  {kind}: {:.1} s, lock held {:.2} ms (catch-up {} B {} us, rename {} us, \
+                 cpu {} us, runqueue {} us, blocked {} us)",
                 r.duration_us as f64 / 1e6,
-                r.lock_hold_us as f64 / 1e3
+                r.lock_hold_us as f64 / 1e3,
+                p.catch_up_bytes,
+                p.catch_up_us,
+                p.rename_us,
+                p.on_cpu_us,
+                p.runqueue_us,
+                p.blocked_us
             );
         }
         holds.push(r.lock_hold_us as f64 / 1e3);
         by_kind.push((kind, r.lock_hold_us as f64 / 1e3));
+        phases.push((by_kind.len(), kind, r.lock.clone()));
     }
     stop.store(true, Ordering::Relaxed);
     for g in getters {
@@ -342,7 +357,41 @@ fn lock(args: &MaintArgs, dir: &Path, quiet: bool, rep: &mut Reporter) -> Result
         rep.metric(&sc, "fawn-ds", &format!("lock_hold_{name}"), percentile(&holds, q), "ms", &params)?;
     }
     rep.metric(&sc, "fawn-ds", "lock_hold_max", holds.last().copied().unwrap_or(0.0), "ms", &params)?;
+    // The breakdown of the slowest holds, slowest first (value = the hold, ms).
+    phases.sort_by_key(|p| std::cmp::Reverse(p.2.hold_us));
+    for (rank, (op, kind, p)) in phases.iter().take(LOCK_SLOWEST_REPORTED).enumerate() {
+        let params = json!({"store_mib": args.lock_store_mib, "rank": rank + 1, "op": op, "kind": kind,
+            "phases_us": phases_json(p)});
+        rep.metric(&sc, "fawn-ds", "lock_hold_slowest", p.hold_us as f64 / 1e3, "ms", &params)?;
+    }
+    // Where the time of all holds went, summed (µs): shows which phase dominates overall.
+    let sum = |f: fn(&LockPhases) -> u64| phases.iter().map(|(_, _, p)| f(p)).sum::<u64>();
+    let totals = json!({
+        "hold": sum(|p| p.hold_us), "catch_up": sum(|p| p.catch_up_us),
+        "seq_floor": sum(|p| p.seq_floor_us), "tail_sync": sum(|p| p.tail_sync_us),
+        "rename": sum(|p| p.rename_us), "swap": sum(|p| p.swap_us), "dir_sync": sum(|p| p.dir_sync_us),
+        "release": sum(|p| p.release_us), "on_cpu": sum(|p| p.on_cpu_us),
+        "runqueue": sum(|p| p.runqueue_us), "blocked": sum(|p| p.blocked_us),
+    });
+    let params = json!({"store_mib": args.lock_store_mib, "ops": phases.len(), "phases_us": totals});
+    rep.metric(&sc, "fawn-ds", "lock_hold_total", sum(|p| p.hold_us) as f64 / 1e3, "ms", &params)?;
     Ok(())
+}
+
+/// Slowest lock holds whose breakdown `lock` reports.
+const LOCK_SLOWEST_REPORTED: usize = 5;
+
+fn phases_json(p: &LockPhases) -> serde_json::Value {
+    json!({
+        "wait": p.wait_us, "hold": p.hold_us, "catch_up": p.catch_up_us,
+        "catch_up_records": p.catch_up_records, "catch_up_bytes": p.catch_up_bytes,
+        "seq_floor": p.seq_floor_us, "tail_sync": p.tail_sync_us, "rename": p.rename_us,
+        "swap": p.swap_us, "dir_sync": p.dir_sync_us, "release": p.release_us,
+        "unaccounted": p.hold_us.saturating_sub(
+            p.catch_up_us + p.seq_floor_us + p.tail_sync_us + p.rename_us + p.swap_us + p.dir_sync_us
+                + p.release_us),
+        "on_cpu": p.on_cpu_us, "runqueue": p.runqueue_us, "blocked": p.blocked_us, "switches": p.switches,
+    })
 }
 
 fn wa(args: &MaintArgs, dir: &Path, quiet: bool, rep: &mut Reporter) -> Result<()> {
@@ -425,15 +474,29 @@ fn wa(args: &MaintArgs, dir: &Path, quiet: bool, rep: &mut Reporter) -> Result<(
 }
 
 fn sweep(args: &MaintArgs, dir: &Path, rep: &mut Reporter) -> Result<()> {
+    for &hot_cold in &args.sweep_hot_cold {
+        sweep_one(args, &dir.join(if hot_cold { "hot-cold" } else { "one-log" }), hot_cold, rep)?;
+    }
+    Ok(())
+}
+
+/// One sweep over the put fractions on one store (garbage accumulates across points).
+fn sweep_one(args: &MaintArgs, dir: &Path, hot_cold: bool, rep: &mut Reporter) -> Result<()> {
     let keys = keys_for(args.store_mib, args.value_size);
     let value = vec![b's'; args.value_size];
-    let o = Options { auto_compact: true, compact_check_interval: Duration::from_millis(100), ..opts(keys) };
+    let o = Options {
+        auto_compact: true,
+        compact_check_interval: Duration::from_millis(100),
+        hot_cold,
+        ..opts(keys)
+    };
     let ds = Arc::new(DataStore::open(&dir.join("a"), o.clone())?);
     let seq = Arc::new(AtomicU64::new(0));
     fill(&ds, keys, &value, &seq)?;
     for tenth in 0..=10u32 {
         let frac = tenth as f64 / 10.0;
-        let (before, stalls_before) = (ds.stats().maintenance_ops, ds.stats().write_stalls);
+        let st0 = ds.stats();
+        let (before, stalls_before) = (st0.maintenance_ops, st0.write_stalls);
         let stop = Arc::new(AtomicBool::new(false));
         let done = Arc::new(AtomicU64::new(0));
         let handles: Vec<_> = (0..args.threads)
@@ -467,7 +530,10 @@ fn sweep(args: &MaintArgs, dir: &Path, rep: &mut Reporter) -> Result<()> {
         let st = ds.stats();
         let sc = format!("maint/sweep/put{tenth:02}");
         let params = json!({"put_fraction": frac, "store_mib": args.store_mib, "value_size": args.value_size,
-            "threads": args.threads, "garbage_ratio": o.compact_garbage_ratio, "garbage_bytes": o.compact_garbage_bytes});
+            "threads": args.threads, "garbage_ratio": o.compact_garbage_ratio, "garbage_bytes": o.compact_garbage_bytes,
+            "hot_cold": hot_cold});
+        let cleaning = st.bytes_written_cleaning - st0.bytes_written_cleaning;
+        rep.metric(&sc, "fawn-ds", "cleaning_bytes", cleaning as f64, "bytes", &params)?;
         rep.metric(&sc, "fawn-ds", "query_rate", rate, "ops/s", &params)?;
         rep.metric(&sc, "fawn-ds", "compactions", (st.maintenance_ops - before) as f64, "count", &params)?;
         rep.metric(

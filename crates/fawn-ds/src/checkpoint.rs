@@ -17,9 +17,10 @@ const MAGIC: [u8; 8] = *b"FAWNCKPT";
 const TRAILER_MAGIC: [u8; 4] = *b"FCKE";
 /// Version 2 added `live_bytes`, version 3 the cold log (hot/cold separation: its nonce,
 /// length and live bytes; index offsets with the cold bit), version 4 the primary bucket from
-/// the low key-id bits (docs/FORMAT.md §1). An older checkpoint is rejected (the index is
-/// rebuilt from the logs once, which also recomputes the live bytes).
-const VERSION: u32 = 4;
+/// the low key-id bits (docs/FORMAT.md §1), version 5 the growth scan state instead of a
+/// bucket migration point. An older checkpoint is rejected (the index is rebuilt from the
+/// logs once, which also recomputes the live bytes).
+const VERSION: u32 = 5;
 const HEADER_BYTES: usize = 96;
 /// Bytes covered by the header checksum (which follows them).
 const HEADER_CRC_AT: usize = 88;

@@ -37,7 +37,7 @@ use std::time::Duration;
 pub use error::Error;
 pub use iter::Iter;
 pub use log::{FaultInjector, IoOp};
-pub use maint::{MaintenanceKind, MaintenanceReport};
+pub use maint::{LockPhases, MaintenanceKind, MaintenanceReport};
 pub use store::{BatchOp, DataStore, KeyFilter};
 
 /// When appended records are made durable with `fdatasync`.
@@ -117,6 +117,11 @@ pub struct Options {
     /// and applies to logs created by this version (format 2); older logs are not padded
     /// until compaction rewrites them. Default false (see docs/FORMAT.md for why).
     pub page_aligned_records: bool,
+    /// Run index growth (the sequential log scan that moves entries into the larger table)
+    /// on a helper thread, so writes do not pay for it. Default true. When false, writes do
+    /// all of it (each write scans its share once the scan falls behind): slower growth,
+    /// but deterministic, which tests use.
+    pub background_growth: bool,
 }
 
 impl Default for Options {
@@ -137,6 +142,7 @@ impl Default for Options {
             stall_garbage_ratio: 0.75,
             hot_cold: true,
             page_aligned_records: false,
+            background_growth: true,
         }
     }
 }
@@ -230,6 +236,13 @@ pub struct Stats {
     pub index_migrating: bool,
     /// Longest single index growth step (microseconds) — the worst growth pause a writer saw.
     pub growth_step_max_us: u64,
+    /// Log bytes read by index growth (a sequential scan of the logs; no random reads).
+    pub growth_scan_bytes: u64,
+    /// Index entries growth could not place by its scan (their records were unreadable):
+    /// kept in the stash, matched on fragment alone. 0 in a healthy store.
+    pub growth_unplaced: u64,
+    /// `pread` calls on the current state's log files (lookups, key comparisons, scans).
+    pub log_reads: u64,
     /// Writes are refused after a failed write/fsync.
     pub poisoned: bool,
     /// Bytes of live records (both logs): the current put of every key plus delete records.
@@ -250,6 +263,9 @@ pub struct Stats {
     pub last_lock_hold_us: u64,
     /// Longest such lock hold since open (microseconds).
     pub max_lock_hold_us: u64,
+    /// What the last lock hold spent its time on (phases and the holding thread's CPU,
+    /// run-queue and blocked time).
+    pub last_lock_phases: LockPhases,
     /// Automatic compactions that failed (the store keeps its old log).
     pub auto_compact_errors: u64,
     /// Writes that were slowed down because garbage passed `stall_garbage_ratio`.

@@ -4,6 +4,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::error::Error;
@@ -61,6 +62,8 @@ pub(crate) struct LogFile {
     faults: FaultInjector,
     /// Format version of this log (`LOG_VERSION` for a log created now).
     version: u32,
+    /// `read_at` calls (`Stats::log_reads`).
+    reads: AtomicU64,
 }
 
 impl LogFile {
@@ -69,7 +72,7 @@ impl LogFile {
         // 1 MiB reads and do not need it. Advisory; failure is harmless.
         // SAFETY: posix_fadvise on a valid owned descriptor has no memory-safety preconditions.
         let _ = unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_RANDOM) };
-        LogFile { file, faults, version: LOG_VERSION }
+        LogFile { file, faults, version: LOG_VERSION, reads: AtomicU64::new(0) }
     }
 
     /// The same log, marked as having the format `version` (from its header).
@@ -82,8 +85,14 @@ impl LogFile {
         self.version >= 2
     }
 
+    /// `read_at` calls so far.
+    pub fn reads(&self) -> u64 {
+        self.reads.load(Ordering::Relaxed)
+    }
+
     /// Read up to `buf.len()` bytes at `offset`; returns how many were read (short at EOF).
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize, Error> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
         let mut done = 0;
         while done < buf.len() {
             match self.file.read_at(&mut buf[done..], offset + done as u64) {
@@ -176,6 +185,12 @@ pub(crate) struct Scanner {
     end: u64,
     buf: Vec<u8>,
     buf_start: u64,
+}
+
+impl std::fmt::Debug for Scanner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Scanner").field("pos", &self.pos).field("end", &self.end).finish()
+    }
 }
 
 impl Scanner {

@@ -10,13 +10,13 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, MutexGuard, RwLock};
 
 use crate::error::Error;
-use crate::index::{Candidate, Index, KeyHash, Loc, MigrationBatch, MIGRATE_BUCKETS_PER_STEP};
+use crate::index::{Candidate, GrowthWork, Index, KeyHash, Loc};
 use crate::iter::Iter;
 use crate::limits::{
     COLD_UNITS_BIT, DATASTORE_BYTES_MAX, KEY_BYTES_MAX, LOG_HEADER_BYTES, OFFSET_UNIT, RECORD_HEADER_BYTES,
     VALUE_BYTES_MAX,
 };
-use crate::log::LogFile;
+use crate::log::{LogFile, Scanner};
 use crate::record::{self, Header};
 use crate::{Entry, Meta, Options, RecordKind, RecoveryReport, Stats, SyncPolicy};
 
@@ -82,13 +82,13 @@ impl Drop for Candidates {
         }
     }
 }
-/// Old-table buckets the background migrator moves per step (one writer-lock hold).
-const BACKGROUND_MIGRATE_BUCKETS: u64 = 16;
+/// Log bytes one background growth step scans (the scanner reads 1 MiB at a time).
+const GROWTH_SCAN_BYTES: u64 = 1 << 20;
+/// Scanned records whose old-table entries one index-lock hold moves (tens of µs).
+const GROWTH_APPLY_RECORDS: usize = 512;
 /// Automatic checkpoints are at least this many times the last checkpoint's size apart
 /// (in log bytes appended), so checkpoint writes stay under ~1/32 of the log writes.
 const CHECKPOINT_SPACING: u64 = 32;
-/// Old-table buckets moved per index-lock hold when a batch does its share of growth.
-const BATCH_MIGRATE_BUCKETS: u64 = 256;
 /// Bytes enough for any header + key (key comparisons on the write path).
 const KEY_READ_BYTES: usize = RECORD_HEADER_BYTES + KEY_BYTES_MAX;
 /// First read of a key: header + keys up to 32 bytes (one cache line of key) in one go.
@@ -126,6 +126,10 @@ pub(crate) struct Counters {
     pub checkpoints: AtomicU64,
     pub checkpoint_errors: AtomicU64,
     pub growth_step_max_us: AtomicU64,
+    /// Log bytes read by index growth scans.
+    pub growth_scan_bytes: AtomicU64,
+    /// Old-table entries the growth scan could not place (stashed, fragment-only match).
+    pub growth_unplaced: AtomicU64,
     /// Bytes appended to logs by any write (user writes and maintenance copies).
     pub appended_bytes: AtomicU64,
     /// Bytes appended by maintenance (split/merge/compact copies), all time this open.
@@ -135,6 +139,8 @@ pub(crate) struct Counters {
     pub last_maintenance_us: AtomicU64,
     pub last_lock_hold_us: AtomicU64,
     pub max_lock_hold_us: AtomicU64,
+    /// What the last maintenance lock hold spent its time on.
+    pub last_lock_phases: Mutex<crate::maint::LockPhases>,
     /// Automatic compactions that failed.
     pub auto_compact_errors: AtomicU64,
     pub write_stalls: AtomicU64,
@@ -185,6 +191,9 @@ pub(crate) struct Inner {
     pub counters: Arc<Counters>,
     /// The background index migrator (see `start_migrator`).
     migrator: Mutex<Migrator>,
+    /// The growth scan's turn (one scanner at a time) and its scanner, kept between steps
+    /// of one range so each log byte is read once: (migration, cold log?, scanner).
+    growth: Mutex<Option<(u64, bool, Scanner)>>,
     /// A weak handle on ourselves, for spawning the migrator (set once by `DataStore::open`).
     pub this: std::sync::OnceLock<std::sync::Weak<Inner>>,
     /// The flock'ed lock file; closing it releases the directory. Shared with the `Inner`
@@ -252,6 +261,7 @@ impl Inner {
             ckpt: Mutex::new(0),
             counters,
             migrator: Mutex::new(Migrator::default()),
+            growth: Mutex::new(None),
             this: std::sync::OnceLock::new(),
             lock,
         }
@@ -311,8 +321,8 @@ impl Inner {
 
     /// Read header + key of the record an index entry points at (offset units with the cold
     /// bit; no checksum: the value is not read)
-    /// into `buf`: one short `pread` for the usual short key (index
-    /// growth reads one key per moved entry), a second one only for a long key.
+    /// into `buf`: one short `pread` for the usual short key (writes compare keys behind
+    /// fragment matches), a second one only for a long key.
     fn read_key_buf<'b>(
         &self,
         units: u32,
@@ -380,7 +390,28 @@ impl Inner {
     /// Also returns the byte length of the record it points at and whether it is in the
     /// cold log (live-bytes accounting).
     pub fn find_existing(&self, kh: KeyHash, key: &[u8]) -> Result<Option<Existing>, Error> {
-        for c in self.candidates(kh) {
+        self.find_existing_ahead(kh, key, None)
+    }
+
+    /// `find_existing`, also prefetching the index buckets of `ahead` (a later record of a
+    /// batch) while the index lock is held.
+    fn find_existing_ahead(
+        &self,
+        kh: KeyHash,
+        key: &[u8],
+        ahead: Option<KeyHash>,
+    ) -> Result<Option<Existing>, Error> {
+        let candidates = {
+            let mut out = CANDIDATES.try_with(|c| std::mem::take(&mut *c.borrow_mut())).unwrap_or_default();
+            out.clear();
+            let idx = self.index.read();
+            idx.find(kh, &mut out);
+            if let Some(a) = ahead {
+                idx.prefetch(a);
+            }
+            Candidates(out)
+        };
+        for c in candidates {
             let mut buf = [0u8; KEY_READ_BYTES];
             let (header, stored) = self.read_key_buf(c.units, &mut buf)?;
             if stored == key {
@@ -445,12 +476,11 @@ impl Inner {
             self.append(&mut w, start, &buf)?;
         }
         self.counters.appended_bytes.fetch_add(new_end - start, Ordering::Relaxed);
-        self.apply(kind, kh, existing, (offset / OFFSET_UNIT) as u32, buf.len() as u64);
+        let growth = self.apply(kind, kh, existing, (offset / OFFSET_UNIT) as u32, buf.len() as u64);
         self.applied_end.store(new_end, Ordering::Release);
         self.max_seq.fetch_max(meta.seq, Ordering::AcqRel);
-        if self.growth_step(MIGRATE_BUCKETS_PER_STEP) {
-            self.start_migrator();
-        }
+        drop(w);
+        self.after_apply(growth);
         Ok(new_end)
     }
 
@@ -490,9 +520,11 @@ impl Inner {
         self.append(&mut w, base, &buf)?;
         self.counters.appended_bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
         let mut max_seq = 0;
-        for ((op, &kh), &offset) in ops.iter().zip(&hashes).zip(&offsets) {
+        let mut growth = Growth::default();
+        for (i, ((op, &kh), &offset)) in ops.iter().zip(&hashes).zip(&offsets).enumerate() {
             // After the append: an earlier op of this batch on the same key is found too.
-            let existing = match self.find_existing(kh, op.key) {
+            let ahead = hashes.get(i + crate::index::PREFETCH_AHEAD).copied();
+            let existing = match self.find_existing_ahead(kh, op.key, ahead) {
                 Ok(e) => e,
                 Err(e) => {
                     // The log holds records the index does not: only a reopen (replay) can
@@ -501,32 +533,20 @@ impl Inner {
                     return Err(e);
                 }
             };
-            self.apply(
+            let g = self.apply(
                 op.kind,
                 kh,
                 existing,
                 (offset / OFFSET_UNIT) as u32,
                 record_len(op.key, op.value) as u64,
             );
+            growth = Growth { started: growth.started || g.started, behind: g.behind };
             max_seq = max_seq.max(op.meta.seq);
         }
         self.applied_end.store(new_end, Ordering::Release);
         self.max_seq.fetch_max(max_seq, Ordering::AcqRel);
-        // As much growth work as the same records written one by one would do, in steps
-        // that each hold the index lock briefly (lookups wait at most one step).
-        let mut buckets = MIGRATE_BUCKETS_PER_STEP.saturating_mul(ops.len() as u64);
-        let mut migrating = false;
-        while buckets > 0 {
-            let step = buckets.min(BATCH_MIGRATE_BUCKETS);
-            if !self.growth_step(step) {
-                break;
-            }
-            migrating = true;
-            buckets -= step;
-        }
-        if migrating {
-            self.start_migrator();
-        }
+        drop(w);
+        self.after_apply(growth);
         Ok(new_end)
     }
 
@@ -548,7 +568,15 @@ impl Inner {
     /// (offset units, with the cold bit for the cold log).
     /// Live bytes: a put's record is live until superseded; a delete record counts as
     /// live (it is kept until the tombstone watermark passes it).
-    pub fn apply(&self, kind: RecordKind, kh: KeyHash, existing: Option<Existing>, units: u32, len: u64) {
+    /// Returns what index growth asks of the caller (`after_apply`).
+    pub fn apply(
+        &self,
+        kind: RecordKind,
+        kh: KeyHash,
+        existing: Option<Existing>,
+        units: u32,
+        len: u64,
+    ) -> Growth {
         let counter = |cold: bool| if cold { &self.cold_live_bytes } else { &self.live_bytes };
         counter(units & COLD_UNITS_BIT != 0).fetch_add(len, Ordering::AcqRel);
         if let Some((_, old_len, old_cold)) = existing {
@@ -558,11 +586,40 @@ impl Inner {
         }
         let existing = existing.map(|(loc, _, _)| loc);
         let mut idx = self.index.write();
-        match (kind, existing) {
-            (RecordKind::Put, Some(loc)) => idx.update(loc, units),
-            (RecordKind::Put, None) => idx.insert(kh, units),
-            (RecordKind::Delete, Some(loc)) => idx.remove(loc),
-            (RecordKind::Delete, None) => {}
+        let started = match (kind, existing) {
+            (RecordKind::Put, Some(loc)) => {
+                idx.update(loc, kh, units);
+                false
+            }
+            (RecordKind::Put, None) => {
+                // Records are applied in log order: every record the index points at ends
+                // at or below this one's end (hot) or below the other log's end.
+                let end = (units & !COLD_UNITS_BIT) as u64 * OFFSET_UNIT + len;
+                let limits = if units & COLD_UNITS_BIT == 0 {
+                    [end, self.cold_end()]
+                } else {
+                    [self.written_end.load(Ordering::Acquire), end]
+                };
+                idx.insert(kh, units, limits)
+            }
+            (RecordKind::Delete, Some(loc)) => {
+                idx.remove(loc, kh);
+                false
+            }
+            (RecordKind::Delete, None) => false,
+        };
+        Growth { started, behind: idx.owe(1) }
+    }
+
+    /// Growth work after records were applied (no lock held): start the background migrator
+    /// when growth started, and scan here when the scan fell behind the writes' share (the
+    /// migrator starved), which bounds how many writes a migration can last.
+    pub(crate) fn after_apply(&self, g: Growth) {
+        if g.started || g.behind > 0 {
+            self.start_migrator();
+        }
+        if g.behind > 0 {
+            self.growth_step(g.behind, false);
         }
     }
 
@@ -587,7 +644,7 @@ impl Inner {
         let Some(cold) = &self.cold else {
             return Err(Error::InvalidRequest("this state has no cold log".into()));
         };
-        let _w = self.writer.lock();
+        let w = self.writer.lock();
         let base = cold.end.load(Ordering::Acquire);
         let mut buf = Vec::with_capacity(ops.iter().map(|op| record_len(op.key, op.value)).sum());
         let mut offsets = Vec::with_capacity(ops.len());
@@ -607,15 +664,18 @@ impl Inner {
         cold.log.write_all_at(&buf, base).map_err(|e| Error::io("appending to the cold log", e))?;
         cold.end.store(base + len, Ordering::Release);
         self.counters.appended_bytes.fetch_add(len, Ordering::Relaxed);
+        let mut growth = Growth::default();
         for (op, &offset) in ops.iter().zip(&offsets) {
             let kh = KeyHash::of(op.key);
             // After the write: an earlier op of this batch on the same key is found too.
             let existing = self.find_existing(kh, op.key)?;
             let units = (offset / OFFSET_UNIT) as u32 | COLD_UNITS_BIT;
-            self.apply(op.kind, kh, existing, units, record_len(op.key, op.value) as u64);
+            let g = self.apply(op.kind, kh, existing, units, record_len(op.key, op.value) as u64);
+            growth = Growth { started: growth.started || g.started, behind: g.behind };
             self.max_seq.fetch_max(op.meta.seq, Ordering::AcqRel);
         }
-        self.growth_step(MIGRATE_BUCKETS_PER_STEP.saturating_mul(ops.len() as u64));
+        drop(w);
+        self.after_apply(growth);
         Ok(())
     }
 
@@ -638,34 +698,135 @@ impl Inner {
         }
     }
 
-    /// One bounded step of index growth: move a few old buckets into the new table. Their
-    /// new bucket needs each key's id, so each moved entry costs a short log read, done
-    /// without holding the index lock (the writer lock keeps the index stable).
-    /// Returns whether the index was migrating.
-    pub fn growth_step(&self, buckets: u64) -> bool {
-        let Some(batch) = self.index.read().migration_batch(buckets) else {
-            return false;
+    /// One bounded step of index growth: scan up to `budget` bytes of a log sequentially
+    /// (from where the last step stopped) and move the old-table entry of every put record
+    /// read into the new table (its bucket there comes from the record's key): no random
+    /// log read. Moves happen under the index write lock, `GROWTH_APPLY_RECORDS` records per
+    /// hold; the writer lock is not needed (a writer re-finds an entry that moved under it).
+    /// With `wait` false, returns at once when another thread is scanning. Returns whether
+    /// the index was migrating.
+    pub fn growth_step(&self, budget: u64, wait: bool) -> bool {
+        let mut turn = if wait {
+            self.growth.lock()
+        } else {
+            match self.growth.try_lock() {
+                Some(t) => t,
+                None => return true,
+            }
         };
-        let start = Instant::now();
-        let rehashed = self.rehash(&batch);
-        let finished = self.index.write().apply_migration(&batch, &rehashed);
-        let us = start.elapsed().as_micros() as u64;
-        self.counters.growth_step_max_us.fetch_max(us, Ordering::Relaxed);
-        if let Some(old) = finished {
-            free_in_background(old);
+        let mut left = budget.max(1);
+        loop {
+            // (A separate statement: the read guard must not live through the match.)
+            let work = self.index.read().growth_work();
+            let job = match work {
+                GrowthWork::Idle => {
+                    *turn = None;
+                    return false;
+                }
+                GrowthWork::Finish => {
+                    *turn = None;
+                    let mut idx = self.index.write();
+                    let start = Instant::now();
+                    let (old, unplaced) = idx.finish_migration();
+                    drop(idx);
+                    self.note_growth_hold(start);
+                    self.counters.growth_unplaced.fetch_add(unplaced, Ordering::Relaxed);
+                    if let Some(old) = old {
+                        free_in_background(old);
+                    }
+                    return true;
+                }
+                GrowthWork::Scan(job) => job,
+            };
+            let scanned = self.scan_for_growth(&mut turn, &job, left);
+            // The range is done and budget is left: go on (the other log, or finish).
+            match left.checked_sub(scanned) {
+                Some(rest) if rest > 0 && turn.as_ref().is_some_and(|t| t.2.pos >= job.limit) => left = rest,
+                _ => return true,
+            }
         }
-        true
     }
 
-    /// While the index migrates, a background thread moves old buckets in steps, each
-    /// under the writer lock (so a writer waits at most one step), so that migration also
-    /// finishes when writes stop: otherwise the old table (1/3 of the index DRAM) and the
-    /// double probing would stay until enough writes came. Writes still step too (above),
-    /// which bounds the migration even if this thread is starved.
+    /// Scan up to `budget` bytes of `job`'s range; returns the bytes scanned.
+    fn scan_for_growth(
+        &self,
+        turn: &mut Option<(u64, bool, Scanner)>,
+        job: &crate::index::ScanJob,
+        budget: u64,
+    ) -> u64 {
+        let log = match (job.cold, &self.cold) {
+            (false, _) => Arc::clone(&self.log),
+            (true, Some(c)) => Arc::clone(&c.log),
+            // Cold entries without a cold log cannot be placed by a scan: finish stashes them.
+            (true, None) => {
+                self.index.write().apply_scan(job, job.limit, &[]);
+                *turn = None;
+                return 0;
+            }
+        };
+        // The scanner of the last step continues if it stopped exactly here (its buffer
+        // holds what follows).
+        let mut sc = match turn.take() {
+            Some((gen, cold, sc)) if gen == job.gen && cold == job.cold && sc.pos == job.pos => sc,
+            _ => Scanner::new(log, job.pos, job.limit),
+        };
+        let cold_bit = if job.cold { COLD_UNITS_BIT } else { 0 };
+        let stop = job.pos.saturating_add(budget).min(job.limit);
+        let mut found = Vec::with_capacity(GROWTH_APPLY_RECORDS);
+        loop {
+            let last = match sc.next_record() {
+                Ok(Some((offset, header, bytes))) => {
+                    if header.kind == RecordKind::Put {
+                        let kh = KeyHash::of(record::key_of(bytes, &header));
+                        found.push((kh, (offset / OFFSET_UNIT) as u32 | cold_bit));
+                    }
+                    sc.pos >= stop
+                }
+                Ok(None) => true,
+                // An unreadable stretch: this log's scan ends here; entries pointing into
+                // the rest stay in the old table and are stashed when the migration ends.
+                Err(_) => {
+                    sc.pos = job.limit;
+                    true
+                }
+            };
+            if last || found.len() >= GROWTH_APPLY_RECORDS {
+                let mut idx = self.index.write();
+                let start = Instant::now();
+                idx.apply_scan(job, sc.pos, &found);
+                drop(idx);
+                self.note_growth_hold(start);
+                found.clear();
+            }
+            if last {
+                break;
+            }
+        }
+        let scanned = sc.pos - job.pos;
+        self.counters.growth_scan_bytes.fetch_add(scanned, Ordering::Relaxed);
+        *turn = Some((job.gen, job.cold, sc));
+        scanned
+    }
+
+    /// Record how long a growth step held the index lock (the longest pause it caused).
+    fn note_growth_hold(&self, start: Instant) {
+        let us = start.elapsed().as_micros() as u64;
+        self.counters.growth_step_max_us.fetch_max(us.max(1), Ordering::Relaxed);
+    }
+
+    /// While the index migrates, a background thread runs the growth scan (on the other
+    /// core than the writer), so that migration proceeds without slowing writes and also
+    /// finishes when writes stop: otherwise the old table and the double probing would stay.
+    /// Writes scan too when the scan falls behind their share (`after_apply`), which bounds
+    /// the migration even if this thread is starved.
     pub(crate) fn start_migrator(&self) {
         let mut m = self.migrator.lock();
         let running = m.handle.as_ref().is_some_and(|h| !h.is_finished());
-        if running || m.stop.load(Ordering::Acquire) || !self.index.read().is_migrating() {
+        if running
+            || !self.opts.background_growth
+            || m.stop.load(Ordering::Acquire)
+            || !self.index.read().is_migrating()
+        {
             return;
         }
         let Some(weak) = self.this.get().cloned() else { return };
@@ -675,16 +836,10 @@ impl Inner {
             if stop.load(Ordering::Acquire) {
                 return;
             }
-            {
-                let _w = inner.writer.lock();
-                if !inner.index.read().is_migrating() {
-                    return;
-                }
-                inner.growth_step(BACKGROUND_MIGRATE_BUCKETS);
+            if !inner.growth_step(GROWTH_SCAN_BYTES, true) {
+                return;
             }
             drop(inner);
-            // Let waiting writers take the lock between steps.
-            std::thread::yield_now();
         });
         // Without a thread, write-driven steps still complete the migration.
         m.handle = spawned.ok();
@@ -707,13 +862,6 @@ impl Inner {
         for h in [migrator, checkpointer].into_iter().flatten() {
             let _ = h.join();
         }
-    }
-
-    fn rehash(&self, batch: &MigrationBatch) -> Vec<Option<u64>> {
-        let mut buf = [0u8; KEY_READ_BYTES];
-        let mut read =
-            |units: u32| self.read_key_buf(units, &mut buf).ok().map(|(_, key)| KeyHash::of(key).h);
-        batch.entries.iter().map(|&(_, units)| read(units)).collect()
     }
 
     /// Make the log durable at least up to `target`. Group commit: one thread (the leader)
@@ -809,6 +957,9 @@ impl Inner {
             checkpoint_errors: c.checkpoint_errors.load(Ordering::Relaxed),
             index_migrating: idx.is_migrating(),
             growth_step_max_us: c.growth_step_max_us.load(Ordering::Relaxed),
+            growth_scan_bytes: c.growth_scan_bytes.load(Ordering::Relaxed),
+            growth_unplaced: c.growth_unplaced.load(Ordering::Relaxed),
+            log_reads: self.log.reads() + self.cold.as_ref().map_or(0, |c| c.log.reads()),
             poisoned: self.poisoned.load(Ordering::Acquire),
             live_bytes: self.live_bytes.load(Ordering::Acquire)
                 + self.cold_live_bytes.load(Ordering::Acquire),
@@ -822,6 +973,7 @@ impl Inner {
             last_maintenance_us: c.last_maintenance_us.load(Ordering::Relaxed),
             last_lock_hold_us: c.last_lock_hold_us.load(Ordering::Relaxed),
             max_lock_hold_us: c.max_lock_hold_us.load(Ordering::Relaxed),
+            last_lock_phases: c.last_lock_phases.lock().clone(),
             auto_compact_errors: c.auto_compact_errors.load(Ordering::Relaxed),
             write_stalls: c.write_stalls.load(Ordering::Relaxed),
         }
@@ -849,6 +1001,14 @@ impl Inner {
         let hot = self.applied_end.load(Ordering::Acquire).saturating_sub(LOG_HEADER_BYTES);
         hot + self.cold_end().saturating_sub(LOG_HEADER_BYTES)
     }
+}
+
+/// What applying records asks of index growth: it started (start the migrator), and how
+/// many scan bytes the writes are ahead of the growth scan.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Growth {
+    pub started: bool,
+    pub behind: u64,
 }
 
 /// An index entry found for a key: its location, the byte length of the record it points

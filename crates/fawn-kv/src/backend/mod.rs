@@ -53,6 +53,9 @@ pub const LINK_PROBE_TIMEOUT: Duration = Duration::from_millis(1000);
 /// manager keeps avoiding it (`manager::LINK_CUT_FORGET_AFTER`).
 pub const LINK_CUT_REPORT_INTERVAL: Duration = Duration::from_millis(1000);
 
+/// How long a get to a promoted tail that is still catching up waits before being refused.
+const TAIL_CATCH_UP_WAIT: Duration = Duration::from_millis(500);
+
 /// Back-end settings.
 #[derive(Clone, Debug)]
 pub struct BackendOptions {
@@ -199,19 +202,26 @@ impl Backend {
         let me = self.options.node;
         let epoch = config.epoch;
         let sizing = expected_keys_by_range(self.options.expected_keys, me, &config);
+        let mut dropped = Vec::new();
         for rc in &config.ranges {
             if rc.path().any(|n| n == me) {
                 let expected_keys = sizing.get(&rc.range).copied().unwrap_or(0);
                 self.install_range(epoch, rc, expected_keys).await?;
-            } else if let Some(old) = self.replicas.write().remove(&rc.range) {
-                info!(range = %old.range.id_string(), "no longer a replica of this range; freeing it");
-                let dir = self.range_dir(&rc.range);
-                drop(old);
-                let _ = std::fs::remove_dir_all(dir);
+            } else if self.replicas.read().contains_key(&rc.range) {
+                dropped.push(rc.range);
             }
         }
         info!(epoch, "configuration installed");
         *self.view.write() = Arc::new(View::new(config));
+        // Freed only after the new view is in place: a request still routed by the old one
+        // then hears "stale epoch" (and retries at once), not "no replica here".
+        for range in dropped {
+            if let Some(old) = self.replicas.write().remove(&range) {
+                info!(range = %old.range.id_string(), "no longer a replica of this range; freeing it");
+                drop(old);
+                let _ = std::fs::remove_dir_all(self.range_dir(&range));
+            }
+        }
         Ok(())
     }
 
@@ -301,7 +311,13 @@ impl Backend {
     }
 
     async fn get(&self, epoch: Epoch, key: &[u8]) -> Result<Response, WireError> {
-        let view = self.view_for(epoch).await?;
+        let mut view = self.view_for(epoch).await?;
+        if let Ok((_, replica)) = self.replica_for_key(&view, key) {
+            if !replica.readable() && replica.wait_readable(TAIL_CATCH_UP_WAIT).await {
+                // The configuration (and the lease) may have moved on while waiting: check again.
+                view = self.view_for(epoch).await?;
+            }
+        }
         self.get_by(&view, key).map_err(|e| for_sender(e, epoch, &view))
     }
 

@@ -114,6 +114,8 @@ pub struct RangeReplica {
     acked: AtomicU64,
     /// A tail that was syncing serves gets only after its predecessor confirmed it caught up.
     readable: AtomicBool,
+    /// Woken when `readable` turns true (gets that arrived early wait instead of retrying).
+    became_readable: tokio::sync::Notify,
     waiters: Mutex<BTreeMap<u64, Vec<oneshot::Sender<()>>>>,
     unacked: Mutex<BTreeMap<u64, ChainMsg>>,
 }
@@ -133,6 +135,7 @@ impl RangeReplica {
             range: route.rc.range,
             store: Arc::new(store),
             readable: AtomicBool::new(!route.is_syncing()),
+            became_readable: tokio::sync::Notify::new(),
             state: tokio::sync::Mutex::new(WriteState {
                 route,
                 last_seq: last,
@@ -160,6 +163,30 @@ impl RangeReplica {
     /// Tail: may gets be served here now?
     pub fn readable(&self) -> bool {
         self.readable.load(Ordering::Acquire)
+    }
+
+    /// Waits up to `timeout` for this replica to become readable; returns whether it is.
+    /// A promoted tail usually catches up within milliseconds: a get that waits for it is
+    /// answered the moment it can be, where a refusal would cost the client a back-off.
+    pub async fn wait_readable(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let woken = self.became_readable.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if self.readable() {
+                return true;
+            }
+            if tokio::time::timeout_at(deadline, woken).await.is_err() {
+                return self.readable();
+            }
+        }
+    }
+
+    fn set_readable(&self) -> bool {
+        let was = self.readable.swap(true, Ordering::AcqRel);
+        self.became_readable.notify_waiters();
+        was
     }
 
     /// The route as of now.
@@ -387,7 +414,7 @@ impl RangeReplica {
         if st.route.predecessor() != Some(from) || !st.route.is_tail() {
             return;
         }
-        if !self.readable.swap(true, Ordering::AcqRel) {
+        if !self.set_readable() {
             info!(range = %self.range.id_string(), "caught up; serving gets as tail");
         }
         let seq = self.store.max_seq();
@@ -507,7 +534,7 @@ impl RangeReplica {
         if route.is_tail() && old.is_syncing() {
             self.readable.store(false, Ordering::Release);
         } else if route.is_tail() && !old.is_tail() {
-            self.readable.store(true, Ordering::Release);
+            self.set_readable();
         }
         let (pred, succ) = (route.predecessor(), route.successor());
         if pred != old.predecessor() || (route.is_tail() && old.is_syncing()) {

@@ -14,7 +14,7 @@ use fawn_proto::op::{is_expired, Item, Outcome, Update};
 use fawn_ring::{key_id, wedge_of};
 use parking_lot::RwLock;
 use tokio::sync::{oneshot, watch};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::clock::{flushed, unix_now};
 use crate::metrics::{self, Exposition, Histogram};
@@ -292,7 +292,12 @@ impl Frontend {
                 }
                 Ok(Response::Error(e)) if fawn_client::client::is_retryable(&e) => last = e,
                 Ok(Response::Error(e)) => return Err(e),
-                Ok(resp) => return Ok(resp),
+                Ok(resp) => {
+                    if attempt > 0 {
+                        debug!(attempt, addr, last = %last, "answered after retries");
+                    }
+                    return Ok(resp);
+                }
                 Err(e) => last = WireError::Unavailable(e.to_string()),
             }
         }
