@@ -240,7 +240,7 @@ pub struct BackendArgs {
     /// ranges, and its index is allocated for that many keys up front: 6 bytes per slot at
     /// 93 % load, i.e. 6.45 B of DRAM per expected key, paid at start even while empty. It
     /// saves the ~10 B per key of an index grown by doubling and the growth work of a bulk
-    /// load (each doubling re-reads one key per entry from the log). The index still grows
+    /// load (each doubling re-reads the whole log sequentially). The index still grows
     /// online past the hint; a datastore reopened from an index checkpoint keeps its saved
     /// size. Use it when the data set size is known (bulk loads, DRAM-tight nodes); leave 0
     /// when unsure, as an overshoot holds DRAM for keys that never come. See
