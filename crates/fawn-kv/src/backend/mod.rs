@@ -431,11 +431,7 @@ impl Backend {
     fn maybe_behind(&self, epoch: Epoch) {
         if epoch > self.current().config.epoch {
             if let Some(b) = self.me.upgrade() {
-                tokio::spawn(async move {
-                    if let Ok(config) = fetch_config(&b.pool, &b.options.manager).await {
-                        let _ = b.install(config).await;
-                    }
-                });
+                tokio::spawn(async move { b.catch_up_to(epoch).await });
             }
         }
     }
