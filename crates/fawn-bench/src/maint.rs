@@ -39,6 +39,11 @@ pub struct MaintArgs {
     /// Live data of the lock-time store, MiB.
     #[arg(long, default_value_t = 1024)]
     pub lock_store_mib: u64,
+    /// Sync policy of the `lock` store after its fill: `never`, or `always` (every put
+    /// fdatasynced by group commit; the tail fdatasync and directory fsync then happen under
+    /// the lock).
+    #[arg(long, default_value = "never", value_parser = ["never", "always"])]
+    pub lock_sync: String,
     /// Maintenance operations timed by `lock` (compactions, plus split+merge pairs).
     #[arg(long, default_value_t = 9)]
     pub lock_runs: usize,
@@ -280,9 +285,22 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 fn lock(args: &MaintArgs, dir: &Path, quiet: bool, rep: &mut Reporter) -> Result<()> {
     let keys = keys_for(args.lock_store_mib, args.value_size);
     let value = vec![b'v'; args.value_size];
-    let ds = Arc::new(DataStore::open(&dir.join("a"), opts(keys))?);
+    let always = args.lock_sync == "always";
     let seq = Arc::new(AtomicU64::new(0));
-    fill(&ds, keys, &value, &seq)?;
+    // Filled unsynced (1 GiB of fdatasync'd puts would take long), then reopened with the
+    // policy under test.
+    let filled = DataStore::open(&dir.join("a"), opts(keys))?;
+    fill(&filled, keys, &value, &seq)?;
+    filled.close()?;
+    let store_opts = |keys: u64| {
+        let o = opts(keys);
+        if always {
+            Options { sync: SyncPolicy::Always, ..o }
+        } else {
+            o
+        }
+    };
+    let ds = Arc::new(DataStore::open(&dir.join("a"), store_opts(keys))?);
     let stop = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicU64::new(0));
     let getters = spawn_getters(&ds, 1, keys, 0.0, &stop, &done, args.seed);
@@ -313,7 +331,7 @@ fn lock(args: &MaintArgs, dir: &Path, quiet: bool, rep: &mut Reporter) -> Result
         let r = if i % 3 == 2 {
             let target = dir.join(format!("split{i}"));
             let half = |k: &[u8]| k.last().is_some_and(|&c| c % 2 == 0);
-            let (b, r) = ds.split(Arc::new(half), &target, opts(keys / 2))?;
+            let (b, r) = ds.split(Arc::new(half), &target, store_opts(keys / 2))?;
             holds.push(r.lock_hold_us as f64 / 1e3);
             by_kind.push(("split", r.lock_hold_us as f64 / 1e3));
             phases.push((by_kind.len(), "split", r.lock.clone()));
@@ -350,8 +368,12 @@ fn lock(args: &MaintArgs, dir: &Path, quiet: bool, rep: &mut Reporter) -> Result
     }
     putter.join().map_err(|_| anyhow::anyhow!("put thread panicked"))??;
     holds.sort_by(f64::total_cmp);
-    let sc = format!("maint/lock/{}mib", args.lock_store_mib);
-    let params = json!({"store_mib": args.lock_store_mib, "value_size": args.value_size, "keys": keys,
+    let sc = if always {
+        format!("maint/lock/{}mib/always", args.lock_store_mib)
+    } else {
+        format!("maint/lock/{}mib", args.lock_store_mib)
+    };
+    let params = json!({"store_mib": args.lock_store_mib, "value_size": args.value_size, "keys": keys, "sync": args.lock_sync,
         "ops": holds.len(), "puts_per_s": 10_000, "get_threads": 1, "holds_ms": by_kind});
     for (name, q) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99)] {
         rep.metric(&sc, "fawn-ds", &format!("lock_hold_{name}"), percentile(&holds, q), "ms", &params)?;

@@ -667,11 +667,19 @@ fn rewrite(shared: &Shared, other: Option<&Shared>) -> Result<MaintenanceReport,
 /// rewritten. Puts are moved whatever their expiry or key filter, and every delete record
 /// is moved: dropping either here could resurrect an older version of the key in the cold
 /// log; full compactions drop them.
-fn compact_hot(shared: &Shared) -> Result<MaintenanceReport, Error> {
+///
+/// With `other`, this is the append merge: after the hot log's survivors, every live put
+/// and unsuperseded delete of `other` (cold log, then hot log) is appended to this store's
+/// cold log too — after them, so `other`'s version of a key in both wins over this store's
+/// versions written before the merge began — and the catch-up carries both stores' later
+/// appends. So a merge writes this store's hot survivors plus `other`'s live data, never
+/// this store's cold log (the paper's merge: one store's entries appended to the other's).
+fn compact_hot(shared: &Shared, other: Option<&Shared>) -> Result<MaintenanceReport, Error> {
     let t0 = Instant::now();
     if !shared.opts.hot_cold {
         return Err(Error::InvalidRequest("hot compaction needs Options::hot_cold".into()));
     }
+    let kind = if other.is_some() { MaintenanceKind::Merge } else { MaintenanceKind::CompactHot };
     let old = shared.current();
     old.check_writable()?;
     let (cold, cold_out) = cold_for(shared, &old, false)?;
@@ -683,7 +691,7 @@ fn compact_hot(shared: &Shared) -> Result<MaintenanceReport, Error> {
             return Err(e);
         }
     };
-    let mut rep = MaintenanceReport::new(MaintenanceKind::CompactHot);
+    let mut rep = MaintenanceReport::new(kind);
     let moved = move_hot_to_cold(shared, &old, &new, &mut rep);
     let end = match moved {
         Ok(end) => end,
@@ -696,17 +704,25 @@ fn compact_hot(shared: &Shared) -> Result<MaintenanceReport, Error> {
         shared,
         old: Arc::clone(&old),
         keep_self: Keep::Carry { filter: None },
-        other: None,
+        other: other.map(|o| (o, o.current())),
         keep_other: Keep::Carry { filter: None },
     };
-    let c = Copier {
+    let mut c = Copier {
         dst: &new,
         rep,
         limiter: Limiter::new(shared.opts.maintenance_bytes_per_sec),
         cancel: Some(&shared.cancel),
         pending: Pending::default(),
     };
-    finish(&sides, &new, c, end, LOG_HEADER_BYTES, cold_out, t0)
+    let mut other_end = LOG_HEADER_BYTES;
+    if let Some((_, oi)) = &sides.other {
+        other_end = oi.applied_end.load(Ordering::Acquire);
+        if let Err(e) = c.copy_all(oi, other_end, &sides.keep_other, true) {
+            abandon(shared, &old, cold_out);
+            return Err(e);
+        }
+    }
+    finish(&sides, &new, c, end, other_end, cold_out, t0)
 }
 
 /// Bytes a hot compaction collects before one write to the cold log.
@@ -1023,7 +1039,7 @@ impl DataStore {
     pub fn compact_hot(&self) -> Result<MaintenanceReport, Error> {
         let shared = self.shared();
         let _m = shared.maint.lock();
-        compact_hot(shared)
+        compact_hot(shared, None)
     }
 
     /// What the automatic compactor runs once the garbage thresholds are crossed: with
@@ -1036,8 +1052,11 @@ impl DataStore {
     }
 
     /// Merge `other` into this store: every live put and delete record of `other` is
-    /// appended (after this store's own records, which are compacted at the same time),
-    /// atomically: after a crash this store holds all of `other` or none of it. `other`
+    /// appended, atomically: after a crash this store holds all of `other` or none of it.
+    /// With `Options::hot_cold` (on by default) they are appended to this store's cold log
+    /// after its hot log's survivors (a hot compaction), so the cost is `other`'s live data
+    /// plus this store's hot survivors: merge the smaller store into the larger. Without
+    /// it, this store's own records are compacted into a new log at the same time. `other`
     /// is left unchanged; writes to it after `merge` returns are not carried over. The
     /// key ranges are expected to be disjoint; for a key in both, `other`'s version wins
     /// over this store's versions written before the merge began.
@@ -1049,7 +1068,11 @@ impl DataStore {
         let _g = MERGE_LOCK.lock();
         let _ma = a.maint.lock();
         let _mb = b.maint.lock();
-        rewrite(a, Some(b))
+        if a.opts.hot_cold {
+            compact_hot(a, Some(b))
+        } else {
+            rewrite(a, Some(b))
+        }
     }
 
     /// Split: write every record this store holds for the keys where `belongs` is true —
@@ -1167,7 +1190,7 @@ fn clean(shared: &Shared) -> Result<MaintenanceReport, Error> {
     let all_garbage = inner.garbage_bytes() as u128;
     drop(inner);
     if shared.opts.hot_cold && hot_garbage > 0 && hot_garbage * all_live >= all_garbage * hot_live {
-        compact_hot(shared)
+        compact_hot(shared, None)
     } else {
         rewrite(shared, None)
     }

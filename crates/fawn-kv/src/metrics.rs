@@ -57,6 +57,11 @@ pub fn line(out: &mut String, name: &str, labels: &str, value: u64) {
     let _ = writeln!(out, "{name}{{{}}} {value}", labels.trim_end_matches(','));
 }
 
+/// Appends one gauge line whose value is a duration given in microseconds, in seconds.
+pub fn seconds_line(out: &mut String, name: &str, labels: &str, us: u64) {
+    let _ = writeln!(out, "{name}{{{}}} {}", labels.trim_end_matches(','), us as f64 / 1e6);
+}
+
 /// Something that can describe itself in Prometheus text format.
 pub trait Exposition: Send + Sync + 'static {
     fn metrics(&self) -> String;
