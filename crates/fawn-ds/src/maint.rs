@@ -1053,10 +1053,11 @@ impl DataStore {
 
     /// Merge `other` into this store: every live put and delete record of `other` is
     /// appended, atomically: after a crash this store holds all of `other` or none of it.
-    /// With `Options::hot_cold` (on by default) they are appended to this store's cold log
-    /// after its hot log's survivors (a hot compaction), so the cost is `other`'s live data
-    /// plus this store's hot survivors: merge the smaller store into the larger. Without
-    /// it, this store's own records are compacted into a new log at the same time. `other`
+    /// With `Options::hot_cold` (on by default) and most of this store's live data in its
+    /// cold log, they are appended to the cold log after the hot log's survivors (a hot
+    /// compaction), so the cost is `other`'s live data plus this store's hot survivors:
+    /// merge the smaller store into the larger. Otherwise this store's own records are
+    /// compacted into a new log at the same time (dropping out-of-filter keys). `other`
     /// is left unchanged; writes to it after `merge` returns are not carried over. The
     /// key ranges are expected to be disjoint; for a key in both, `other`'s version wins
     /// over this store's versions written before the merge began.
@@ -1068,7 +1069,7 @@ impl DataStore {
         let _g = MERGE_LOCK.lock();
         let _ma = a.maint.lock();
         let _mb = b.maint.lock();
-        if a.opts.hot_cold {
+        if append_merge_is_cheaper(a) {
             compact_hot(a, Some(b))
         } else {
             rewrite(a, Some(b))
@@ -1194,6 +1195,18 @@ fn clean(shared: &Shared) -> Result<MaintenanceReport, Error> {
     } else {
         rewrite(shared, None)
     }
+}
+
+/// Whether a merge should append to the cold log (copying this store's hot survivors) rather
+/// than rewrite both logs (copying all its survivors, minus out-of-filter keys): with
+/// `hot_cold`, once most of the store's live data is cold. A store whose data is all in the
+/// hot log (never cleaned) gains nothing from the append and would keep its out-of-filter
+/// keys, so it is rewritten.
+fn append_merge_is_cheaper(shared: &Shared) -> bool {
+    let inner = shared.current();
+    let hot_live = inner.live_bytes.load(Ordering::Acquire);
+    let cold_live = inner.cold_live_bytes.load(Ordering::Acquire);
+    shared.opts.hot_cold && inner.cold.is_some() && hot_live <= cold_live
 }
 
 /// Whether the store's garbage crosses both automatic-compaction thresholds (both logs
