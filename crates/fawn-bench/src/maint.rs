@@ -391,7 +391,7 @@ fn lock(args: &MaintArgs, dir: &Path, quiet: bool, rep: &mut Reporter) -> Result
     let totals = json!({
         "hold": sum(|p| p.hold_us), "catch_up": sum(|p| p.catch_up_us),
         "seq_floor": sum(|p| p.seq_floor_us), "tail_sync": sum(|p| p.tail_sync_us),
-        "rename": sum(|p| p.rename_us), "swap": sum(|p| p.swap_us), "dir_sync": sum(|p| p.dir_sync_us),
+        "rename": sum(|p| p.rename_us), "swap": sum(|p| p.swap_us),
         "release": sum(|p| p.release_us), "on_cpu": sum(|p| p.on_cpu_us),
         "runqueue": sum(|p| p.runqueue_us), "blocked": sum(|p| p.blocked_us),
     });
@@ -408,9 +408,9 @@ fn phases_json(p: &LockPhases) -> serde_json::Value {
         "wait": p.wait_us, "hold": p.hold_us, "catch_up": p.catch_up_us,
         "catch_up_records": p.catch_up_records, "catch_up_bytes": p.catch_up_bytes,
         "seq_floor": p.seq_floor_us, "tail_sync": p.tail_sync_us, "rename": p.rename_us,
-        "swap": p.swap_us, "dir_sync": p.dir_sync_us, "release": p.release_us,
+        "swap": p.swap_us, "release": p.release_us,
         "unaccounted": p.hold_us.saturating_sub(
-            p.catch_up_us + p.seq_floor_us + p.tail_sync_us + p.rename_us + p.swap_us + p.dir_sync_us
+            p.catch_up_us + p.seq_floor_us + p.tail_sync_us + p.rename_us + p.swap_us
                 + p.release_us),
         "on_cpu": p.on_cpu_us, "runqueue": p.runqueue_us, "blocked": p.blocked_us, "switches": p.switches,
     })

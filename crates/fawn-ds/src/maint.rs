@@ -118,8 +118,6 @@ pub struct LockPhases {
     pub rename_us: u64,
     /// Publishing the new state (pointer swap; the old state is freed after the release).
     pub swap_us: u64,
-    /// `fsync` of the directory under the lock (`SyncPolicy::Always` only).
-    pub dir_sync_us: u64,
     /// Releasing the lock(s).
     pub release_us: u64,
     /// The holding thread's time on a CPU during the hold (`/proc/thread-self/schedstat`;
@@ -439,7 +437,7 @@ fn now_secs() -> u32 {
         .unwrap_or(0)
 }
 
-fn sync_dir(dir: &Path) -> Result<(), Error> {
+pub(crate) fn sync_dir(dir: &Path) -> Result<(), Error> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io("syncing the datastore directory", e))
 }
 
@@ -866,6 +864,12 @@ fn finish(
             }
             new.sync_to(written)?;
         }
+        // Under `Always` the lock must sync whatever of the new log is unsynced before the
+        // commit `rename`: leave it only what the last passes and the locked tail copy
+        // (measured before: 1.8–19.8 ms of `fdatasync` under the lock for up to 256 KiB).
+        if shared.opts.sync == SyncPolicy::Always {
+            new.sync_to(new.written_end.load(Ordering::Acquire))?;
+        }
         // The `MAXSEQ` floor, if the new log lacks this store's highest seq so far (its
         // record was dropped): written here, not under the lock. A floor is a lower bound
         // of `max_seq` that must not exceed the old state's: `top` is the old state's
@@ -966,18 +970,18 @@ fn finish(
         abandon(shared, old, cold_out);
         return Err(e);
     }
+    // Under `Always`, writes acknowledged after the lock is released are durable in the new
+    // log only if its name is. Instead of a directory fsync under the lock (measured: 2–12 ms
+    // of it on a loaded machine), the new state is published with a pending directory sync:
+    // its `sync_to` — which every `Always` write runs before it returns — syncs the directory
+    // first while that is pending, and this thread does it right after the release.
+    if shared.opts.sync == SyncPolicy::Always {
+        new.dir_sync_pending.store(true, Ordering::Release);
+    }
     let t = Instant::now();
     let _ = new.this.set(Arc::downgrade(new));
     *cur = Arc::clone(new);
     ph.swap_us = micros_since(t);
-    // Under `Always`, writes acknowledged after the lock is released are durable in the new
-    // log only if its name is: make the rename durable first (costs one directory fsync of
-    // lock hold, under this policy only). Otherwise the directory is synced after the release.
-    let t = Instant::now();
-    let rename_synced = if shared.opts.sync == SyncPolicy::Always { sync_dir(&shared.dir) } else { Ok(()) };
-    if shared.opts.sync == SyncPolicy::Always {
-        ph.dir_sync_us = micros_since(t);
-    }
     let t = Instant::now();
     drop(other_guard);
     drop(cur);
@@ -997,10 +1001,10 @@ fn finish(
         ColdOut::None | ColdOut::Append(_) => Ok(()),
     }
     .map_err(|e| Error::io("placing the cold log", e));
-    let dir_synced = rename_synced
-        .and(cold_placed)
+    let dir_synced = cold_placed
         .and_then(|()| new.sync_to(new.written_end.load(Ordering::Acquire)))
-        .and_then(|()| sync_dir(&shared.dir));
+        .and_then(|()| sync_dir(&shared.dir))
+        .map(|()| new.dir_sync_pending.store(false, Ordering::Release));
     new.start_migrator();
     new.start_auto_checkpoint();
     c.rep.log_bytes_after = new.applied_end.load(Ordering::Acquire) + new.cold_end();
@@ -1247,4 +1251,44 @@ pub(crate) fn spawn_auto_compactor(shared: &Arc<Shared>) -> Option<Background> {
         }
     })
     .ok()
+}
+
+/// Guards the directory sync that `Always` no longer does under the maintenance lock: while
+/// it is pending, a write is not acknowledged before the directory is synced, and a failed
+/// directory sync poisons the store instead of reporting a durable write.
+#[cfg(test)]
+mod pending_dir_sync_tests {
+    use std::sync::atomic::Ordering;
+
+    use crate::{DataStore, Meta, Options, SyncPolicy};
+
+    fn meta(seq: u64) -> Meta {
+        Meta { seq, ..Meta::default() }
+    }
+
+    #[test]
+    fn an_always_write_waits_for_the_pending_directory_sync() {
+        let root = tempfile::tempdir().expect("tempdir");
+        let dir = root.path().join("ds");
+        let opts = Options { sync: SyncPolicy::Always, auto_compact: false, ..Options::default() };
+        let ds = DataStore::open(&dir, opts).expect("open");
+        ds.store(b"k", b"v1", meta(1)).expect("store");
+        ds.compact().expect("compact");
+        let inner = ds.shared().current();
+        assert!(!inner.dir_sync_pending.load(Ordering::Acquire), "compaction left its directory sync pending");
+
+        // A write arriving between the lock's release and maintenance's own directory sync,
+        // here with a pending sync that succeeds: it clears the flag.
+        inner.dir_sync_pending.store(true, Ordering::Release);
+        ds.store(b"k", b"v2", meta(2)).expect("store with a pending directory sync");
+        assert!(!inner.dir_sync_pending.load(Ordering::Acquire), "the write did not sync the directory");
+
+        // The same with a directory that can no longer be synced (moved away): the write
+        // must fail and poison the store, never be acknowledged.
+        inner.dir_sync_pending.store(true, Ordering::Release);
+        std::fs::rename(&dir, root.path().join("moved")).expect("move the directory");
+        assert!(ds.store(b"k", b"v3", meta(3)).is_err(), "acknowledged without a durable directory entry");
+        assert!(ds.stats().poisoned);
+        assert!(ds.store(b"k2", b"v", meta(4)).is_err(), "a poisoned store accepted a write");
+    }
 }

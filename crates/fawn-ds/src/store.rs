@@ -184,6 +184,10 @@ pub(crate) struct Inner {
     /// stamped into every record for recovery.
     pub durable: AtomicU64,
     pub poisoned: AtomicBool,
+    /// This state's log was renamed into place by maintenance and the directory entry may
+    /// not be durable yet: `sync_to` syncs the directory before it reports anything durable
+    /// (see `maint::finish`, which clears it after its own directory sync).
+    pub dir_sync_pending: AtomicBool,
     sync: Mutex<SyncState>,
     sync_cv: Condvar,
     /// Serializes checkpoints; holds the log end the last one covered.
@@ -256,6 +260,7 @@ impl Inner {
             live_bytes: AtomicU64::new(0),
             durable: AtomicU64::new(LOG_HEADER_BYTES),
             poisoned: AtomicBool::new(false),
+            dir_sync_pending: AtomicBool::new(false),
             sync: Mutex::new(SyncState { synced: end, leader: false }),
             sync_cv: Condvar::new(),
             ckpt: Mutex::new(0),
@@ -867,6 +872,14 @@ impl Inner {
     /// Make the log durable at least up to `target`. Group commit: one thread (the leader)
     /// runs `fdatasync` covering everything appended so far; others wait for it.
     pub fn sync_to(&self, target: u64) -> Result<(), Error> {
+        if self.dir_sync_pending.load(Ordering::Acquire) {
+            self.check_writable()?;
+            if let Err(e) = crate::maint::sync_dir(&self.dir) {
+                self.poisoned.store(true, Ordering::Release);
+                return Err(e);
+            }
+            self.dir_sync_pending.store(false, Ordering::Release);
+        }
         let mut s = self.sync.lock();
         loop {
             self.check_writable()?;
