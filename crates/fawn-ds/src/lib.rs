@@ -28,6 +28,7 @@ pub mod limits;
 mod log;
 mod maint;
 mod manifest;
+mod reclaim;
 mod record;
 mod recovery;
 mod store;
@@ -270,4 +271,9 @@ pub struct Stats {
     pub auto_compact_errors: u64,
     /// Writes that were slowed down because garbage passed `stall_garbage_ratio`.
     pub write_stalls: u64,
+    /// Estimated bytes of expired puts and of delete records at or below the tombstone
+    /// watermark: not garbage (each is its key's latest record), but a full compaction drops
+    /// them, and they count toward the automatic compaction thresholds. An estimate: see
+    /// docs/FORMAT.md §7.4.
+    pub reclaimable_bytes: u64,
 }

@@ -430,7 +430,7 @@ impl Copier<'_> {
     }
 }
 
-fn now_secs() -> u32 {
+pub(crate) fn now_secs() -> u32 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs().min(u32::MAX as u64) as u32)
@@ -739,9 +739,12 @@ fn move_hot_to_cold(
         return Err(Error::InvalidRequest("hot compaction without a cold log".into()));
     };
     // A consistent snapshot, as for a checkpoint: writers pause for one copy of the index.
-    let (mut index, end, cold_live) = {
+    // The reclaim estimate of the records below `end` moves with them (they are not
+    // re-applied); what the catch-up copies later is noted again as it is applied.
+    let (mut index, end, cold_live, reclaim) = {
         let w = old.writer.lock();
-        (old.index.read().clone(), w.end, old.cold_live_bytes.load(Ordering::Acquire))
+        let reclaim = old.reclaim.lock().clone();
+        (old.index.read().clone(), w.end, old.cold_live_bytes.load(Ordering::Acquire), reclaim)
     };
     let mut limiter = Limiter::new(shared.opts.maintenance_bytes_per_sec);
     let start = cold.end.load(Ordering::Acquire);
@@ -804,6 +807,7 @@ fn move_hot_to_cold(
     new.counters.cleaning_bytes.fetch_add(moved, Ordering::Relaxed);
     cold.end.store(flushed, Ordering::Release);
     *new.index.write() = index;
+    *new.reclaim.lock() = reclaim;
     new.cold_live_bytes.store(cold_live + moved, Ordering::Release);
     new.max_seq.fetch_max(max_seq, Ordering::AcqRel);
     Ok(end)
@@ -1192,7 +1196,8 @@ fn clean(shared: &Shared) -> Result<MaintenanceReport, Error> {
     let hot_live = inner.live_bytes.load(Ordering::Acquire) as u128;
     let hot_garbage = inner.hot_garbage_bytes() as u128;
     let all_live = hot_live + inner.cold_live_bytes.load(Ordering::Acquire) as u128;
-    let all_garbage = inner.garbage_bytes() as u128;
+    // Expired puts and droppable tombstones: only a full compaction frees them.
+    let all_garbage = inner.garbage_bytes() as u128 + droppable_bytes(shared, &inner) as u128;
     drop(inner);
     if shared.opts.hot_cold && hot_garbage > 0 && hot_garbage * all_live >= all_garbage * hot_live {
         compact_hot(shared, None)
@@ -1213,12 +1218,18 @@ fn append_merge_is_cheaper(shared: &Shared) -> bool {
     shared.opts.hot_cold && inner.cold.is_some() && hot_live <= cold_live
 }
 
+/// Bytes a full compaction would drop beyond garbage: expired puts and delete records at or
+/// below the tombstone watermark (an estimate, `reclaim`).
+fn droppable_bytes(shared: &Shared, inner: &Inner) -> u64 {
+    inner.reclaim.lock().droppable_bytes(now_secs(), shared.watermark.load(Ordering::Acquire))
+}
+
 /// Whether the store's garbage crosses both automatic-compaction thresholds (both logs
 /// together: the space budget).
 pub(crate) fn wants_compaction(shared: &Shared) -> bool {
     let inner = shared.current();
     let log = inner.total_log_bytes();
-    let garbage = inner.garbage_bytes();
+    let garbage = inner.garbage_bytes() + droppable_bytes(shared, &inner);
     log > 0
         && garbage >= shared.opts.compact_garbage_bytes
         && garbage as f64 >= shared.opts.compact_garbage_ratio * log as f64
@@ -1275,7 +1286,10 @@ mod pending_dir_sync_tests {
         ds.store(b"k", b"v1", meta(1)).expect("store");
         ds.compact().expect("compact");
         let inner = ds.shared().current();
-        assert!(!inner.dir_sync_pending.load(Ordering::Acquire), "compaction left its directory sync pending");
+        assert!(
+            !inner.dir_sync_pending.load(Ordering::Acquire),
+            "compaction left its directory sync pending"
+        );
 
         // A write arriving between the lock's release and maintenance's own directory sync,
         // here with a pending sync that succeeds: it clears the flag.

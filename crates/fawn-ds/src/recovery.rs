@@ -216,7 +216,7 @@ fn replay(inner: &Inner, start: u64, len: u64, report: &mut RecoveryReport) -> R
         let kh = KeyHash::of(&key);
         let existing = inner.find_existing(kh, &key)?;
         let units = (offset / crate::limits::OFFSET_UNIT) as u32;
-        let growth = inner.apply(header.kind, kh, existing, units, header.total_len() as u64);
+        let growth = inner.apply(header.kind, &header.meta, kh, existing, units, header.total_len() as u64);
         inner.max_seq.fetch_max(header.meta.seq, Ordering::AcqRel);
         inner.after_apply(growth);
         report.records_replayed += 1;
@@ -234,7 +234,7 @@ fn replay_cold(inner: &Inner, report: &mut RecoveryReport) -> Result<(), Error> 
         let kh = KeyHash::of(&key);
         let existing = inner.find_existing(kh, &key)?;
         let units = (offset / crate::limits::OFFSET_UNIT) as u32 | COLD_UNITS_BIT;
-        let growth = inner.apply(header.kind, kh, existing, units, header.total_len() as u64);
+        let growth = inner.apply(header.kind, &header.meta, kh, existing, units, header.total_len() as u64);
         inner.max_seq.fetch_max(header.meta.seq, Ordering::AcqRel);
         inner.after_apply(growth);
         report.records_replayed += 1;

@@ -17,6 +17,7 @@ use crate::limits::{
     VALUE_BYTES_MAX,
 };
 use crate::log::{LogFile, Scanner};
+use crate::reclaim::Reclaim;
 use crate::record::{self, Header};
 use crate::{Entry, Meta, Options, RecordKind, RecoveryReport, Stats, SyncPolicy};
 
@@ -188,6 +189,8 @@ pub(crate) struct Inner {
     /// not be durable yet: `sync_to` syncs the directory before it reports anything durable
     /// (see `maint::finish`, which clears it after its own directory sync).
     pub dir_sync_pending: AtomicBool,
+    /// Expiring puts and delete records by when a full compaction may drop them.
+    pub reclaim: Mutex<Reclaim>,
     sync: Mutex<SyncState>,
     sync_cv: Condvar,
     /// Serializes checkpoints; holds the log end the last one covered.
@@ -261,6 +264,7 @@ impl Inner {
             durable: AtomicU64::new(LOG_HEADER_BYTES),
             poisoned: AtomicBool::new(false),
             dir_sync_pending: AtomicBool::new(false),
+            reclaim: Mutex::new(Reclaim::default()),
             sync: Mutex::new(SyncState { synced: end, leader: false }),
             sync_cv: Condvar::new(),
             ckpt: Mutex::new(0),
@@ -481,7 +485,7 @@ impl Inner {
             self.append(&mut w, start, &buf)?;
         }
         self.counters.appended_bytes.fetch_add(new_end - start, Ordering::Relaxed);
-        let growth = self.apply(kind, kh, existing, (offset / OFFSET_UNIT) as u32, buf.len() as u64);
+        let growth = self.apply(kind, &meta, kh, existing, (offset / OFFSET_UNIT) as u32, buf.len() as u64);
         self.applied_end.store(new_end, Ordering::Release);
         self.max_seq.fetch_max(meta.seq, Ordering::AcqRel);
         drop(w);
@@ -540,6 +544,7 @@ impl Inner {
             };
             let g = self.apply(
                 op.kind,
+                &op.meta,
                 kh,
                 existing,
                 (offset / OFFSET_UNIT) as u32,
@@ -577,11 +582,15 @@ impl Inner {
     pub fn apply(
         &self,
         kind: RecordKind,
+        meta: &Meta,
         kh: KeyHash,
         existing: Option<Existing>,
         units: u32,
         len: u64,
     ) -> Growth {
+        if Reclaim::concerns(kind, meta) {
+            self.reclaim.lock().note(kind, meta, len);
+        }
         let counter = |cold: bool| if cold { &self.cold_live_bytes } else { &self.live_bytes };
         counter(units & COLD_UNITS_BIT != 0).fetch_add(len, Ordering::AcqRel);
         if let Some((_, old_len, old_cold)) = existing {
@@ -675,7 +684,7 @@ impl Inner {
             // After the write: an earlier op of this batch on the same key is found too.
             let existing = self.find_existing(kh, op.key)?;
             let units = (offset / OFFSET_UNIT) as u32 | COLD_UNITS_BIT;
-            let g = self.apply(op.kind, kh, existing, units, record_len(op.key, op.value) as u64);
+            let g = self.apply(op.kind, &op.meta, kh, existing, units, record_len(op.key, op.value) as u64);
             growth = Growth { started: growth.started || g.started, behind: g.behind };
             self.max_seq.fetch_max(op.meta.seq, Ordering::AcqRel);
         }
@@ -953,7 +962,9 @@ impl Inner {
         }
     }
 
-    pub fn stats(&self) -> Stats {
+    /// Counters and sizes; `reclaimable_bytes` as of `now` (Unix seconds) and `watermark`.
+    pub fn stats(&self, now: u32, watermark: u64) -> Stats {
+        let reclaimable_bytes = self.reclaim.lock().droppable_bytes(now, watermark);
         let idx = self.index.read();
         let c = &self.counters;
         Stats {
@@ -989,6 +1000,7 @@ impl Inner {
             last_lock_phases: c.last_lock_phases.lock().clone(),
             auto_compact_errors: c.auto_compact_errors.load(Ordering::Relaxed),
             write_stalls: c.write_stalls.load(Ordering::Relaxed),
+            reclaimable_bytes,
         }
     }
 
@@ -1317,7 +1329,8 @@ impl DataStore {
 
     /// Counters and sizes.
     pub fn stats(&self) -> Stats {
-        self.shared.current().stats()
+        let watermark = self.shared.watermark.load(Ordering::Acquire);
+        self.shared.current().stats(crate::maint::now_secs(), watermark)
     }
 
     /// The datastore directory.

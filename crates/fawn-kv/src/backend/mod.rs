@@ -750,6 +750,7 @@ fn datastore_maintenance_metrics(out: &mut String, labels: &str, s: &fawn_ds::St
     for (name, v) in [
         ("fawn_datastore_live_bytes", s.live_bytes),
         ("fawn_datastore_garbage_bytes", s.garbage_bytes),
+        ("fawn_datastore_reclaimable_bytes", s.reclaimable_bytes),
         ("fawn_datastore_cold_log_bytes", s.cold_log_bytes),
         ("fawn_datastore_user_written_bytes_total", s.bytes_written_user),
         ("fawn_datastore_cleaning_written_bytes_total", s.bytes_written_cleaning),
@@ -977,6 +978,7 @@ mod maintenance_metrics_tests {
         datastore_maintenance_metrics(&mut after, labels, &ds.stats());
         assert_eq!(value_of(&after, "fawn_datastore_maintenance_ops_total"), 1.0);
         assert!(value_of(&after, "fawn_datastore_garbage_bytes") < 1000.0, "{after}");
+        assert_eq!(value_of(&after, "fawn_datastore_reclaimable_bytes"), 0.0);
         assert!(value_of(&after, "fawn_datastore_live_bytes") >= 200.0 * 1000.0);
         assert!(value_of(&after, "fawn_datastore_cleaning_written_bytes_total") >= 200.0 * 1000.0);
         assert!(value_of(&after, "fawn_datastore_user_written_bytes_total") >= 800.0 * 1000.0);
