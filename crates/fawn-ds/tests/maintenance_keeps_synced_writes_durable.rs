@@ -121,7 +121,8 @@ fn run(hot_cold: bool, hot_compaction: bool) {
     log.set_len(synced).unwrap();
     drop(log);
     drop(ds);
-    let reopened = DataStore::open(lost.path(), Options { faults: FaultInjector::default(), ..opts }).unwrap();
+    let reopened =
+        DataStore::open(lost.path(), Options { faults: FaultInjector::default(), ..opts }).unwrap();
     for i in 0..=KEYS {
         let got = reopened.lookup(&key(i)).unwrap().map(|e| e.value);
         assert_eq!(

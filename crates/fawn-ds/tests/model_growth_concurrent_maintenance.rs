@@ -30,7 +30,11 @@ type Model = HashMap<Vec<u8>, Option<Vec<u8>>>;
 
 fn options(rng: &mut SmallRng) -> Options {
     Options {
-        sync: if rng.gen_bool(0.5) { SyncPolicy::Never } else { SyncPolicy::Interval(Duration::from_millis(5)) },
+        sync: if rng.gen_bool(0.5) {
+            SyncPolicy::Never
+        } else {
+            SyncPolicy::Interval(Duration::from_millis(5))
+        },
         checkpoint_every_bytes: rng.gen_range(64 << 10..512 << 10),
         auto_compact: rng.gen_bool(0.5),
         compact_check_interval: Duration::from_millis(20),
@@ -275,7 +279,8 @@ fn run_case(seed: u64, seen: &mut Seen) -> Result<(), String> {
     for i in 0..n {
         let k = format!("after-{i:07}").into_bytes();
         let v = value(&mut rng2, max_seq + 1 + i);
-        ds.store(&k, &v, Meta { seq: max_seq + 1 + i, ..Meta::default() }).map_err(|e| format!("after: {e}"))?;
+        ds.store(&k, &v, Meta { seq: max_seq + 1 + i, ..Meta::default() })
+            .map_err(|e| format!("after: {e}"))?;
         extra.insert(k, Some(v));
     }
     models.push(extra);
