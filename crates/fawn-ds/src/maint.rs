@@ -823,10 +823,16 @@ fn finish(
     let (shared, old) = (sides.shared, &sides.old);
     let (keep_self, keep_other) = (&sides.keep_self, &sides.keep_other);
     let path = shared.dir.join(COMPACT_FILE);
-    // The position in the old hot log below which every copy is durable in the new log. A
-    // record the old log holds durably (a `sync()`, the interval thread, `Always`) must be
-    // durable in the new log before the rename replaces the old one, whatever the policy.
-    let mut covered = LOG_HEADER_BYTES;
+    // The positions in the old hot log (and in `other`'s) below which every copy is durable
+    // in the new log. A record a source log holds durably (a `sync()`, the interval thread,
+    // `Always`) must be durable in the new log before the rename makes it the store's,
+    // whatever the policy: the old log is gone after it, and a merged store is usually
+    // dropped once the merge returns.
+    let mut covered = [LOG_HEADER_BYTES; 2];
+    let other_inner = sides.other.as_ref().map(|(_, oi)| oi);
+    let behind = |covered: [u64; 2]| {
+        old.synced() > covered[0] || other_inner.is_some_and(|oi| oi.synced() > covered[1])
+    };
     let result = (|| {
         pos = c.catch_up(old, pos, keep_self)?;
         if let Some((_, oi)) = &sides.other {
@@ -840,7 +846,7 @@ fn finish(
             // The cold log is complete: durable before the commit point makes it the state.
             cold.log.sync_data().map_err(|e| Error::io("syncing the cold log", e))?;
         }
-        let at = pos;
+        let at = [pos, other_pos];
         new.sync_to(new.applied_end.load(Ordering::Acquire))?;
         covered = at;
         // No checkpoint of the old log may be written after the swap.
@@ -864,7 +870,7 @@ fn finish(
             {
                 break;
             }
-            let at = pos;
+            let at = [pos, other_pos];
             new.sync_to(written)?;
             covered = at;
         }
@@ -904,8 +910,8 @@ fn finish(
         // The old log was synced past what the new log has durable (records copied since the
         // last sync of the new log were made durable in the old one meanwhile): sync the new
         // log now, outside the lock; the lock re-checks for a sync of the old log since.
-        if old.synced() > covered {
-            let at = pos;
+        if behind(covered) {
+            let at = [pos, other_pos];
             new.sync_to(new.written_end.load(Ordering::Acquire))?;
             covered = at;
             // Writes went on during the sync: one more pass, so the lock copies little.
@@ -963,10 +969,10 @@ fn finish(
         // in the new log before it replaces the old one. Otherwise the tail (at most the
         // last catch-up pass) is synced right after the lock is released, like any
         // recent write under `Interval`/`Never` (the bulk of the new log already is) —
-        // unless the old log was synced past `covered` since the last sync of the new one
+        // unless a source log was synced past `covered` since the last sync of the new one
         // (a `sync()` or the interval thread during the last passes): then those records
         // are durable and must stay so.
-        if shared.opts.sync == SyncPolicy::Always || old.synced() > covered {
+        if shared.opts.sync == SyncPolicy::Always || behind(covered) {
             let t = Instant::now();
             new.sync_to(new.applied_end.load(Ordering::Acquire))?;
             ph.tail_sync_us = micros_since(t);

@@ -2,7 +2,9 @@
 //! `SyncPolicy::Never` with explicit `sync()`): a record written and synced in the old log
 //! while the compaction runs is copied into the new log by a late catch-up pass; the new
 //! log must be synced over that copy before the `rename` that replaces the old log, or a
-//! power loss right after the rename loses a write whose `sync()` had returned.
+//! power loss right after the rename loses a write whose `sync()` had returned. The same
+//! for a merge: a write synced in the merged-in store during the merge is in the merged
+//! store after such a power loss.
 //!
 //! Deterministic: the fault-injection hook (called before every log fsync) sees the
 //! compaction thread's first fsync of the new state and, right there, has another thread
@@ -38,7 +40,15 @@ struct Probe {
     synced_new: AtomicU64,
 }
 
-fn run(hot_cold: bool, hot_compaction: bool) {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Op {
+    Compact,
+    CompactHot,
+    /// Merge another store in; the late write goes to that store.
+    Merge,
+}
+
+fn run(hot_cold: bool, op: Op) {
     let shm = Path::new("/dev/shm");
     let scratch = || if shm.is_dir() { tempfile::tempdir_in(shm) } else { tempfile::tempdir() }.unwrap();
     let dir = scratch();
@@ -83,21 +93,30 @@ fn run(hot_cold: bool, hot_compaction: bool) {
         }
     }
     ds.sync().unwrap();
+    let other_dir = scratch();
+    let other = Arc::new(
+        DataStore::open(other_dir.path(), Options { faults: FaultInjector::default(), ..opts.clone() })
+            .unwrap(),
+    );
     let late = {
-        let ds = Arc::clone(&ds);
+        let target = Arc::clone(if op == Op::Merge { &other } else { &ds });
         std::thread::spawn(move || {
             if go_rx.recv().is_ok() {
-                ds.store(&key(KEYS), &value(KEYS), Meta { seq: KEYS + 1, ..Meta::default() }).unwrap();
-                ds.sync().unwrap();
+                target.store(&key(KEYS), &value(KEYS), Meta { seq: KEYS + 1, ..Meta::default() }).unwrap();
+                target.sync().unwrap();
                 done_tx.send(()).unwrap();
             }
         })
     };
     let maint = {
-        let (ds, probe) = (Arc::clone(&ds), Arc::clone(&probe));
+        let (ds, other, probe) = (Arc::clone(&ds), Arc::clone(&other), Arc::clone(&probe));
         std::thread::spawn(move || {
             *probe.maint.lock().unwrap() = Some(std::thread::current().id());
-            let r = if hot_compaction { ds.compact_hot() } else { ds.compact() };
+            let r = match op {
+                Op::Compact => ds.compact(),
+                Op::CompactHot => ds.compact_hot(),
+                Op::Merge => ds.merge(&other),
+            };
             *probe.maint.lock().unwrap() = None;
             r.unwrap();
         })
@@ -129,7 +148,7 @@ fn run(hot_cold: bool, hot_compaction: bool) {
             got,
             Some(value(i)),
             "key {i} (synced{}) lost by a power loss right after the compaction's rename \
-             (hot_cold {hot_cold}, hot compaction {hot_compaction})",
+             (hot_cold {hot_cold}, {op:?})",
             if i == KEYS { " during the compaction" } else { " before it" }
         );
     }
@@ -137,15 +156,20 @@ fn run(hot_cold: bool, hot_compaction: bool) {
 
 #[test]
 fn full_compaction_keeps_a_write_synced_during_it() {
-    run(false, false);
+    run(false, Op::Compact);
 }
 
 #[test]
 fn full_compaction_with_a_cold_log_keeps_a_write_synced_during_it() {
-    run(true, false);
+    run(true, Op::Compact);
 }
 
 #[test]
 fn hot_compaction_keeps_a_write_synced_during_it() {
-    run(true, true);
+    run(true, Op::CompactHot);
+}
+
+#[test]
+fn merge_keeps_a_write_synced_in_the_merged_store_during_it() {
+    run(false, Op::Merge);
 }
