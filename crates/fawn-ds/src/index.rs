@@ -344,6 +344,15 @@ impl Table {
     fn entries(&self) -> u64 {
         self.len + self.stash.len() as u64
     }
+
+    /// Stash entries a growth could place: not those a growth scan already failed to
+    /// place (`ANY_BUCKET`: their records are unreadable, growing again would not help).
+    fn stash_to_place(&self) -> usize {
+        if self.stash.len() <= STASH_GROW_AT {
+            return self.stash.len();
+        }
+        self.stash.iter().filter(|e| e.bucket != ANY_BUCKET).count()
+    }
 }
 
 /// Which log a growth scan walks: `scan[HOT]` the hot log, `scan[COLD]` the cold log.
@@ -375,6 +384,14 @@ struct Migration {
     done: u64,
     /// How far behind the scan may be before writes scan (`write_slack`).
     slack: u64,
+}
+
+impl Migration {
+    /// Old-table entries pointing into each log (`[HOT, COLD]`).
+    fn left(&self) -> [u64; 2] {
+        let cold = self.table.cold;
+        [self.table.entries() - cold, cold]
+    }
 }
 
 /// A range of a log for a growth step to scan (`Index::growth_work`).
@@ -530,7 +547,7 @@ impl Index {
     pub fn insert(&mut self, kh: KeyHash, units: u32, limits: [u64; 2]) -> bool {
         self.cur.insert(kh, units);
         let full = self.cur.entries() as f64 > INDEX_MAX_LOAD * self.cur.capacity() as f64;
-        if self.old.is_some() || !(full || self.cur.stash.len() > STASH_GROW_AT) {
+        if self.old.is_some() || !(full || self.cur.stash_to_place() > STASH_GROW_AT) {
             return false;
         }
         // A batch may have overfilled the table (into the stash) while the last migration
@@ -569,11 +586,22 @@ impl Index {
         }
     }
 
+    /// Old-table entries still pointing into a log that is being replaced: after a hot
+    /// compaction moved every hot-log entry of this index to the cold log, this is 0 and
+    /// the hot-log scan range is closed (it names positions of the replaced log).
+    pub fn hot_log_replaced(&mut self) -> u64 {
+        let Some(m) = &mut self.old else { return 0 };
+        let left = m.left()[HOT];
+        if left == 0 {
+            m.scan[HOT].pos = m.scan[HOT].limit;
+        }
+        left
+    }
+
     /// The next piece of growth work.
     pub fn growth_work(&self) -> GrowthWork {
         let Some(m) = &self.old else { return GrowthWork::Idle };
-        let cold = m.table.cold;
-        let left = [m.table.entries() - cold, cold];
+        let left = m.left();
         for (log, s) in m.scan.iter().enumerate() {
             if left[log] > 0 && s.pos < s.limit {
                 let (pos, limit) = (s.pos, s.limit);
@@ -661,8 +689,13 @@ pub(crate) mod image {
             None => out.extend_from_slice(&0u64.to_le_bytes()),
             Some(m) => {
                 out.extend_from_slice(&1u64.to_le_bytes());
-                for s in &m.scan {
-                    out.extend_from_slice(&s.pos.to_le_bytes());
+                for (s, left) in m.scan.iter().zip(m.left()) {
+                    // A log no old-table entry points into needs no more scanning: its range
+                    // is written as done, so the image names no positions in it (a hot
+                    // compaction may have replaced that log since growth started, or open
+                    // cut a torn tail below the range's limit).
+                    let pos = if left == 0 { s.limit } else { s.pos };
+                    out.extend_from_slice(&pos.to_le_bytes());
                     out.extend_from_slice(&s.limit.to_le_bytes());
                 }
                 out.extend_from_slice(&m.per_write.to_le_bytes());

@@ -112,7 +112,8 @@ pub struct LockPhases {
     pub catch_up_bytes: u64,
     /// Writing the `MAXSEQ` floor under the lock (0: not needed, or written before it).
     pub seq_floor_us: u64,
-    /// `fdatasync` of the new log's locked tail (`SyncPolicy::Always` only).
+    /// `fdatasync` of the new log's locked tail (`SyncPolicy::Always`, or when the old log
+    /// was fsynced during the last passes past what the new log had durable).
     pub tail_sync_us: u64,
     /// The commit `rename`.
     pub rename_us: u64,
@@ -802,6 +803,15 @@ fn move_hot_to_cold(
         }
     }
     flush(&mut batch, &mut flushed)?;
+    // Every hot entry now points into the cold log; a growing index's scan of the old hot
+    // log has nothing left to find (and its positions mean nothing in the new hot log).
+    let stranded = index.hot_log_replaced();
+    if stranded > 0 {
+        return Err(Error::corrupt(
+            end,
+            format!("{stranded} index entries point at hot-log records a scan of the hot log did not find"),
+        ));
+    }
     let moved = flushed - start;
     new.counters.appended_bytes.fetch_add(moved, Ordering::Relaxed);
     new.counters.cleaning_bytes.fetch_add(moved, Ordering::Relaxed);
@@ -831,6 +841,16 @@ fn finish(
     let (shared, old) = (sides.shared, &sides.old);
     let (keep_self, keep_other) = (&sides.keep_self, &sides.keep_other);
     let path = shared.dir.join(COMPACT_FILE);
+    // The positions in the old hot log (and in `other`'s) below which every copy is durable
+    // in the new log. A record a source log holds durably (a `sync()`, the interval thread,
+    // `Always`) must be durable in the new log before the rename makes it the store's,
+    // whatever the policy: the old log is gone after it, and a merged store is usually
+    // dropped once the merge returns.
+    let mut covered = [LOG_HEADER_BYTES; 2];
+    let other_inner = sides.other.as_ref().map(|(_, oi)| oi);
+    let behind = |covered: [u64; 2]| {
+        old.synced() > covered[0] || other_inner.is_some_and(|oi| oi.synced() > covered[1])
+    };
     let result = (|| {
         pos = c.catch_up(old, pos, keep_self)?;
         if let Some((_, oi)) = &sides.other {
@@ -844,7 +864,9 @@ fn finish(
             // The cold log is complete: durable before the commit point makes it the state.
             cold.log.sync_data().map_err(|e| Error::io("syncing the cold log", e))?;
         }
+        let at = [pos, other_pos];
         new.sync_to(new.applied_end.load(Ordering::Acquire))?;
+        covered = at;
         // No checkpoint of the old log may be written after the swap.
         old.stop_migrator();
         // The syncs and the join took time: catch up what was appended meanwhile, so the
@@ -866,7 +888,9 @@ fn finish(
             {
                 break;
             }
+            let at = [pos, other_pos];
             new.sync_to(written)?;
+            covered = at;
         }
         // Under `Always` the lock must sync whatever of the new log is unsynced before the
         // commit `rename`: leave it only what the last passes and the locked tail copy
@@ -906,6 +930,19 @@ fn finish(
             if pos + other_pos - before <= LAST_PASS_DONE_BYTES {
                 break;
             }
+        }
+        // The old log was synced past what the new log has durable (records copied since the
+        // last sync of the new log were made durable in the old one meanwhile): sync the new
+        // log now, outside the lock; the lock re-checks for a sync of the old log since.
+        if behind(covered) {
+            let at = [pos, other_pos];
+            new.sync_to(new.written_end.load(Ordering::Acquire))?;
+            covered = at;
+            // Writes went on during the sync: one more pass, so the lock copies little.
+            if let Some((_, oi)) = &sides.other {
+                other_pos = c.last_pass(oi, other_pos, keep_other)?;
+            }
+            pos = c.last_pass(old, pos, keep_self)?;
         }
         Ok::<_, Error>(())
     })();
@@ -955,8 +992,11 @@ fn finish(
         // Under `Always` the tail holds acknowledged-durable writes: they must be durable
         // in the new log before it replaces the old one. Otherwise the tail (at most the
         // last catch-up pass) is synced right after the lock is released, like any
-        // recent write under `Interval`/`Never` (the bulk of the new log already is).
-        if shared.opts.sync == SyncPolicy::Always {
+        // recent write under `Interval`/`Never` (the bulk of the new log already is) —
+        // unless a source log was synced past `covered` since the last sync of the new one
+        // (a `sync()` or the interval thread during the last passes): then those records
+        // are durable and must stay so.
+        if shared.opts.sync == SyncPolicy::Always || behind(covered) {
             let t = Instant::now();
             new.sync_to(new.applied_end.load(Ordering::Acquire))?;
             ph.tail_sync_us = micros_since(t);

@@ -797,8 +797,17 @@ impl Inner {
                     sc.pos >= stop
                 }
                 Ok(None) => true,
-                // An unreadable stretch: this log's scan ends here; entries pointing into
-                // the rest stay in the old table and are stashed when the migration ends.
+                // A damaged record (bit rot in a checkpointed region is not seen at open):
+                // step over it and resynchronise at the next offset unit, as recovery does,
+                // so only an entry pointing at the bad record itself stays unplaced (stashed
+                // when the migration ends). A stray match inside garbage cannot move an
+                // entry: entries sit exactly at real record starts.
+                Err(Error::Corrupt { .. }) => {
+                    sc.pos += OFFSET_UNIT;
+                    sc.pos >= stop
+                }
+                // The log cannot be read (I/O error): this log's scan ends here; entries
+                // pointing into the rest stay in the old table and are stashed at the end.
                 Err(_) => {
                     sc.pos = job.limit;
                     true
@@ -1308,9 +1317,17 @@ impl DataStore {
 
     /// Make every record appended so far durable.
     pub fn sync(&self) -> Result<(), Error> {
-        let inner = self.shared.current();
-        let end = inner.written_end.load(Ordering::Acquire);
-        inner.sync_to(end)
+        loop {
+            let inner = self.shared.current();
+            let end = inner.written_end.load(Ordering::Acquire);
+            inner.sync_to(end)?;
+            // A maintenance swap may have replaced that log while it was synced, after the
+            // swap's check of what the old log had durable: then the records live on in
+            // the new log, which is synced too. (`current` waits for a swap under way.)
+            if Arc::ptr_eq(&inner, &self.shared.current()) {
+                return Ok(());
+            }
+        }
     }
 
     /// Write an index checkpoint (after syncing the log it covers).

@@ -3,10 +3,15 @@
 //! that grow the index from its smallest size through several doublings, with the growth
 //! scan driven by writes only (`background_growth: false`, so each case is deterministic).
 //! Whenever a write leaves the index migrating, the case may checkpoint and reopen right
-//! there: the migration must resume from the checkpoint image and lose nothing. Reproduce
-//! one case with `FAWN_DS_SEED=<seed> cargo test -p fawn-ds --test model_growth_across_reopen`.
+//! there: the checkpoint must be accepted (also after a hot compaction moved the hot log's
+//! entries mid-growth), and the migration must resume from its image and lose nothing.
+//! Cases run on up to 4 threads (each deterministic on its own). Reproduce one case with
+//! `FAWN_DS_SEED=<seed> cargo test -p fawn-ds --test model_growth_across_reopen`.
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 use fawn_ds::{BatchOp, DataStore, Meta, Options, SyncPolicy};
 use rand::rngs::SmallRng;
@@ -26,7 +31,8 @@ fn options(rng: &mut SmallRng) -> Options {
     }
 }
 
-type Model = HashMap<Vec<u8>, Vec<u8>>;
+/// Ordered, so that picking "a random existing key" depends on the seed alone.
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 fn check_all(ds: &DataStore, model: &Model, at: &str) -> Result<(), String> {
     for (k, v) in model {
@@ -60,7 +66,7 @@ fn run_case(seed: u64, seen: &mut Seen) -> Result<(), String> {
     let dir = if shm.is_dir() { tempfile::tempdir_in(shm) } else { tempfile::tempdir() };
     let dir = dir.map_err(|e| e.to_string())?;
     let mut ds = DataStore::open(dir.path(), options(&mut rng)).map_err(e("open"))?;
-    let mut model: Model = HashMap::new();
+    let mut model: Model = BTreeMap::new();
     let mut next_key = 0u64;
     let ops: u64 = rng.gen_range(3000..7000);
     let mut capacity = ds.stats().index_capacity;
@@ -147,7 +153,13 @@ fn run_case(seed: u64, seen: &mut Seen) -> Result<(), String> {
             drop(ds);
             ds = DataStore::open(dir.path(), options(&mut rng)).map_err(e(&at))?;
             let rep = ds.recovery_report();
-            if rep.from_checkpoint && ds.stats().index_migrating {
+            if !rep.from_checkpoint {
+                return Err(format!(
+                    "{at}: the checkpoint just written was rejected: {:?}",
+                    rep.checkpoint_error
+                ));
+            }
+            if ds.stats().index_migrating {
                 seen.reopens_mid_migration += 1;
             }
             check_all(&ds, &model, &format!("{at} after a reopen mid-migration"))?;
@@ -172,14 +184,44 @@ fn growth_survives_writes_maintenance_checkpoints_and_reopen_mid_migration() {
         Ok(s) => (s.parse().expect("FAWN_DS_SEED must be a u64"), 1),
         Err(_) => (1, CASES),
     };
-    let mut seen = Seen::default();
-    for seed in first..first + cases {
-        if let Err(e) = run_case(seed, &mut seen) {
-            panic!("growth model failed for seed {seed} (rerun with FAWN_DS_SEED={seed}): {e}");
+    // Cases are independent (own seed, own directory, no helper threads): run them on a
+    // few threads. Each case stays deterministic.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 4);
+    let next = AtomicU64::new(first);
+    let seen = Mutex::new(Seen::default());
+    let failures = Mutex::new(Vec::new());
+    std::thread::scope(|scope| {
+        for _ in 0..threads.min(cases as usize) {
+            scope.spawn(|| loop {
+                let seed = next.fetch_add(1, Ordering::Relaxed);
+                if seed >= first + cases {
+                    return;
+                }
+                let mut mine = Seen::default();
+                let result = std::panic::catch_unwind(AssertUnwindSafe(|| run_case(seed, &mut mine)))
+                    .unwrap_or_else(|_| Err("panicked".into()));
+                match result {
+                    Ok(()) => {
+                        let mut all = seen.lock().unwrap();
+                        all.growths += mine.growths;
+                        all.reopens_mid_migration += mine.reopens_mid_migration;
+                    }
+                    Err(e) => failures.lock().unwrap().push((seed, e)),
+                }
+            });
         }
+    });
+    let mut failures = failures.into_inner().unwrap();
+    failures.sort();
+    if let Some((seed, e)) = failures.first() {
+        panic!(
+            "growth model failed for {} seed(s); first: seed {seed} (rerun with FAWN_DS_SEED={seed}): {e}",
+            failures.len()
+        );
     }
+    let seen = seen.into_inner().unwrap();
     eprintln!(
-        "{cases} cases: {} growths, {} reopens mid-migration",
+        "{cases} cases on {threads} threads: {} growths, {} reopens mid-migration",
         seen.growths, seen.reopens_mid_migration
     );
     if cases == CASES {
