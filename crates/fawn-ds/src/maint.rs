@@ -896,7 +896,9 @@ fn finish(
         // commit `rename`: leave it only what the last passes and the locked tail copy
         // (measured before: 1.8–19.8 ms of `fdatasync` under the lock for up to 256 KiB).
         if shared.opts.sync == SyncPolicy::Always {
+            let at = [pos, other_pos];
             new.sync_to(new.written_end.load(Ordering::Acquire))?;
+            covered = at;
         }
         // The `MAXSEQ` floor, if the new log lacks this store's highest seq so far (its
         // record was dropped): written here, not under the lock. A floor is a lower bound
