@@ -818,9 +818,11 @@ pub fn storage(e: fawn_ds::Error) -> WireError {
 mod tests {
     use super::*;
 
+    type Wire = (mpsc::Sender<ChainMsg>, mpsc::Receiver<ChainMsg>);
+
     /// Links that keep what is sent, per peer.
     #[derive(Default)]
-    struct Wires(Mutex<HashMap<NodeId, (mpsc::Sender<ChainMsg>, mpsc::Receiver<ChainMsg>)>>);
+    struct Wires(Mutex<HashMap<NodeId, Wire>>);
 
     impl LinkTo for Wires {
         fn link(&self, peer: NodeId) -> mpsc::Sender<ChainMsg> {
