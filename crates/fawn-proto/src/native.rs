@@ -141,9 +141,10 @@ pub enum ChainMsg {
     /// A syncing replica asks the last in-sync replica for a snapshot of the range.
     SyncRequest { epoch: Epoch, range: Range },
     /// Start of a snapshot; the receiver empties its copy of the range. `snapshot` names this
-    /// snapshot stream (unique per sender): a receiver takes the batches and the end of the
-    /// one stream it began, never those of an older stream still in flight on the link (a
-    /// repeated `SyncRequest`, or a receiver that restarted mid-copy).
+    /// snapshot stream (unique per sender, which runs only the stream of the latest request):
+    /// a receiver takes the batches and the end of the latest stream it began, never those of
+    /// an older stream still in flight on the link (a repeated `SyncRequest`, or a receiver
+    /// that restarted mid-copy).
     SnapshotBegin { epoch: Epoch, range: Range, snapshot: u64 },
     /// Consecutive records of a snapshot, in the sender's log order (a few dozen KiB per
     /// message: one frame and one datastore write per batch instead of per record). `index`

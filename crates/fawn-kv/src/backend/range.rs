@@ -134,6 +134,9 @@ pub struct RangeReplica {
     pub store: Arc<DataStore>,
     state: tokio::sync::Mutex<WriteState>,
     acked: AtomicU64,
+    /// The snapshot stream this replica is sending (0: none). A new `SyncRequest` replaces the
+    /// stream in progress: at most one runs per range, however many requests queued up.
+    snapshot_sending: AtomicU64,
     /// A tail that was syncing serves gets only after its predecessor confirmed it caught up.
     readable: AtomicBool,
     /// Woken when `readable` turns true (gets that arrived early wait instead of retrying).
@@ -166,6 +169,7 @@ impl RangeReplica {
                 sync,
             }),
             acked: AtomicU64::new(last),
+            snapshot_sending: AtomicU64::new(0),
             waiters: Mutex::new(BTreeMap::new()),
             unacked: Mutex::new(BTreeMap::new()),
         }
@@ -453,7 +457,9 @@ impl RangeReplica {
 
     /// The last in-sync replica starts a snapshot for its syncing successor. The cut is taken
     /// under the state lock: records up to it go in the snapshot, later ones are forwarded.
-    /// The stream is paced to `copy_bytes_per_s` (key + value bytes; 0 = unlimited).
+    /// The stream is paced to `copy_bytes_per_s` (key + value bytes; 0 = unlimited). It stops
+    /// when a newer request replaces it (the receiver takes the newest `SnapshotBegin`) or the
+    /// replica is dropped.
     pub async fn on_sync_request(self: &Arc<Self>, from: NodeId, links: &dyn LinkTo, copy_bytes_per_s: u64) {
         let st = self.state.lock().await;
         if !(st.route.is_tail() && st.route.successor() == Some(from) && st.route.rc.syncing.contains(&from))
@@ -465,10 +471,14 @@ impl RangeReplica {
         let records = self.store.iter();
         let link = links.link(from);
         let snapshot = snapshot_id();
+        self.snapshot_sending.store(snapshot, Ordering::Release);
         let _ = link.send(ChainMsg::SnapshotBegin { epoch, range: self.range, snapshot }).await;
         drop(st);
         let range = self.range;
         info!(range = %range.id_string(), to = from, upto_seq, snapshot, "streaming snapshot");
+        let me = Arc::downgrade(self);
+        let current =
+            move || me.upgrade().is_some_and(|r| r.snapshot_sending.load(Ordering::Acquire) == snapshot);
         tokio::spawn(async move {
             let mut sent = 0u64;
             let mut index = 0u64;
@@ -488,6 +498,10 @@ impl RangeReplica {
                     continue;
                 }
                 pacer.pace(batch_bytes).await;
+                if !current() {
+                    info!(range = %range.id_string(), snapshot, "snapshot replaced by a newer one or no longer needed; stopping it");
+                    return;
+                }
                 sent += batch.len() as u64;
                 let msg =
                     ChainMsg::SnapshotBatch { range, snapshot, index, records: std::mem::take(&mut batch) };
@@ -503,13 +517,22 @@ impl RangeReplica {
         });
     }
 
-    /// A snapshot stream begins: this replica takes it (and only it) if it is waiting for
-    /// one, after emptying what an abandoned stream may have written.
+    /// A snapshot stream begins: this replica takes it (and from now on only it), after
+    /// emptying what an earlier stream may have written. A newer stream from the source
+    /// replaces the one in progress: the source runs only the latest one it was asked for.
     pub async fn on_snapshot_begin(&self, from: NodeId, snapshot: u64) -> Result<(), WireError> {
         let mut st = self.state.lock().await;
-        let Some(sync) = st.sync.as_mut().filter(|s| s.source == from && !s.started && !s.done) else {
+        let Some(sync) = st.sync.as_mut().filter(|s| s.source == from && !s.done) else {
             return Ok(());
         };
+        if sync.started && sync.stream == snapshot {
+            return Ok(());
+        }
+        if sync.started {
+            info!(range = %self.range.id_string(), old = sync.stream, new = snapshot,
+                "a newer snapshot stream replaces the one in progress");
+            sync.abandon();
+        }
         self.empty_store()?;
         sync.started = true;
         sync.stream = snapshot;
@@ -908,6 +931,27 @@ mod tests {
         assert!(f.sync_done);
         assert_eq!(value(&s, "a").as_deref(), Some("new"));
         assert_eq!(value(&s, "b"), None);
+    }
+
+    #[tokio::test]
+    async fn a_newer_snapshot_stream_replaces_the_one_in_progress() {
+        // The source runs only the stream of the latest request: a newer Begin means the
+        // older stream stops, so the replica switches and empties what the older one wrote.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wires = Wires::default();
+        let s = replica(dir.path(), route(5, 3, &[1, 2], &[3]));
+        s.on_snapshot_begin(2, 8).await.expect("begin");
+        s.on_snapshot_batch(2, 8, 0, &[put("a", 5, "deleted later")]).await.expect("batch");
+        s.on_snapshot_begin(2, 9).await.expect("begin");
+        s.on_snapshot_batch(2, 8, 1, &[put("x", 6, "old stream")]).await.expect("batch");
+        s.on_snapshot_batch(2, 9, 0, &[put("b", 6, "b")]).await.expect("batch");
+        assert!(!s.on_snapshot_end(2, 8, 2, 6, &wires).await.expect("end").sync_done);
+        // A repeated Begin of the stream taken changes nothing.
+        s.on_snapshot_begin(2, 9).await.expect("begin");
+        assert!(s.on_snapshot_end(2, 9, 1, 7, &wires).await.expect("end").sync_done);
+        assert_eq!(value(&s, "a"), None);
+        assert_eq!(value(&s, "x"), None);
+        assert_eq!(value(&s, "b").as_deref(), Some("b"));
     }
 
     #[tokio::test]
