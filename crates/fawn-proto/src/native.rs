@@ -140,13 +140,18 @@ pub enum ChainMsg {
     Hello { from: NodeId },
     /// A syncing replica asks the last in-sync replica for a snapshot of the range.
     SyncRequest { epoch: Epoch, range: Range },
-    /// Start of a snapshot; the receiver empties its copy of the range.
-    SnapshotBegin { epoch: Epoch, range: Range },
+    /// Start of a snapshot; the receiver empties its copy of the range. `snapshot` names this
+    /// snapshot stream (unique per sender, which runs only the stream of the latest request):
+    /// a receiver takes the batches and the end of the latest stream it began, never those of
+    /// an older stream still in flight on the link (a repeated `SyncRequest`, or a receiver
+    /// that restarted mid-copy).
+    SnapshotBegin { epoch: Epoch, range: Range, snapshot: u64 },
     /// Consecutive records of a snapshot, in the sender's log order (a few dozen KiB per
-    /// message: one frame and one datastore write per batch instead of per record).
-    SnapshotBatch { range: Range, records: Vec<SnapshotItem> },
-    /// End of a snapshot: it held every update up to `upto_seq`.
-    SnapshotEnd { epoch: Epoch, range: Range, upto_seq: u64 },
+    /// message: one frame and one datastore write per batch instead of per record). `index`
+    /// counts the stream's batches from 0, so that a lost batch is noticed.
+    SnapshotBatch { range: Range, snapshot: u64, index: u64, records: Vec<SnapshotItem> },
+    /// End of a snapshot: it held every update up to `upto_seq`, in `batches` batches.
+    SnapshotEnd { epoch: Epoch, range: Range, snapshot: u64, batches: u64, upto_seq: u64 },
     /// Answer to `Resend`: every update the sender had when it handled the resend was sent
     /// before this message.
     CaughtUp { epoch: Epoch, range: Range, seq: u64 },

@@ -457,10 +457,12 @@ impl Backend {
             ChainMsg::SyncRequest { .. } => {
                 replica.on_sync_request(from, &links, self.options.copy_bytes_per_s).await
             }
-            ChainMsg::SnapshotBegin { .. } => replica.on_snapshot_begin(from).await,
-            ChainMsg::SnapshotBatch { records, .. } => replica.on_snapshot_batch(from, &records).await?,
-            ChainMsg::SnapshotEnd { upto_seq, .. } => {
-                let followups = replica.on_snapshot_end(from, upto_seq, &links).await?;
+            ChainMsg::SnapshotBegin { snapshot, .. } => replica.on_snapshot_begin(from, snapshot).await?,
+            ChainMsg::SnapshotBatch { snapshot, index, records, .. } => {
+                replica.on_snapshot_batch(from, snapshot, index, &records).await?
+            }
+            ChainMsg::SnapshotEnd { snapshot, batches, upto_seq, .. } => {
+                let followups = replica.on_snapshot_end(from, snapshot, batches, upto_seq, &links).await?;
                 if followups.sync_done {
                     self.counters.syncs_completed.fetch_add(1, Ordering::Relaxed);
                     self.report_sync_done(range).await;

@@ -25,6 +25,11 @@ use crate::clock::{flushed, next_seq, unix_now};
 pub const DEDUP_ENTRIES_MAX: usize = 65_536;
 /// Updates a syncing replica buffers while its snapshot streams in.
 pub const SYNC_BUFFER_MESSAGES_MAX: usize = 1_000_000;
+/// A snapshot stream that has sent nothing for this long (its sender restarted, or could not
+/// read its log) is abandoned; the syncing replica asks for a new one.
+pub const SNAPSHOT_SILENCE_MAX: Duration = Duration::from_secs(10);
+/// Tombstones per datastore write when a syncing replica empties an abandoned copy.
+const EMPTY_BATCH_OPS: usize = 4096;
 
 /// Where a link to a peer back-end can be had.
 pub trait LinkTo: Send + Sync {
@@ -67,6 +72,23 @@ pub struct SyncProgress {
     pub started: bool,
     pub done: bool,
     buffer: Vec<ChainMsg>,
+    /// The snapshot stream taken (named by its `SnapshotBegin`) and the index of its next
+    /// batch: batches and ends of any other stream are ignored, a missing batch abandons it.
+    stream: u64,
+    next_batch: u64,
+    /// When the stream last made progress.
+    progress_at: Option<Instant>,
+}
+
+impl SyncProgress {
+    /// Gives up the current snapshot stream; the replica asks for a new one (`tick`), and the
+    /// new one's `SnapshotBegin` empties what this one wrote. Live updates stay buffered.
+    fn abandon(&mut self) {
+        self.started = false;
+        self.stream = 0;
+        self.next_batch = 0;
+        self.progress_at = None;
+    }
 }
 
 struct WriteState {
@@ -112,6 +134,9 @@ pub struct RangeReplica {
     pub store: Arc<DataStore>,
     state: tokio::sync::Mutex<WriteState>,
     acked: AtomicU64,
+    /// The snapshot stream this replica is sending (0: none). A new `SyncRequest` replaces the
+    /// stream in progress: at most one runs per range, however many requests queued up.
+    snapshot_sending: AtomicU64,
     /// A tail that was syncing serves gets only after its predecessor confirmed it caught up.
     readable: AtomicBool,
     /// Woken when `readable` turns true (gets that arrived early wait instead of retrying).
@@ -144,6 +169,7 @@ impl RangeReplica {
                 sync,
             }),
             acked: AtomicU64::new(last),
+            snapshot_sending: AtomicU64::new(0),
             waiters: Mutex::new(BTreeMap::new()),
             unacked: Mutex::new(BTreeMap::new()),
         }
@@ -402,9 +428,16 @@ impl RangeReplica {
         for m in msgs {
             let _ = link.send(m).await;
         }
-        let caught_up =
-            ChainMsg::CaughtUp { epoch: st.route.epoch, range: self.range, seq: self.store.max_seq() };
-        let _ = link.send(caught_up).await;
+        // `CaughtUp` makes the receiver a readable tail. A node that is still the tail in its
+        // own view (it has not installed the configuration that promoted its syncing
+        // successor) keeps committing updates on its own ack, before the successor has them:
+        // two tails at once, and a get at the new one could miss an acknowledged put. The
+        // promoted tail asks again every tick until this node has stepped down.
+        if !st.route.is_tail() {
+            let caught_up =
+                ChainMsg::CaughtUp { epoch: st.route.epoch, range: self.range, seq: self.store.max_seq() };
+            let _ = link.send(caught_up).await;
+        }
         Ok(())
     }
 
@@ -424,7 +457,9 @@ impl RangeReplica {
 
     /// The last in-sync replica starts a snapshot for its syncing successor. The cut is taken
     /// under the state lock: records up to it go in the snapshot, later ones are forwarded.
-    /// The stream is paced to `copy_bytes_per_s` (key + value bytes; 0 = unlimited).
+    /// The stream is paced to `copy_bytes_per_s` (key + value bytes; 0 = unlimited). It stops
+    /// when a newer request replaces it (the receiver takes the newest `SnapshotBegin`) or the
+    /// replica is dropped.
     pub async fn on_sync_request(self: &Arc<Self>, from: NodeId, links: &dyn LinkTo, copy_bytes_per_s: u64) {
         let st = self.state.lock().await;
         if !(st.route.is_tail() && st.route.successor() == Some(from) && st.route.rc.syncing.contains(&from))
@@ -435,12 +470,18 @@ impl RangeReplica {
         let upto_seq = self.store.max_seq();
         let records = self.store.iter();
         let link = links.link(from);
-        let _ = link.send(ChainMsg::SnapshotBegin { epoch, range: self.range }).await;
+        let snapshot = snapshot_id();
+        self.snapshot_sending.store(snapshot, Ordering::Release);
+        let _ = link.send(ChainMsg::SnapshotBegin { epoch, range: self.range, snapshot }).await;
         drop(st);
         let range = self.range;
-        info!(range = %range.id_string(), to = from, upto_seq, "streaming snapshot");
+        info!(range = %range.id_string(), to = from, upto_seq, snapshot, "streaming snapshot");
+        let me = Arc::downgrade(self);
+        let current =
+            move || me.upgrade().is_some_and(|r| r.snapshot_sending.load(Ordering::Acquire) == snapshot);
         tokio::spawn(async move {
             let mut sent = 0u64;
+            let mut index = 0u64;
             let mut pacer = Pacer::new(copy_bytes_per_s);
             let mut batch = Vec::new();
             let mut batch_bytes = 0usize;
@@ -457,29 +498,66 @@ impl RangeReplica {
                     continue;
                 }
                 pacer.pace(batch_bytes).await;
+                if !current() {
+                    info!(range = %range.id_string(), snapshot, "snapshot replaced by a newer one or no longer needed; stopping it");
+                    return;
+                }
                 sent += batch.len() as u64;
-                let msg = ChainMsg::SnapshotBatch { range, records: std::mem::take(&mut batch) };
+                let msg =
+                    ChainMsg::SnapshotBatch { range, snapshot, index, records: std::mem::take(&mut batch) };
+                index += 1;
                 batch_bytes = 0;
                 if link.send(msg).await.is_err() {
                     return;
                 }
             }
-            let _ = link.send(ChainMsg::SnapshotEnd { epoch, range, upto_seq }).await;
+            let _ =
+                link.send(ChainMsg::SnapshotEnd { epoch, range, snapshot, batches: index, upto_seq }).await;
             info!(range = %range.id_string(), records = sent, bytes = pacer.sent, secs = pacer.started.elapsed().as_secs_f64(), "snapshot sent");
         });
     }
 
-    pub async fn on_snapshot_begin(&self, from: NodeId) {
+    /// A snapshot stream begins: this replica takes it (and from now on only it), after
+    /// emptying what an earlier stream may have written. A newer stream from the source
+    /// replaces the one in progress: the source runs only the latest one it was asked for.
+    pub async fn on_snapshot_begin(&self, from: NodeId, snapshot: u64) -> Result<(), WireError> {
         let mut st = self.state.lock().await;
-        if let Some(sync) = st.sync.as_mut().filter(|s| s.source == from && !s.started) {
-            sync.started = true;
+        let Some(sync) = st.sync.as_mut().filter(|s| s.source == from && !s.done) else {
+            return Ok(());
+        };
+        if sync.started && sync.stream == snapshot {
+            return Ok(());
         }
+        if sync.started {
+            info!(range = %self.range.id_string(), old = sync.stream, new = snapshot,
+                "a newer snapshot stream replaces the one in progress");
+            sync.abandon();
+        }
+        self.empty_store()?;
+        sync.started = true;
+        sync.stream = snapshot;
+        sync.next_batch = 0;
+        sync.progress_at = Some(Instant::now());
+        Ok(())
     }
 
     /// Writes a batch of snapshot records with one datastore write.
-    pub async fn on_snapshot_batch(&self, from: NodeId, records: &[SnapshotItem]) -> Result<(), WireError> {
-        let st = self.state.lock().await;
-        if !st.sync.as_ref().is_some_and(|s| s.source == from && s.started && !s.done) {
+    pub async fn on_snapshot_batch(
+        &self,
+        from: NodeId,
+        snapshot: u64,
+        index: u64,
+        records: &[SnapshotItem],
+    ) -> Result<(), WireError> {
+        let mut st = self.state.lock().await;
+        let taken = |s: &&mut SyncProgress| s.source == from && s.started && !s.done && s.stream == snapshot;
+        let Some(sync) = st.sync.as_mut().filter(taken) else {
+            return Ok(());
+        };
+        if index != sync.next_batch {
+            warn!(range = %self.range.id_string(), snapshot, expected = sync.next_batch, got = index,
+                "snapshot batch missing; asking for a new snapshot");
+            sync.abandon();
             return Ok(());
         }
         let ops: Vec<BatchOp<'_>> = records
@@ -491,20 +569,35 @@ impl RangeReplica {
                 ReplEffect::Delete => BatchOp::delete(&r.key, Meta { seq: r.seq, ..Meta::default() }),
             })
             .collect();
-        blocking(self.writes_block, || self.store.write_batch(&ops)).map(|_| ()).map_err(storage)
+        if let Err(e) = blocking(self.writes_block, || self.store.write_batch(&ops)) {
+            sync.abandon();
+            return Err(storage(e));
+        }
+        sync.next_batch += 1;
+        sync.progress_at = Some(Instant::now());
+        Ok(())
     }
 
     /// The snapshot is complete: play the buffered updates forward.
     pub async fn on_snapshot_end(
         &self,
         from: NodeId,
+        snapshot: u64,
+        batches: u64,
         upto_seq: u64,
         links: &dyn LinkTo,
     ) -> Result<Followups, WireError> {
         let mut st = self.state.lock().await;
-        let Some(sync) = st.sync.as_mut().filter(|s| s.source == from && s.started && !s.done) else {
+        let taken = |s: &&mut SyncProgress| s.source == from && s.started && !s.done && s.stream == snapshot;
+        let Some(sync) = st.sync.as_mut().filter(taken) else {
             return Ok(Followups::default());
         };
+        if batches != sync.next_batch {
+            warn!(range = %self.range.id_string(), snapshot, sent = batches, got = sync.next_batch,
+                "snapshot incomplete; asking for a new snapshot");
+            sync.abandon();
+            return Ok(Followups::default());
+        }
         sync.done = true;
         let buffered = std::mem::take(&mut sync.buffer);
         let replayed = buffered.len();
@@ -563,8 +656,14 @@ impl RangeReplica {
     /// Periodic retries: a syncing replica re-asks for its snapshot; a promoted tail re-asks
     /// for its catch-up confirmation.
     pub async fn tick(&self, links: &dyn LinkTo) {
-        let st = self.state.lock().await;
+        let mut st = self.state.lock().await;
         let epoch = st.route.epoch;
+        if let Some(sync) = st.sync.as_mut().filter(|s| {
+            s.started && !s.done && s.progress_at.is_some_and(|t| t.elapsed() >= SNAPSHOT_SILENCE_MAX)
+        }) {
+            warn!(range = %self.range.id_string(), snapshot = sync.stream, "snapshot stream silent; asking for a new one");
+            sync.abandon();
+        }
         match (&st.sync, st.route.predecessor()) {
             (Some(sync), Some(pred)) if !sync.started => {
                 let _ = links.link(pred).send(ChainMsg::SyncRequest { epoch, range: self.range }).await;
@@ -625,6 +724,30 @@ impl RangeReplica {
         Ok(out)
     }
 
+    /// Shadows every live key of this (syncing) replica's store with a tombstone of the same
+    /// sequence number. A snapshot abandoned part-way leaves records the next snapshot need
+    /// not overwrite: a key deleted since, whose tombstone compaction then dropped at the
+    /// source, would come back. Cheap on an empty store (a fresh sync).
+    fn empty_store(&self) -> Result<(), WireError> {
+        let mut latest: HashMap<Vec<u8>, Option<u64>> = HashMap::new();
+        for record in self.store.iter() {
+            let record = record.map_err(storage)?;
+            let live = matches!(record.kind, RecordKind::Put).then_some(record.meta.seq);
+            latest.insert(record.key, live);
+        }
+        let ops: Vec<BatchOp<'_>> = latest
+            .iter()
+            .filter_map(|(key, live)| live.map(|seq| BatchOp::delete(key, Meta { seq, ..Meta::default() })))
+            .collect();
+        if !ops.is_empty() {
+            info!(range = %self.range.id_string(), keys = ops.len(), "emptying an abandoned snapshot copy");
+        }
+        for chunk in ops.chunks(EMPTY_BATCH_OPS) {
+            blocking(self.writes_block, || self.store.write_batch(chunk)).map_err(storage)?;
+        }
+        Ok(())
+    }
+
     fn write(&self, key: &[u8], effect: &ReplEffect, seq: u64) -> Result<(), WireError> {
         let result = match effect {
             ReplEffect::Put { value, flags, expiry } => {
@@ -675,6 +798,21 @@ impl Pacer {
     }
 }
 
+/// A name for a new snapshot stream, unique among this process's streams and, being a
+/// microsecond clock reading, across its restarts.
+fn snapshot_id() -> u64 {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = crate::clock::unix_micros();
+    let mut prev = LAST.load(Ordering::Relaxed);
+    loop {
+        let next = now.max(prev + 1);
+        match LAST.compare_exchange_weak(prev, next, Ordering::Relaxed, Ordering::Relaxed) {
+            Ok(_) => return next,
+            Err(p) => prev = p,
+        }
+    }
+}
+
 fn effect_of(kind: RecordKind, value: Vec<u8>, meta: Meta) -> ReplEffect {
     match kind {
         RecordKind::Put => ReplEffect::Put { value, flags: meta.flags, expiry: meta.expiry },
@@ -696,5 +834,147 @@ pub fn storage(e: fawn_ds::Error) -> WireError {
     match e {
         fawn_ds::Error::KeyTooLarge { .. } | fawn_ds::Error::ValueTooLarge { .. } => WireError::TooLarge,
         other => WireError::Storage(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    type Wire = (mpsc::Sender<ChainMsg>, mpsc::Receiver<ChainMsg>);
+
+    /// Links that keep what is sent, per peer.
+    #[derive(Default)]
+    struct Wires(Mutex<HashMap<NodeId, Wire>>);
+
+    impl LinkTo for Wires {
+        fn link(&self, peer: NodeId) -> mpsc::Sender<ChainMsg> {
+            self.0.lock().entry(peer).or_insert_with(|| mpsc::channel(1024)).0.clone()
+        }
+        fn committed(&self, _: &str, _: ReqId, _: Outcome) {}
+    }
+
+    impl Wires {
+        fn sent(&self, peer: NodeId) -> Vec<ChainMsg> {
+            let mut wires = self.0.lock();
+            let mut out = Vec::new();
+            if let Some((_, rx)) = wires.get_mut(&peer) {
+                while let Ok(m) = rx.try_recv() {
+                    out.push(m);
+                }
+            }
+            out
+        }
+    }
+
+    fn route(epoch: Epoch, me: NodeId, chain: &[NodeId], syncing: &[NodeId]) -> Route {
+        Route {
+            epoch,
+            me,
+            rc: RangeConfig { range: Range::full(), chain: chain.to_vec(), syncing: syncing.to_vec() },
+        }
+    }
+
+    fn replica(dir: &std::path::Path, route: Route) -> RangeReplica {
+        let store = DataStore::open(dir, fawn_ds::Options::default()).expect("open store");
+        RangeReplica::new(store, route, false)
+    }
+
+    fn put(key: &str, seq: u64, value: &str) -> SnapshotItem {
+        let effect = ReplEffect::Put { value: value.as_bytes().to_vec(), flags: 0, expiry: 0 };
+        SnapshotItem { seq, key: key.as_bytes().to_vec(), effect }
+    }
+
+    fn value(r: &RangeReplica, key: &str) -> Option<String> {
+        r.read(key.as_bytes(), 0).expect("read").map(|i| String::from_utf8(i.value).expect("utf-8"))
+    }
+
+    #[tokio::test]
+    async fn a_tail_that_has_not_stepped_down_does_not_confirm_its_successor_caught_up() {
+        // Node 2 is the tail of [1, 2] with 3 syncing; the manager has since promoted 3 to tail
+        // (3 installed that and asks `Resend`), but 2 has not installed it yet and would still
+        // commit updates on its own ack: 3 must not become a readable tail before 2 steps down.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wires = Wires::default();
+        let c = replica(dir.path(), route(5, 2, &[1, 2], &[3]));
+        c.store.store(b"k", b"v", Meta { seq: 10, ..Meta::default() }).expect("store");
+        c.on_resend(3, 0, &wires).await.expect("resend");
+        let sent = wires.sent(3);
+        assert!(sent.iter().any(|m| matches!(m, ChainMsg::Replicate { seq: 10, .. })), "{sent:?}");
+        assert!(
+            !sent.iter().any(|m| matches!(m, ChainMsg::CaughtUp { .. })),
+            "a node that is still the tail confirmed its successor caught up: {sent:?}"
+        );
+        // Once it has stepped down to a middle node, the confirmation follows the updates.
+        c.install(route(6, 2, &[1, 2, 3], &[]), &wires).await;
+        let _ = wires.sent(3);
+        c.on_resend(3, 0, &wires).await.expect("resend");
+        let sent = wires.sent(3);
+        assert!(matches!(sent.last(), Some(ChainMsg::CaughtUp { seq: 10, .. })), "{sent:?}");
+    }
+
+    #[tokio::test]
+    async fn a_syncing_replica_takes_only_the_snapshot_stream_it_began() {
+        // Two streams from the same source on one link (a repeated SyncRequest, or a restart
+        // of this replica while the first stream was still being sent): the older stream's
+        // batches, with older versions, and its end must not be taken for the newer one's.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wires = Wires::default();
+        let s = replica(dir.path(), route(5, 3, &[1, 2], &[3]));
+        s.on_snapshot_begin(2, 8).await.expect("begin");
+        s.on_snapshot_batch(2, 8, 0, &[put("a", 5, "new")]).await.expect("batch");
+        s.on_snapshot_batch(2, 7, 3, &[put("a", 3, "old"), put("b", 4, "gone")]).await.expect("batch");
+        let f = s.on_snapshot_end(2, 7, 4, 4, &wires).await.expect("end");
+        assert!(!f.sync_done, "the end of another stream finished the sync");
+        assert_eq!(s.sync_status().await, Some((2, true, false)));
+        let f = s.on_snapshot_end(2, 8, 1, 5, &wires).await.expect("end");
+        assert!(f.sync_done);
+        assert_eq!(value(&s, "a").as_deref(), Some("new"));
+        assert_eq!(value(&s, "b"), None);
+    }
+
+    #[tokio::test]
+    async fn a_newer_snapshot_stream_replaces_the_one_in_progress() {
+        // The source runs only the stream of the latest request: a newer Begin means the
+        // older stream stops, so the replica switches and empties what the older one wrote.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wires = Wires::default();
+        let s = replica(dir.path(), route(5, 3, &[1, 2], &[3]));
+        s.on_snapshot_begin(2, 8).await.expect("begin");
+        s.on_snapshot_batch(2, 8, 0, &[put("a", 5, "deleted later")]).await.expect("batch");
+        s.on_snapshot_begin(2, 9).await.expect("begin");
+        s.on_snapshot_batch(2, 8, 1, &[put("x", 6, "old stream")]).await.expect("batch");
+        s.on_snapshot_batch(2, 9, 0, &[put("b", 6, "b")]).await.expect("batch");
+        assert!(!s.on_snapshot_end(2, 8, 2, 6, &wires).await.expect("end").sync_done);
+        // A repeated Begin of the stream taken changes nothing.
+        s.on_snapshot_begin(2, 9).await.expect("begin");
+        assert!(s.on_snapshot_end(2, 9, 1, 7, &wires).await.expect("end").sync_done);
+        assert_eq!(value(&s, "a"), None);
+        assert_eq!(value(&s, "x"), None);
+        assert_eq!(value(&s, "b").as_deref(), Some("b"));
+    }
+
+    #[tokio::test]
+    async fn a_snapshot_with_a_missing_batch_is_abandoned_and_the_next_one_starts_empty() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wires = Wires::default();
+        let s = replica(dir.path(), route(5, 3, &[1, 2], &[3]));
+        s.on_snapshot_begin(2, 8).await.expect("begin");
+        s.on_snapshot_batch(2, 8, 0, &[put("a", 5, "deleted later")]).await.expect("batch");
+        // Batch 1 was lost (a chain connection broke mid-stream).
+        s.on_snapshot_batch(2, 8, 2, &[put("c", 7, "c")]).await.expect("batch");
+        assert_eq!(s.sync_status().await, Some((2, false, false)), "a stream with a gap was kept");
+        let f = s.on_snapshot_end(2, 8, 3, 7, &wires).await.expect("end");
+        assert!(!f.sync_done, "a stream with a gap finished the sync");
+        // The replica asks again; "a" was deleted meanwhile and its tombstone compacted away
+        // at the source, so the new snapshot does not mention it: it must not come back.
+        s.tick(&wires).await;
+        assert!(wires.sent(2).iter().any(|m| matches!(m, ChainMsg::SyncRequest { .. })));
+        s.on_snapshot_begin(2, 9).await.expect("begin");
+        s.on_snapshot_batch(2, 9, 0, &[put("c", 7, "c")]).await.expect("batch");
+        let f = s.on_snapshot_end(2, 9, 1, 9, &wires).await.expect("end");
+        assert!(f.sync_done);
+        assert_eq!(value(&s, "a"), None, "a record of the abandoned stream came back");
+        assert_eq!(value(&s, "c").as_deref(), Some("c"));
     }
 }
