@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fawn_ds::{BatchOp, DataStore, Meta, RecordKind};
-use fawn_proto::native::{ChainMsg, Epoch, Origin, RangeConfig, ReplEffect, ReqId, SnapshotItem, WireError};
+use fawn_proto::native::{
+    ChainMsg, Epoch, Origin, RangeConfig, RecordMark, ReplEffect, ReqId, SnapshotItem, WireError,
+};
 use fawn_proto::op::{decide, Effect, Item, Mutation, Outcome, Update};
 use fawn_ring::{NodeId, Range};
 use parking_lot::Mutex;
@@ -67,6 +69,32 @@ pub struct SyncProgress {
     pub started: bool,
     pub done: bool,
     buffer: Vec<ChainMsg>,
+    /// This replica kept its datastore from before it failed: it asks for the records after
+    /// its last one instead of a full snapshot (see `suffix` below).
+    suffix: Option<SuffixPlan>,
+    /// The source refused the suffix; the back-end replaces this replica by a fresh one.
+    refused: bool,
+    /// The stream being received is a suffix (the old records stay), not a full snapshot.
+    receiving_suffix: bool,
+    /// Records and key + value bytes received so far.
+    records: u64,
+    bytes: u64,
+}
+
+/// What a rejoining replica asks for: the records after `have_seq`, whose record `top` the
+/// source must recognise as committed (see `suffix` below).
+#[derive(Clone, Debug)]
+pub struct SuffixPlan {
+    pub have_seq: u64,
+    pub top: RecordMark,
+}
+
+/// How a syncing replica got its copy, for the log line and the counters.
+#[derive(Clone, Copy, Debug)]
+pub struct SyncReport {
+    pub suffix: bool,
+    pub records: u64,
+    pub bytes: u64,
 }
 
 struct WriteState {
@@ -103,6 +131,8 @@ pub enum Ordered {
 pub struct Followups {
     /// Tell the manager this syncing replica caught up.
     pub sync_done: bool,
+    /// How the copy was made (set with `sync_done`).
+    pub report: Option<SyncReport>,
 }
 
 /// One range's replica.
@@ -125,15 +155,26 @@ impl RangeReplica {
     /// `writes_block`: the store fsyncs on every write (`SyncPolicy::Always`), so writes run
     /// with `block_in_place` instead of stalling the async worker.
     pub fn new(store: DataStore, route: Route, writes_block: bool) -> RangeReplica {
+        RangeReplica::build(Arc::new(store), route, writes_block, None)
+    }
+
+    /// A syncing replica that keeps `store` (its datastore from before it failed, whose last
+    /// record `plan` names) and asks its source for the suffix after it.
+    pub fn rejoining(store: Arc<DataStore>, route: Route, writes_block: bool, plan: SuffixPlan) -> RangeReplica {
+        RangeReplica::build(store, route, writes_block, Some(plan))
+    }
+
+    fn build(store: Arc<DataStore>, route: Route, writes_block: bool, plan: Option<SuffixPlan>) -> RangeReplica {
         let last = store.max_seq();
         let sync = route.is_syncing().then(|| SyncProgress {
             source: route.predecessor().unwrap_or(route.me),
+            suffix: plan,
             ..SyncProgress::default()
         });
         RangeReplica {
             writes_block,
             range: route.rc.range,
-            store: Arc::new(store),
+            store,
             readable: AtomicBool::new(!route.is_syncing()),
             became_readable: tokio::sync::Notify::new(),
             state: tokio::sync::Mutex::new(WriteState {
@@ -437,51 +478,155 @@ impl RangeReplica {
         let link = links.link(from);
         let _ = link.send(ChainMsg::SnapshotBegin { epoch, range: self.range }).await;
         drop(st);
+        info!(range = %self.range.id_string(), to = from, upto_seq, "streaming snapshot");
+        tokio::spawn(stream_records(self.range, epoch, link, records, None, upto_seq, copy_bytes_per_s));
+    }
+
+    /// A rejoining successor asks for the records after its last one (`have_seq`, record
+    /// `top`). Streamed, from a cut taken under the state lock as for a snapshot, only when
+    /// [`suffix_refusal`](Self::suffix_refusal) finds nothing against it; else refused.
+    pub async fn on_suffix_sync_request(
+        self: &Arc<Self>,
+        from: NodeId,
+        have_seq: u64,
+        top: &RecordMark,
+        links: &dyn LinkTo,
+        copy_bytes_per_s: u64,
+    ) -> Option<bool> {
+        let st = self.state.lock().await;
+        if !(st.route.is_tail() && st.route.successor() == Some(from) && st.route.rc.syncing.contains(&from))
+        {
+            return None;
+        }
+        let epoch = st.route.epoch;
+        let link = links.link(from);
         let range = self.range;
-        info!(range = %range.id_string(), to = from, upto_seq, "streaming snapshot");
-        tokio::spawn(async move {
-            let mut sent = 0u64;
-            let mut pacer = Pacer::new(copy_bytes_per_s);
-            let mut batch = Vec::new();
-            let mut batch_bytes = 0usize;
-            let mut records = records.peekable();
-            while let Some(record) = records.next() {
-                let Ok(record) = record else {
-                    warn!(range = %range.id_string(), "snapshot read failed; the receiver will ask again");
-                    return;
-                };
-                batch_bytes += record.key.len() + record.value.len();
-                let effect = effect_of(record.kind, record.value, record.meta);
-                batch.push(SnapshotItem { seq: record.meta.seq, key: record.key, effect });
-                if batch_bytes < SNAPSHOT_BATCH_BYTES && records.peek().is_some() {
-                    continue;
-                }
-                pacer.pace(batch_bytes).await;
-                sent += batch.len() as u64;
-                let msg = ChainMsg::SnapshotBatch { range, records: std::mem::take(&mut batch) };
-                batch_bytes = 0;
-                if link.send(msg).await.is_err() {
-                    return;
-                }
+        if let Some(reason) = self.suffix_refusal(have_seq, top) {
+            info!(range = %range.id_string(), to = from, have_seq, %reason,
+                "refusing a suffix sync: the replica will copy the range in full");
+            let _ = link.send(ChainMsg::SuffixRefused { epoch, range, reason }).await;
+            return Some(false);
+        }
+        let upto_seq = self.store.max_seq();
+        let records = self.store.iter();
+        let _ = link.send(ChainMsg::SuffixBegin { epoch, range, after_seq: have_seq }).await;
+        drop(st);
+        info!(range = %range.id_string(), to = from, after_seq = have_seq, upto_seq, "streaming suffix");
+        tokio::spawn(stream_records(range, epoch, link, records, Some(have_seq), upto_seq, copy_bytes_per_s));
+        Some(true)
+    }
+
+    /// Why the records of this (tail) replica above `have_seq` would not turn a rejoining
+    /// replica whose highest record is `top` into an exact copy; `None` when they would.
+    /// Called under the state lock, so the answer holds for the cut taken right after.
+    ///
+    /// The argument (docs/PROTOCOL.md, "Rejoin"):
+    /// 1. Sequence numbers increase along the range's update order, across head changes (a
+    ///    new head continues above everything it holds). A replica receives that order
+    ///    without gaps (`prev_seq`), or a snapshot plus the order after it; so its records
+    ///    are the range's history up to its last record — except that a head that died may
+    ///    have appended updates no one else received. Those form the *end* of its log: any
+    ///    record after an uncommitted one is uncommitted too (the tail takes updates in
+    ///    order). So if its last record is committed, every record it holds is.
+    /// 2. Everything this tail stores is committed. If its current record of `top.key` has
+    ///    `top`'s seq and contents, the rejoiner's last record is committed, and by 1 the
+    ///    rejoiner holds the committed state as of `have_seq` (`store_is_complete` marks
+    ///    stores that were whole replicas, not a snapshot cut off half-way).
+    /// 3. Every key changed after `have_seq` has its latest record here with a seq above
+    ///    `have_seq`, unless compaction dropped it for its age (delete under the tombstone
+    ///    watermark, expired put): `dropped_seq_max() <= have_seq` rules that out.
+    /// 4. Appending the records above `have_seq` in this log's order (per key, the order they
+    ///    were applied) then leaves the rejoiner with this replica's state as of the cut; the
+    ///    live stream after the cut follows as for a snapshot. `have_seq <= max_seq()` keeps
+    ///    the rejoiner from mistaking later updates for duplicates.
+    pub fn suffix_refusal(&self, have_seq: u64, top: &RecordMark) -> Option<String> {
+        if top.seq != have_seq || have_seq == 0 {
+            return Some("the replica's last record does not carry its highest seq".into());
+        }
+        if !self.range.contains(fawn_ring::key_id(&top.key)) {
+            return Some("the replica's last record is outside this range".into());
+        }
+        let max = self.store.max_seq();
+        if max < have_seq {
+            return Some(format!("the replica holds seq {have_seq}, beyond this chain's {max}"));
+        }
+        let dropped = self.store.dropped_seq_max();
+        if dropped > have_seq {
+            return Some(format!(
+                "compaction here dropped deletes or expired items up to seq {dropped}, above {have_seq}"
+            ));
+        }
+        match self.store.lookup(&top.key) {
+            Ok(Some(e))
+                if e.meta.seq == top.seq
+                    && e.meta.flags == top.flags
+                    && e.meta.expiry == top.expiry
+                    && crc32c::crc32c(&e.value) == top.value_crc =>
+            {
+                None
             }
-            let _ = link.send(ChainMsg::SnapshotEnd { epoch, range, upto_seq }).await;
-            info!(range = %range.id_string(), records = sent, bytes = pacer.sent, secs = pacer.started.elapsed().as_secs_f64(), "snapshot sent");
-        });
+            Ok(_) => Some("the replica's last record is not committed here (an update that never committed, or since overwritten)".into()),
+            Err(e) => Some(format!("reading the key of the replica's last record: {e}")),
+        }
     }
 
     pub async fn on_snapshot_begin(&self, from: NodeId) {
         let mut st = self.state.lock().await;
-        if let Some(sync) = st.sync.as_mut().filter(|s| s.source == from && !s.started) {
+        // A replica holding old records takes a suffix or nothing: a full snapshot on top of
+        // them could keep a record the chain never committed.
+        if let Some(sync) = st.sync.as_mut().filter(|s| s.source == from && !s.started && s.suffix.is_none()) {
             sync.started = true;
         }
     }
 
+    /// The source agreed to a suffix after `after_seq`.
+    pub async fn on_suffix_begin(&self, from: NodeId, after_seq: u64) {
+        let mut st = self.state.lock().await;
+        let Some(sync) = st.sync.as_mut().filter(|s| s.source == from && !s.started && !s.refused) else {
+            return;
+        };
+        if sync.suffix.as_ref().is_some_and(|p| p.have_seq == after_seq) {
+            sync.started = true;
+            sync.receiving_suffix = true;
+        }
+    }
+
+    /// The source refused the suffix. True when this replica was waiting for one from `from`:
+    /// the back-end then replaces it by a fresh replica, which asks for a full snapshot.
+    pub async fn on_suffix_refused(&self, from: NodeId) -> bool {
+        let mut st = self.state.lock().await;
+        match st.sync.as_mut().filter(|s| s.source == from && !s.started && s.suffix.is_some()) {
+            Some(sync) => {
+                sync.refused = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether this replica was refused a suffix and waits to be replaced.
+    pub async fn suffix_refused(&self) -> bool {
+        self.state.lock().await.sync.as_ref().is_some_and(|s| s.refused)
+    }
+
+    /// Takes this replica out of every role for good (it is being replaced while others may
+    /// still hold it): it orders, applies and serves nothing from now on.
+    pub async fn retire(&self) {
+        let mut st = self.state.lock().await;
+        st.route.rc.chain.clear();
+        st.route.rc.syncing.clear();
+        st.sync = None;
+        self.readable.store(false, Ordering::Release);
+    }
+
     /// Writes a batch of snapshot records with one datastore write.
     pub async fn on_snapshot_batch(&self, from: NodeId, records: &[SnapshotItem]) -> Result<(), WireError> {
-        let st = self.state.lock().await;
-        if !st.sync.as_ref().is_some_and(|s| s.source == from && s.started && !s.done) {
+        let mut st = self.state.lock().await;
+        let Some(sync) = st.sync.as_mut().filter(|s| s.source == from && s.started && !s.done) else {
             return Ok(());
-        }
+        };
+        sync.records += records.len() as u64;
+        sync.bytes += records.iter().map(|r| (r.key.len() + effect_bytes(&r.effect)) as u64).sum::<u64>();
         let ops: Vec<BatchOp<'_>> = records
             .iter()
             .map(|r| match &r.effect {
@@ -506,6 +651,7 @@ impl RangeReplica {
             return Ok(Followups::default());
         };
         sync.done = true;
+        let report = SyncReport { suffix: sync.receiving_suffix, records: sync.records, bytes: sync.bytes };
         let buffered = std::mem::take(&mut sync.buffer);
         let replayed = buffered.len();
         for msg in buffered {
@@ -513,8 +659,10 @@ impl RangeReplica {
                 self.apply_locked(&mut st, msg, links).await?;
             }
         }
-        info!(range = %self.range.id_string(), upto_seq, replayed, "sync complete");
-        Ok(Followups { sync_done: true })
+        let mode = if report.suffix { "suffix" } else { "full" };
+        info!(range = %self.range.id_string(), mode, records = report.records, bytes = report.bytes,
+            upto_seq, replayed, "sync complete");
+        Ok(Followups { sync_done: true, report: Some(report) })
     }
 
     /// Installs this node's route of a new epoch. Returns messages that re-wire the chain.
@@ -566,8 +714,13 @@ impl RangeReplica {
         let st = self.state.lock().await;
         let epoch = st.route.epoch;
         match (&st.sync, st.route.predecessor()) {
-            (Some(sync), Some(pred)) if !sync.started => {
-                let _ = links.link(pred).send(ChainMsg::SyncRequest { epoch, range: self.range }).await;
+            (Some(sync), Some(pred)) if !sync.started && !sync.refused => {
+                let range = self.range;
+                let msg = match &sync.suffix {
+                    Some(p) => ChainMsg::SuffixSyncRequest { epoch, range, have_seq: p.have_seq, top: p.top.clone() },
+                    None => ChainMsg::SyncRequest { epoch, range },
+                };
+                let _ = links.link(pred).send(msg).await;
             }
             (None, Some(pred)) if st.route.is_tail() && !self.readable() => {
                 let after_seq = self.store.max_seq();
@@ -639,6 +792,88 @@ impl RangeReplica {
     }
 }
 
+/// Streams `records` (a snapshot iterator taken at the cut `upto_seq`) to a syncing
+/// successor in `SnapshotBatch`es, then `SnapshotEnd`: all of them, or with `after` only those
+/// with a higher seq (a suffix). Paced to `copy_bytes_per_s` (key + value bytes; 0 = unlimited).
+async fn stream_records(
+    range: Range,
+    epoch: Epoch,
+    link: mpsc::Sender<ChainMsg>,
+    records: fawn_ds::Iter,
+    after: Option<u64>,
+    upto_seq: u64,
+    copy_bytes_per_s: u64,
+) {
+    let what = if after.is_some() { "suffix" } else { "snapshot" };
+    let mut sent = 0u64;
+    let mut pacer = Pacer::new(copy_bytes_per_s);
+    let mut batch = Vec::new();
+    let mut batch_bytes = 0usize;
+    let mut records = records.peekable();
+    while let Some(record) = records.next() {
+        let Ok(record) = record else {
+            warn!(range = %range.id_string(), what, "read failed; the receiver will ask again");
+            return;
+        };
+        if after.is_none_or(|a| record.meta.seq > a) {
+            batch_bytes += record.key.len() + record.value.len();
+            let effect = effect_of(record.kind, record.value, record.meta);
+            batch.push(SnapshotItem { seq: record.meta.seq, key: record.key, effect });
+        }
+        if batch_bytes < SNAPSHOT_BATCH_BYTES && records.peek().is_some() {
+            continue;
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        pacer.pace(batch_bytes).await;
+        sent += batch.len() as u64;
+        let msg = ChainMsg::SnapshotBatch { range, records: std::mem::take(&mut batch) };
+        batch_bytes = 0;
+        if link.send(msg).await.is_err() {
+            return;
+        }
+    }
+    let _ = link.send(ChainMsg::SnapshotEnd { epoch, range, upto_seq }).await;
+    info!(range = %range.id_string(), what, records = sent, bytes = pacer.sent,
+        secs = pacer.started.elapsed().as_secs_f64(), "sent");
+}
+
+/// The suffix plan of a datastore kept from before a failure: its highest seq and the put
+/// that carries it. `None` (copy the range in full) when that record is a delete or is gone
+/// (compaction dropped it; `max_seq` then exceeds every record), or the store is empty.
+/// Scans the whole log (a local sequential read).
+pub fn suffix_plan(store: &DataStore) -> Result<Option<SuffixPlan>, fawn_ds::Error> {
+    let have_seq = store.max_seq();
+    if have_seq == 0 {
+        return Ok(None);
+    }
+    let mut top = None;
+    for record in store.iter() {
+        let record = record?;
+        if record.meta.seq == have_seq {
+            top = Some(record);
+        }
+    }
+    Ok(top.filter(|r| r.kind == RecordKind::Put).map(|r| SuffixPlan {
+        have_seq,
+        top: RecordMark {
+            value_crc: crc32c::crc32c(&r.value),
+            key: r.key,
+            seq: r.meta.seq,
+            flags: r.meta.flags,
+            expiry: r.meta.expiry,
+        },
+    }))
+}
+
+fn effect_bytes(effect: &ReplEffect) -> usize {
+    match effect {
+        ReplEffect::Put { value, .. } => value.len(),
+        ReplEffect::Delete => 0,
+    }
+}
+
 /// Key + value bytes per snapshot message: large enough that per-message costs vanish, small
 /// enough that pacing stays smooth and a chain link's queue is not held up for long.
 const SNAPSHOT_BATCH_BYTES: usize = 64 << 10;
@@ -683,7 +918,7 @@ fn effect_of(kind: RecordKind, value: Vec<u8>, meta: Meta) -> ReplEffect {
 }
 
 /// Runs a storage call that may wait for an fsync without stalling other tasks on this worker.
-fn blocking<T>(may_block: bool, f: impl FnOnce() -> T) -> T {
+pub(crate) fn blocking<T>(may_block: bool, f: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current() {
         Ok(h) if may_block && h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
             tokio::task::block_in_place(f)
