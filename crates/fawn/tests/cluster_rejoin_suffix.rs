@@ -127,6 +127,27 @@ fn restarted_backend_rejoins_by_suffix_and_drops_its_uncommitted_record() {
             })
     });
 
+    rt.block_on(async {
+        assert_eq!(client.get(&ghost_key).await.expect("get ghost"), None, "the uncommitted update reappeared");
+        for (k, v) in &want {
+            let got = client.get(k).await.expect("get").map(|it| it.value);
+            assert_eq!(&got, v, "{}", String::from_utf8_lossy(k));
+        }
+        let pool = Pool::new(Duration::from_secs(2));
+        for rc in &after.ranges {
+            let mut digests = Vec::new();
+            for node in &rc.chain {
+                let addr = after.backend_addr(*node).expect("addr");
+                digests.push((*node, common::live_digest(&pool, addr, rc.range).await));
+            }
+            for (node, d) in &digests[1..] {
+                assert_eq!(d, &digests[0].1, "replica on node {node} differs for range {}", rc.range.id_string());
+            }
+            if rc.range == ghost_range {
+                assert!(!digests[0].1.contains_key(&ghost_key), "the uncommitted record is in the chain");
+            }
+        }
+    });
     // How each range was copied.
     let victim_addr = procs.backend_addrs[&VICTIM].clone();
     let st = status(&rt, &victim_addr);
@@ -154,26 +175,5 @@ fn restarted_backend_rejoins_by_suffix_and_drops_its_uncommitted_record() {
         "a suffix moved {suffix_bytes} B, a full copy of those ranges is {full_copy} B"
     );
 
-    rt.block_on(async {
-        assert_eq!(client.get(&ghost_key).await.expect("get ghost"), None, "the uncommitted update reappeared");
-        for (k, v) in &want {
-            let got = client.get(k).await.expect("get").map(|it| it.value);
-            assert_eq!(&got, v, "{}", String::from_utf8_lossy(k));
-        }
-        let pool = Pool::new(Duration::from_secs(2));
-        for rc in &after.ranges {
-            let mut digests = Vec::new();
-            for node in &rc.chain {
-                let addr = after.backend_addr(*node).expect("addr");
-                digests.push((*node, common::live_digest(&pool, addr, rc.range).await));
-            }
-            for (node, d) in &digests[1..] {
-                assert_eq!(d, &digests[0].1, "replica on node {node} differs for range {}", rc.range.id_string());
-            }
-            if rc.range == ghost_range {
-                assert!(!digests[0].1.contains_key(&ghost_key), "the uncommitted record is in the chain");
-            }
-        }
-    });
     procs.kill_all();
 }
