@@ -183,12 +183,14 @@ pub enum ChainMsg {
     SuffixRefused { epoch: Epoch, range: Range, reason: String },
 }
 
-/// Identifies one stored put: its key, seq and contents (CRC32C of the value, flags, expiry).
+/// Identifies one stored record: its key, seq and contents (a delete, or a put with the
+/// CRC32C of its value, its flags and expiry; all 0 for a delete).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordMark {
     #[serde(with = "serde_bytes")]
     pub key: Vec<u8>,
     pub seq: u64,
+    pub delete: bool,
     pub value_crc: u32,
     pub flags: u32,
     pub expiry: u32,

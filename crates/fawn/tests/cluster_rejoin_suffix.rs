@@ -1,7 +1,9 @@
 //! Guards rejoin by suffix (issue 6: "a failed node that comes back with its old data rejoins
 //! with only the missing suffix copied where possible"): 4 back-ends, R=3. One back-end is
 //! killed with kill -9 after a preload; while it is declared failed, keys are added, some
-//! preloaded keys overwritten and deleted; then, in one of its ranges, its datastore gets an
+//! preloaded keys overwritten and deleted — in one range the very key of the victim's last
+//! record, which the source then finds only by a scan of its log, not as the key's current
+//! version; then, in another of its ranges, its datastore gets an
 //! extra record after its last one — an update a head appended and never forwarded before it
 //! died. The node restarts on its data directory. It must rejoin every range: the clean ones
 //! by a suffix that moves far fewer bytes than a full copy, the one with the uncommitted
@@ -80,6 +82,14 @@ fn restarted_backend_rejoins_by_suffix_and_drops_its_uncommitted_record() {
         before.ranges.iter().filter(|rc| rc.chain.contains(&VICTIM)).map(|rc| rc.range).collect();
     assert!(victim_ranges.len() >= 2, "the victim replicates several ranges: {before:?}");
 
+    // The victim's last record in a second range: the last preloaded key there.
+    let overwritten_range = victim_ranges[1];
+    let overwritten_key = (0..PRELOAD_KEYS)
+        .rev()
+        .map(|i| format!("pre-{i}").into_bytes())
+        .find(|k| overwritten_range.contains(key_id(k)))
+        .expect("a preloaded key in the range");
+
     procs.kill9(VICTIM);
     wait_for(&mut procs, "the victim is declared failed", |c| {
         c.backends.iter().any(|b| b.node == VICTIM && b.state == NodeState::Failed)
@@ -91,6 +101,9 @@ fn restarted_backend_rejoins_by_suffix_and_drops_its_uncommitted_record() {
             client.put(&k, &v).await.expect("put while the victim is down");
             want.insert(k, Some(v));
         }
+        let v = value("overwritten", 0);
+        client.put(&overwritten_key, &v).await.expect("overwrite the victim's last record");
+        want.insert(overwritten_key.clone(), Some(v));
         for i in 0..CHANGED_KEYS {
             let k = format!("pre-{i}").into_bytes();
             if i % 2 == 0 {
@@ -122,13 +135,17 @@ fn restarted_backend_rejoins_by_suffix_and_drops_its_uncommitted_record() {
     let after = wait_for(&mut procs, "the victim is back in every chain it held", |c| {
         c.backends.iter().all(|b| b.state == NodeState::Alive)
             && c.ranges.iter().all(|r| r.syncing.is_empty() && r.chain.len() == 3)
-            && victim_ranges.iter().all(|range| {
-                c.ranges.iter().any(|r| r.range == *range && r.chain.contains(&VICTIM))
-            })
+            && victim_ranges
+                .iter()
+                .all(|range| c.ranges.iter().any(|r| r.range == *range && r.chain.contains(&VICTIM)))
     });
 
     rt.block_on(async {
-        assert_eq!(client.get(&ghost_key).await.expect("get ghost"), None, "the uncommitted update reappeared");
+        assert_eq!(
+            client.get(&ghost_key).await.expect("get ghost"),
+            None,
+            "the uncommitted update reappeared"
+        );
         for (k, v) in &want {
             let got = client.get(k).await.expect("get").map(|it| it.value);
             assert_eq!(&got, v, "{}", String::from_utf8_lossy(k));
@@ -141,7 +158,12 @@ fn restarted_backend_rejoins_by_suffix_and_drops_its_uncommitted_record() {
                 digests.push((*node, common::live_digest(&pool, addr, rc.range).await));
             }
             for (node, d) in &digests[1..] {
-                assert_eq!(d, &digests[0].1, "replica on node {node} differs for range {}", rc.range.id_string());
+                assert_eq!(
+                    d,
+                    &digests[0].1,
+                    "replica on node {node} differs for range {}",
+                    rc.range.id_string()
+                );
             }
             if rc.range == ghost_range {
                 assert!(!digests[0].1.contains_key(&ghost_key), "the uncommitted record is in the chain");
@@ -158,15 +180,19 @@ fn restarted_backend_rejoins_by_suffix_and_drops_its_uncommitted_record() {
         victim_ranges.len()
     );
     assert_eq!(full, 1, "only the range with the uncommitted record is copied in full\n{}", procs.logs(80));
-    assert_eq!(suffix, victim_ranges.len() as u64 - 1, "every other range rejoins by suffix\n{}", procs.logs(80));
+    assert_eq!(
+        suffix,
+        victim_ranges.len() as u64 - 1,
+        "every other range rejoins by suffix\n{}",
+        procs.logs(80)
+    );
     let refusals: u64 = procs.backend_counter_sum("suffix_refusals");
     assert!(refusals >= 1, "the source refused the suffix of the range with the uncommitted record");
     // What a full copy of the suffix-synced ranges would have moved (key + value bytes).
     let full_copy: u64 = want
         .iter()
         .filter(|(k, v)| {
-            v.is_some()
-                && victim_ranges.iter().any(|r| *r != ghost_range && r.contains(key_id(k)))
+            v.is_some() && victim_ranges.iter().any(|r| *r != ghost_range && r.contains(key_id(k)))
         })
         .map(|(k, v)| (k.len() + v.as_ref().map_or(0, Vec::len)) as u64)
         .sum();

@@ -112,7 +112,7 @@ struct Counters {
     sync_suffix_bytes: AtomicU64,
     sync_full_bytes: AtomicU64,
     /// Suffix syncs this back-end (as source) refused.
-    suffix_refusals: AtomicU64,
+    suffix_refusals: Arc<AtomicU64>,
     link_stalls: AtomicU64,
     link_cuts_reported: AtomicU64,
     get_latency: Histogram,
@@ -258,7 +258,8 @@ impl Backend {
             Some(r) if !fresh_sync => r.install(route, &self.linker()).await,
             existing => {
                 if fresh_sync {
-                    if let Some(replica) = self.rejoin_replica(existing.as_ref(), &route, expected_keys).await {
+                    if let Some(replica) = self.rejoin_replica(existing.as_ref(), &route, expected_keys).await
+                    {
                         self.replicas.write().insert(rc.range, Arc::new(replica));
                         return Ok(());
                     }
@@ -372,7 +373,9 @@ impl Backend {
                     old = Some(r);
                     tokio::time::sleep(Duration::from_millis(10)).await;
                 }
-                Err(_) => warn!(range = %range.id_string(), "replaced replica still in use; emptying its directory anyway"),
+                Err(_) => {
+                    warn!(range = %range.id_string(), "replaced replica still in use; emptying its directory anyway")
+                }
             }
         }
         let view = self.current();
@@ -609,9 +612,8 @@ impl Backend {
             ChainMsg::SnapshotBegin { .. } => replica.on_snapshot_begin(from).await,
             ChainMsg::SuffixSyncRequest { have_seq, top, .. } => {
                 let rate = self.options.copy_bytes_per_s;
-                if replica.on_suffix_sync_request(from, have_seq, &top, &links, rate).await == Some(false) {
-                    self.counters.suffix_refusals.fetch_add(1, Ordering::Relaxed);
-                }
+                let refusals = &self.counters.suffix_refusals;
+                replica.on_suffix_sync_request(from, have_seq, &top, &links, rate, refusals).await;
             }
             ChainMsg::SuffixBegin { after_seq, .. } => replica.on_suffix_begin(from, after_seq).await,
             ChainMsg::SuffixRefused { .. } => {
@@ -630,8 +632,11 @@ impl Backend {
                     self.counters.syncs_completed.fetch_add(1, Ordering::Relaxed);
                     if let Some(r) = followups.report {
                         let c = &self.counters;
-                        let (n, bytes) =
-                            if r.suffix { (&c.syncs_suffix, &c.sync_suffix_bytes) } else { (&c.syncs_full, &c.sync_full_bytes) };
+                        let (n, bytes) = if r.suffix {
+                            (&c.syncs_suffix, &c.sync_suffix_bytes)
+                        } else {
+                            (&c.syncs_full, &c.sync_full_bytes)
+                        };
                         n.fetch_add(1, Ordering::Relaxed);
                         bytes.fetch_add(r.bytes, Ordering::Relaxed);
                     }
@@ -902,7 +907,7 @@ impl Exposition for Backend {
             ("fawn_backend_syncs_full_total", &c.syncs_full),
             ("fawn_backend_sync_suffix_bytes_total", &c.sync_suffix_bytes),
             ("fawn_backend_sync_full_bytes_total", &c.sync_full_bytes),
-            ("fawn_backend_suffix_refusals_total", &c.suffix_refusals),
+            ("fawn_backend_suffix_refusals_total", &*c.suffix_refusals),
             ("fawn_backend_link_stalls_total", &c.link_stalls),
             ("fawn_backend_link_cuts_reported_total", &c.link_cuts_reported),
         ] {

@@ -148,6 +148,9 @@ pub struct RangeReplica {
     became_readable: tokio::sync::Notify,
     waiters: Mutex<BTreeMap<u64, Vec<oneshot::Sender<()>>>>,
     unacked: Mutex<BTreeMap<u64, ChainMsg>>,
+    /// A suffix request is being decided by a scan of the log (the successor's retries
+    /// meanwhile are ignored).
+    suffix_scan: Arc<AtomicBool>,
 }
 
 impl RangeReplica {
@@ -160,11 +163,21 @@ impl RangeReplica {
 
     /// A syncing replica that keeps `store` (its datastore from before it failed, whose last
     /// record `plan` names) and asks its source for the suffix after it.
-    pub fn rejoining(store: Arc<DataStore>, route: Route, writes_block: bool, plan: SuffixPlan) -> RangeReplica {
+    pub fn rejoining(
+        store: Arc<DataStore>,
+        route: Route,
+        writes_block: bool,
+        plan: SuffixPlan,
+    ) -> RangeReplica {
         RangeReplica::build(store, route, writes_block, Some(plan))
     }
 
-    fn build(store: Arc<DataStore>, route: Route, writes_block: bool, plan: Option<SuffixPlan>) -> RangeReplica {
+    fn build(
+        store: Arc<DataStore>,
+        route: Route,
+        writes_block: bool,
+        plan: Option<SuffixPlan>,
+    ) -> RangeReplica {
         let last = store.max_seq();
         let sync = route.is_syncing().then(|| SyncProgress {
             source: route.predecessor().unwrap_or(route.me),
@@ -187,6 +200,7 @@ impl RangeReplica {
             acked: AtomicU64::new(last),
             waiters: Mutex::new(BTreeMap::new()),
             unacked: Mutex::new(BTreeMap::new()),
+            suffix_scan: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -485,6 +499,7 @@ impl RangeReplica {
     /// A rejoining successor asks for the records after its last one (`have_seq`, record
     /// `top`). Streamed, from a cut taken under the state lock as for a snapshot, only when
     /// [`suffix_refusal`](Self::suffix_refusal) finds nothing against it; else refused.
+    /// Each refusal adds one to `refusals`.
     pub async fn on_suffix_sync_request(
         self: &Arc<Self>,
         from: NodeId,
@@ -492,33 +507,118 @@ impl RangeReplica {
         top: &RecordMark,
         links: &dyn LinkTo,
         copy_bytes_per_s: u64,
-    ) -> Option<bool> {
+        refusals: &Arc<AtomicU64>,
+    ) {
         let st = self.state.lock().await;
         if !(st.route.is_tail() && st.route.successor() == Some(from) && st.route.rc.syncing.contains(&from))
         {
-            return None;
+            return;
+        }
+        if self.suffix_scan.load(Ordering::Acquire) {
+            return;
         }
         let epoch = st.route.epoch;
         let link = links.link(from);
         let range = self.range;
-        if let Some(reason) = self.suffix_refusal(have_seq, top) {
+        let counter = Arc::clone(refusals);
+        let refuse = move |reason: String| {
+            counter.fetch_add(1, Ordering::Relaxed);
             info!(range = %range.id_string(), to = from, have_seq, %reason,
                 "refusing a suffix sync: the replica will copy the range in full");
-            let _ = link.send(ChainMsg::SuffixRefused { epoch, range, reason }).await;
-            return Some(false);
-        }
+            ChainMsg::SuffixRefused { epoch, range, reason }
+        };
+        let verdict = match self.suffix_refusal(have_seq, top) {
+            Some(reason) => {
+                let _ = link.send(refuse(reason)).await;
+                return;
+            }
+            None => self.top_is_current(top),
+        };
         let upto_seq = self.store.max_seq();
         let records = self.store.iter();
-        let _ = link.send(ChainMsg::SuffixBegin { epoch, range, after_seq: have_seq }).await;
-        drop(st);
-        info!(range = %range.id_string(), to = from, after_seq = have_seq, upto_seq, "streaming suffix");
-        tokio::spawn(stream_records(range, epoch, link, records, Some(have_seq), upto_seq, copy_bytes_per_s));
-        Some(true)
+        match verdict {
+            Ok(true) => {
+                let _ = link.send(ChainMsg::SuffixBegin { epoch, range, after_seq: have_seq }).await;
+                drop(st);
+                info!(range = %range.id_string(), to = from, after_seq = have_seq, upto_seq, "streaming suffix");
+                tokio::spawn(stream_records(
+                    range,
+                    epoch,
+                    link,
+                    records,
+                    Some(have_seq),
+                    upto_seq,
+                    copy_bytes_per_s,
+                ));
+            }
+            Ok(false) => {
+                // Not this replica's current version of the key: look for the very record in
+                // the log, read from the same cut (no write runs while the state lock is held).
+                let scan = self.store.iter();
+                drop(st);
+                self.suffix_scan.store(true, Ordering::Release);
+                let running = Arc::clone(&self.suffix_scan);
+                let top = top.clone();
+                tokio::spawn(async move {
+                    let found = blocking(true, || log_holds(scan, &top));
+                    match found {
+                        Ok(true) => {
+                            let _ =
+                                link.send(ChainMsg::SuffixBegin { epoch, range, after_seq: have_seq }).await;
+                            info!(range = %range.id_string(), to = from, after_seq = have_seq, upto_seq,
+                                "streaming suffix (its last record found in the log)");
+                            stream_records(
+                                range,
+                                epoch,
+                                link,
+                                records,
+                                Some(have_seq),
+                                upto_seq,
+                                copy_bytes_per_s,
+                            )
+                            .await;
+                            // Retries that came meanwhile were ignored: one stream per request.
+                            running.store(false, Ordering::Release);
+                        }
+                        Ok(false) => {
+                            let reason =
+                                "the replica's last record is not in this log (an update that never \
+                                committed, or compacted away)";
+                            let _ = link.send(refuse(reason.into())).await;
+                            running.store(false, Ordering::Release);
+                        }
+                        Err(e) => {
+                            let _ = link.send(refuse(format!("reading the log: {e}"))).await;
+                            running.store(false, Ordering::Release);
+                        }
+                    }
+                });
+            }
+            Err(e) => {
+                let _ = link.send(refuse(format!("reading the key of the replica's last record: {e}"))).await;
+            }
+        }
     }
 
-    /// Why the records of this (tail) replica above `have_seq` would not turn a rejoining
-    /// replica whose highest record is `top` into an exact copy; `None` when they would.
-    /// Called under the state lock, so the answer holds for the cut taken right after.
+    /// Whether this replica's current record of `top.key` is `top` (a put only: a deleted key
+    /// has no current record to compare; the log scan decides then).
+    fn top_is_current(&self, top: &RecordMark) -> Result<bool, fawn_ds::Error> {
+        if top.delete {
+            return Ok(false);
+        }
+        Ok(self.store.lookup(&top.key)?.is_some_and(|e| {
+            e.meta.seq == top.seq
+                && e.meta.flags == top.flags
+                && e.meta.expiry == top.expiry
+                && crc32c::crc32c(&e.value) == top.value_crc
+        }))
+    }
+
+    /// The checks of a suffix request that need no log read: why the records of this (tail)
+    /// replica above `have_seq` would not turn a rejoining replica whose highest record is
+    /// `top` into an exact copy, or `None` if they would provided `top` is committed (that is
+    /// checked by the caller, point 2 below). Called under the state lock, so the answer holds
+    /// for the cut taken right after.
     ///
     /// The argument (docs/PROTOCOL.md, "Rejoin"):
     /// 1. Sequence numbers increase along the range's update order, across head changes (a
@@ -528,10 +628,11 @@ impl RangeReplica {
     ///    have appended updates no one else received. Those form the *end* of its log: any
     ///    record after an uncommitted one is uncommitted too (the tail takes updates in
     ///    order). So if its last record is committed, every record it holds is.
-    /// 2. Everything this tail stores is committed. If its current record of `top.key` has
-    ///    `top`'s seq and contents, the rejoiner's last record is committed, and by 1 the
-    ///    rejoiner holds the committed state as of `have_seq` (`store_is_complete` marks
-    ///    stores that were whole replicas, not a snapshot cut off half-way).
+    /// 2. Everything this tail stores is committed. If its log holds `top` (same key, seq and
+    ///    contents; checked first against the key's current record, else by a scan of the
+    ///    log), the rejoiner's last record is committed, and by 1 the rejoiner holds the
+    ///    committed state as of `have_seq` (the back-end's `REPLICA` marker keeps out stores
+    ///    that were a snapshot cut off half-way, which hold no prefix).
     /// 3. Every key changed after `have_seq` has its latest record here with a seq above
     ///    `have_seq`, unless compaction dropped it for its age (delete under the tombstone
     ///    watermark, expired put): `dropped_seq_max() <= have_seq` rules that out.
@@ -556,25 +657,15 @@ impl RangeReplica {
                 "compaction here dropped deletes or expired items up to seq {dropped}, above {have_seq}"
             ));
         }
-        match self.store.lookup(&top.key) {
-            Ok(Some(e))
-                if e.meta.seq == top.seq
-                    && e.meta.flags == top.flags
-                    && e.meta.expiry == top.expiry
-                    && crc32c::crc32c(&e.value) == top.value_crc =>
-            {
-                None
-            }
-            Ok(_) => Some("the replica's last record is not committed here (an update that never committed, or since overwritten)".into()),
-            Err(e) => Some(format!("reading the key of the replica's last record: {e}")),
-        }
+        None
     }
 
     pub async fn on_snapshot_begin(&self, from: NodeId) {
         let mut st = self.state.lock().await;
         // A replica holding old records takes a suffix or nothing: a full snapshot on top of
         // them could keep a record the chain never committed.
-        if let Some(sync) = st.sync.as_mut().filter(|s| s.source == from && !s.started && s.suffix.is_none()) {
+        if let Some(sync) = st.sync.as_mut().filter(|s| s.source == from && !s.started && s.suffix.is_none())
+        {
             sync.started = true;
         }
     }
@@ -717,7 +808,9 @@ impl RangeReplica {
             (Some(sync), Some(pred)) if !sync.started && !sync.refused => {
                 let range = self.range;
                 let msg = match &sync.suffix {
-                    Some(p) => ChainMsg::SuffixSyncRequest { epoch, range, have_seq: p.have_seq, top: p.top.clone() },
+                    Some(p) => {
+                        ChainMsg::SuffixSyncRequest { epoch, range, have_seq: p.have_seq, top: p.top.clone() }
+                    }
                     None => ChainMsg::SyncRequest { epoch, range },
                 };
                 let _ = links.link(pred).send(msg).await;
@@ -839,10 +932,10 @@ async fn stream_records(
         secs = pacer.started.elapsed().as_secs_f64(), "sent");
 }
 
-/// The suffix plan of a datastore kept from before a failure: its highest seq and the put
-/// that carries it. `None` (copy the range in full) when that record is a delete or is gone
-/// (compaction dropped it; `max_seq` then exceeds every record), or the store is empty.
-/// Scans the whole log (a local sequential read).
+/// The suffix plan of a datastore kept from before a failure: its highest seq and the record
+/// that carries it. `None` (copy the range in full) when that record is gone (compaction
+/// dropped it; `max_seq` then exceeds every record), or the store is empty. Scans the whole
+/// log (a local sequential read).
 pub fn suffix_plan(store: &DataStore) -> Result<Option<SuffixPlan>, fawn_ds::Error> {
     let have_seq = store.max_seq();
     if have_seq == 0 {
@@ -855,16 +948,37 @@ pub fn suffix_plan(store: &DataStore) -> Result<Option<SuffixPlan>, fawn_ds::Err
             top = Some(record);
         }
     }
-    Ok(top.filter(|r| r.kind == RecordKind::Put).map(|r| SuffixPlan {
-        have_seq,
-        top: RecordMark {
-            value_crc: crc32c::crc32c(&r.value),
-            key: r.key,
-            seq: r.meta.seq,
-            flags: r.meta.flags,
-            expiry: r.meta.expiry,
+    Ok(top.map(|r| SuffixPlan { have_seq, top: mark_of(r.kind, r.key, &r.value, r.meta) }))
+}
+
+fn mark_of(kind: RecordKind, key: Vec<u8>, value: &[u8], meta: Meta) -> RecordMark {
+    match kind {
+        RecordKind::Put => RecordMark {
+            key,
+            seq: meta.seq,
+            delete: false,
+            value_crc: crc32c::crc32c(value),
+            flags: meta.flags,
+            expiry: meta.expiry,
         },
-    }))
+        RecordKind::Delete => {
+            RecordMark { key, seq: meta.seq, delete: true, value_crc: 0, flags: 0, expiry: 0 }
+        }
+    }
+}
+
+/// Whether the records of `scan` include `mark`'s record.
+fn log_holds(scan: fawn_ds::Iter, mark: &RecordMark) -> Result<bool, fawn_ds::Error> {
+    for record in scan {
+        let record = record?;
+        if record.meta.seq == mark.seq
+            && record.key == mark.key
+            && mark_of(record.kind, record.key.clone(), &record.value, record.meta) == *mark
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 fn effect_bytes(effect: &ReplEffect) -> usize {
