@@ -536,6 +536,7 @@ impl RangeReplica {
         };
         let upto_seq = self.store.max_seq();
         let records = self.store.iter();
+        let cut = SuffixCut { after: have_seq, latest: self.store.iter() };
         match verdict {
             Ok(true) => {
                 let _ = link.send(ChainMsg::SuffixBegin { epoch, range, after_seq: have_seq }).await;
@@ -546,7 +547,7 @@ impl RangeReplica {
                     epoch,
                     link,
                     records,
-                    Some(have_seq),
+                    Some(cut),
                     upto_seq,
                     copy_bytes_per_s,
                 ));
@@ -572,7 +573,7 @@ impl RangeReplica {
                                 epoch,
                                 link,
                                 records,
-                                Some(have_seq),
+                                Some(cut),
                                 upto_seq,
                                 copy_bytes_per_s,
                             )
@@ -636,8 +637,9 @@ impl RangeReplica {
     /// 3. Every key changed after `have_seq` has its latest record here with a seq above
     ///    `have_seq`, unless compaction dropped it for its age (delete under the tombstone
     ///    watermark, expired put): `dropped_seq_max() <= have_seq` rules that out.
-    /// 4. Appending the records above `have_seq` in this log's order (per key, the order they
-    ///    were applied) then leaves the rejoiner with this replica's state as of the cut; the
+    /// 4. Appending, for every key with records above `have_seq`, its latest one (streamed in
+    ///    log order; superseded ones are left out) then leaves the rejoiner with this
+    ///    replica's state as of the cut; the
     ///    live stream after the cut follows as for a snapshot. `have_seq <= max_seq()` keeps
     ///    the rejoiner from mistaking later updates for duplicates.
     pub fn suffix_refusal(&self, have_seq: u64, top: &RecordMark) -> Option<String> {
@@ -885,19 +887,44 @@ impl RangeReplica {
     }
 }
 
+/// A suffix to stream: the records above `after`, each key's latest only; `latest` is a second
+/// iterator from the same cut, read first to find them (one key and seq per key changed
+/// after `after` held in memory). Superseded records are left out so that a suffix under a
+/// workload that rewrites the same keys does not outgrow a full copy.
+struct SuffixCut {
+    after: u64,
+    latest: fawn_ds::Iter,
+}
+
 /// Streams `records` (a snapshot iterator taken at the cut `upto_seq`) to a syncing
-/// successor in `SnapshotBatch`es, then `SnapshotEnd`: all of them, or with `after` only those
-/// with a higher seq (a suffix). Paced to `copy_bytes_per_s` (key + value bytes; 0 = unlimited).
+/// successor in `SnapshotBatch`es, then `SnapshotEnd`: all of them, or with `suffix` only
+/// those it selects. Paced to `copy_bytes_per_s` (key + value bytes; 0 = unlimited).
 async fn stream_records(
     range: Range,
     epoch: Epoch,
     link: mpsc::Sender<ChainMsg>,
     records: fawn_ds::Iter,
-    after: Option<u64>,
+    suffix: Option<SuffixCut>,
     upto_seq: u64,
     copy_bytes_per_s: u64,
 ) {
-    let what = if after.is_some() { "suffix" } else { "snapshot" };
+    let what = if suffix.is_some() { "suffix" } else { "snapshot" };
+    let selection = match suffix {
+        None => None,
+        Some(cut) => {
+            let mut latest: HashMap<Vec<u8>, u64> = HashMap::new();
+            for record in cut.latest {
+                let Ok(record) = record else {
+                    warn!(range = %range.id_string(), what, "read failed; the receiver will ask again");
+                    return;
+                };
+                if record.meta.seq > cut.after {
+                    latest.insert(record.key, record.meta.seq);
+                }
+            }
+            Some((cut.after, latest))
+        }
+    };
     let mut sent = 0u64;
     let mut pacer = Pacer::new(copy_bytes_per_s);
     let mut batch = Vec::new();
@@ -908,7 +935,10 @@ async fn stream_records(
             warn!(range = %range.id_string(), what, "read failed; the receiver will ask again");
             return;
         };
-        if after.is_none_or(|a| record.meta.seq > a) {
+        let wanted = selection.as_ref().is_none_or(|(after, latest)| {
+            record.meta.seq > *after && latest.get(&record.key) == Some(&record.meta.seq)
+        });
+        if wanted {
             batch_bytes += record.key.len() + record.value.len();
             let effect = effect_of(record.kind, record.value, record.meta);
             batch.push(SnapshotItem { seq: record.meta.seq, key: record.key, effect });
