@@ -15,6 +15,12 @@
 //! (`data.log.compact` is deleted at open); after it, the new log is complete and
 //! fsynced. `max_seq` survives the loss of the record that held it through the `MAXSEQ`
 //! file, written (atomically) before the rename whenever the new log would lack it.
+//!
+//! A compaction that drops a record for its age or key (a delete at or below the watermark,
+//! an expired put, an out-of-filter key) rather than because a later record of the key
+//! survives raises the `DROPSEQ` floor to that record's seq, written the same way before the
+//! rename: every record above the floor that was its key's latest is still in the logs
+//! (`DataStore::dropped_seq_max`; a replica re-syncing only a suffix relies on it).
 
 use std::fs::{self, File, OpenOptions};
 use std::path::{Path, PathBuf};
@@ -42,6 +48,10 @@ const SEQ_FILE: &str = "MAXSEQ";
 const SEQ_TMP: &str = "MAXSEQ.tmp";
 const SEQ_MAGIC: [u8; 8] = *b"FAWNSEQ\0";
 const SEQ_FILE_BYTES: usize = 24;
+/// The persisted drop floor (`DataStore::dropped_seq_max`), same layout as `MAXSEQ`.
+const DROP_FILE: &str = "DROPSEQ";
+const DROP_TMP: &str = "DROPSEQ.tmp";
+const DROP_MAGIC: [u8; 8] = *b"FAWNDRP\0";
 /// A split builds its datastore in `<target>` + this suffix and renames it when complete.
 const SPLIT_TMP_SUFFIX: &str = ".split-tmp";
 /// Unlocked catch-up passes stop once the unscanned tail is at most this many bytes...
@@ -212,8 +222,9 @@ impl MaintenanceReport {
 #[derive(Clone)]
 enum Keep {
     /// Compaction: drop out-of-filter keys, superseded puts, expired puts, superseded
-    /// deletes and deletes at or below the watermark.
-    Compact { watermark: u64, filter: Option<KeyFilter>, now: u32 },
+    /// deletes and deletes at or below the watermark. `dropped`: the highest seq of a record
+    /// dropped for its age or key (not because a later record of its key survives).
+    Compact { watermark: u64, filter: Option<KeyFilter>, now: u32, dropped: Arc<AtomicU64> },
     /// Split / merge: the live put of each key in the filter, and its unsuperseded deletes.
     Carry { filter: Option<KeyFilter> },
 }
@@ -231,40 +242,76 @@ impl Keep {
         header: &Header,
         key: &[u8],
     ) -> Result<bool, Error> {
+        let keep = self.decide(src, dst, units, header, key)?;
+        if let (Decision::DropTerminal, Keep::Compact { dropped, .. }) = (keep, self) {
+            dropped.fetch_max(header.meta.seq, Ordering::AcqRel);
+        }
+        Ok(keep == Decision::Keep)
+    }
+
+    /// The highest seq a compaction with this policy dropped for age or key so far (0 for
+    /// split and merge policies, which drop only superseded records and foreign keys).
+    fn dropped_max(&self) -> u64 {
+        match self {
+            Keep::Compact { dropped, .. } => dropped.load(Ordering::Acquire),
+            Keep::Carry { .. } => 0,
+        }
+    }
+
+    fn decide(
+        &self,
+        src: &Inner,
+        dst: &Inner,
+        units: u32,
+        header: &Header,
+        key: &[u8],
+    ) -> Result<Decision, Error> {
         let filter = match self {
             Keep::Compact { filter, .. } | Keep::Carry { filter } => filter,
         };
         if filter.as_ref().is_some_and(|f| !f(key)) {
-            return Ok(false);
+            return Ok(Decision::DropTerminal);
         }
         let kh = KeyHash::of(key);
+        let kept = |yes: bool| if yes { Decision::Keep } else { Decision::DropTerminal };
         match header.kind {
             RecordKind::Put => {
                 if !src.is_live_at(kh, units) {
-                    return Ok(false);
+                    return Ok(Decision::DropSuperseded);
                 }
                 if let Keep::Compact { now, .. } = self {
                     let e = header.meta.expiry;
                     if e != 0 && e <= *now {
-                        return Ok(dst.find_existing(kh, key)?.is_some());
+                        return Ok(kept(dst.find_existing(kh, key)?.is_some()));
                     }
                 }
-                Ok(true)
+                Ok(Decision::Keep)
             }
             RecordKind::Delete => {
                 // A live put of the key is later than this delete: the delete is superseded.
                 if src.find_existing(kh, key)?.is_some() {
-                    return Ok(false);
+                    return Ok(Decision::DropSuperseded);
                 }
                 if let Keep::Compact { watermark, .. } = self {
                     if header.meta.seq <= *watermark {
-                        return Ok(dst.find_existing(kh, key)?.is_some());
+                        return Ok(kept(dst.find_existing(kh, key)?.is_some()));
                     }
                 }
-                Ok(true)
+                Ok(Decision::Keep)
             }
         }
     }
+}
+
+/// What `Keep` does with one record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Decision {
+    Keep,
+    /// A later record of the key survives (or is itself accounted for when dropped).
+    DropSuperseded,
+    /// Dropped for its age (expired put, delete under the watermark) or its key (filter):
+    /// the key's latest state is no longer in the log.
+    DropTerminal,
 }
 
 /// Paces scans to `Options::maintenance_bytes_per_sec`.
@@ -444,7 +491,7 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), Error> {
 
 /// Remove what a compaction/merge killed before its rename left behind (open calls this).
 pub(crate) fn remove_leftovers(dir: &Path) -> Result<(), Error> {
-    for name in [COMPACT_FILE, SEQ_TMP] {
+    for name in [COMPACT_FILE, SEQ_TMP, DROP_TMP] {
         match fs::remove_file(dir.join(name)) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
@@ -475,20 +522,57 @@ pub(crate) fn read_seq_floor(dir: &Path) -> Result<u64, Error> {
 
 /// Atomically persist a `max_seq` floor: temp file, fsync, rename, fsync directory.
 pub(crate) fn write_seq_floor(dir: &Path, seq: u64) -> Result<(), Error> {
+    write_u64_file(dir, SEQ_MAGIC, SEQ_TMP, SEQ_FILE, seq).map_err(|e| Error::io("writing MAXSEQ", e))?;
+    sync_dir(dir)
+}
+
+/// The persisted drop floor (`DataStore::dropped_seq_max`), 0 if there is none.
+pub(crate) fn read_drop_floor(dir: &Path) -> Result<u64, Error> {
+    let bytes = match fs::read(dir.join(DROP_FILE)) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(e) => return Err(Error::io("reading DROPSEQ", e)),
+    };
+    if bytes.len() != SEQ_FILE_BYTES || bytes[0..8] != DROP_MAGIC {
+        return Err(Error::corrupt(0, "DROPSEQ: bad magic or length"));
+    }
+    let crc = u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]);
+    if crc != crc32c::crc32c(&bytes[0..16]) || bytes[20..24] != [0; 4] {
+        return Err(Error::corrupt(0, "DROPSEQ: checksum mismatch"));
+    }
+    let mut s = [0u8; 8];
+    s.copy_from_slice(&bytes[8..16]);
+    Ok(u64::from_le_bytes(s))
+}
+
+/// Atomically persist a drop floor, as `write_seq_floor`.
+pub(crate) fn write_drop_floor(dir: &Path, seq: u64) -> Result<(), Error> {
+    write_u64_file(dir, DROP_MAGIC, DROP_TMP, DROP_FILE, seq).map_err(|e| Error::io("writing DROPSEQ", e))?;
+    sync_dir(dir)
+}
+
+/// Raises `shared`'s drop floor to `seq` (persisted first) if it is below.
+fn raise_drop_floor(shared: &Shared, seq: u64) -> Result<(), Error> {
+    if seq > shared.drop_floor.load(Ordering::Acquire) {
+        write_drop_floor(&shared.dir, seq)?;
+        shared.drop_floor.fetch_max(seq, Ordering::AcqRel);
+    }
+    Ok(())
+}
+
+/// magic (8) | value u64 LE (8) | crc32c of the first 16 bytes (4) | zero (4); written to
+/// `tmp`, fsynced, renamed to `name` (the caller syncs the directory).
+fn write_u64_file(dir: &Path, magic: [u8; 8], tmp: &str, name: &str, value: u64) -> std::io::Result<()> {
     let mut b = [0u8; SEQ_FILE_BYTES];
-    b[0..8].copy_from_slice(&SEQ_MAGIC);
-    b[8..16].copy_from_slice(&seq.to_le_bytes());
+    b[0..8].copy_from_slice(&magic);
+    b[8..16].copy_from_slice(&value.to_le_bytes());
     let crc = crc32c::crc32c(&b[0..16]);
     b[16..20].copy_from_slice(&crc.to_le_bytes());
-    let tmp = dir.join(SEQ_TMP);
-    let result = (|| {
-        let mut f = File::create(&tmp)?;
-        std::io::Write::write_all(&mut f, &b)?;
-        f.sync_all()?;
-        fs::rename(&tmp, dir.join(SEQ_FILE))
-    })();
-    result.map_err(|e| Error::io("writing MAXSEQ", e))?;
-    sync_dir(dir)
+    let tmp = dir.join(tmp);
+    let mut f = File::create(&tmp)?;
+    std::io::Write::write_all(&mut f, &b)?;
+    f.sync_all()?;
+    fs::rename(&tmp, dir.join(name))
 }
 
 /// A new, empty log file at `path` (truncating any leftover) with a fresh nonce.
@@ -585,6 +669,7 @@ fn compact_keep(shared: &Shared) -> Keep {
         watermark: shared.watermark.load(Ordering::Acquire),
         filter: shared.filter.read().clone(),
         now: now_secs(),
+        dropped: Arc::new(AtomicU64::new(0)),
     }
 }
 
@@ -911,6 +996,9 @@ fn finish(
             write_seq_floor(&shared.dir, top)?;
             shared.seq_floor.fetch_max(top, Ordering::AcqRel);
         }
+        // Likewise the drop floor, for what the scans dropped so far (a floor written and
+        // then abandoned by a crash before the rename is only conservative).
+        raise_drop_floor(shared, drop_top(sides))?;
         // Last unpaced passes over whatever is left (the catch-up passes leave up to
         // `CATCH_UP_LOCKED_BYTES_MAX`, and the syncs let more arrive), until a pass finds
         // little: the lock then copies only what arrives during that pass. (Measured: a
@@ -990,6 +1078,8 @@ fn finish(
             shared.seq_floor.fetch_max(top, Ordering::AcqRel);
             ph.seq_floor_us = micros_since(t);
         }
+        // What the locked pass dropped too (rarely raises it).
+        raise_drop_floor(shared, drop_top(sides))?;
         new.max_seq.fetch_max(top.max(other_top), Ordering::AcqRel);
         // Under `Always` the tail holds acknowledged-durable writes: they must be durable
         // in the new log before it replaces the old one. Otherwise the tail (at most the
@@ -1063,6 +1153,13 @@ fn finish(
     *counters.last_lock_phases.lock() = c.rep.lock.clone();
     dir_synced?;
     Ok(c.rep)
+}
+
+/// The drop floor the new state of `sides` needs: what its scans dropped for age or key, and
+/// the merged-in store's own floor (its records come with their history).
+fn drop_top(sides: &Sides) -> u64 {
+    let other = sides.other.as_ref().map_or(0, |(o, _)| o.drop_floor.load(Ordering::Acquire));
+    sides.keep_self.dropped_max().max(sides.keep_other.dropped_max()).max(other)
 }
 
 /// Merges serialize globally so that two merges in opposite directions cannot deadlock.
@@ -1194,6 +1291,11 @@ impl DataStore {
             copied?;
             c.rep.log_bytes_before = end + src.cold_end();
             write_seq_floor(&tmp, cut_seq)?;
+            // The new store holds this store's records with their history of drops.
+            let drops = shared.drop_floor.load(Ordering::Acquire);
+            if drops > 0 {
+                write_drop_floor(&tmp, drops)?;
+            }
             Ok::<_, Error>(())
         })();
         c.rep.log_bytes_after = dst.applied_end.load(Ordering::Acquire);

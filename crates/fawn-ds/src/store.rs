@@ -1153,6 +1153,9 @@ pub(crate) struct Shared {
     pub filter: RwLock<Option<KeyFilter>>,
     /// Persisted lower bound of `max_seq` (see `maint::write_seq_floor`).
     pub seq_floor: AtomicU64,
+    /// Persisted upper bound of the seqs compaction dropped for age or key (see
+    /// `DataStore::dropped_seq_max`).
+    pub drop_floor: AtomicU64,
     /// The automatic compactor.
     pub auto: Mutex<Option<Background>>,
     /// Set when the store closes: running maintenance stops (the old state stands).
@@ -1178,6 +1181,7 @@ impl DataStore {
     pub fn open(dir: &Path, options: Options) -> Result<DataStore, Error> {
         let counters = Arc::new(Counters::default());
         let (inner, report, floor) = crate::recovery::open(dir, options.clone(), Arc::clone(&counters))?;
+        let drop_floor = crate::maint::read_drop_floor(dir)?;
         let inner = Arc::new(inner);
         let _ = inner.this.set(Arc::downgrade(&inner));
         inner.start_migrator();
@@ -1190,6 +1194,7 @@ impl DataStore {
             watermark: AtomicU64::new(0),
             filter: RwLock::new(None),
             seq_floor: AtomicU64::new(floor),
+            drop_floor: AtomicU64::new(drop_floor),
             auto: Mutex::new(None),
             cancel: AtomicBool::new(false),
         });
@@ -1313,6 +1318,17 @@ impl DataStore {
     pub fn max_seq(&self) -> u64 {
         let inner = self.shared.current().max_seq.load(Ordering::Acquire);
         inner.max(self.shared.seq_floor.load(Ordering::Acquire))
+    }
+
+    /// A seq at or above every record that maintenance dropped for its age or its key — a
+    /// delete at or below the tombstone watermark, an expired put, an out-of-filter key —
+    /// rather than because a later record of the same key survives; 0 if none was. So every
+    /// record with a seq above this that was its key's latest is still in the logs: the
+    /// records above a seq `s >= dropped_seq_max()` are a complete account of every key
+    /// changed after `s`. Persisted (`DROPSEQ`) before the maintenance that needs it commits;
+    /// never lowered.
+    pub fn dropped_seq_max(&self) -> u64 {
+        self.shared.drop_floor.load(Ordering::Acquire)
     }
 
     /// Make every record appended so far durable.

@@ -174,6 +174,32 @@ pub enum ChainMsg {
     Resend { epoch: Epoch, range: Range, after_seq: u64 },
     /// Everything up to `seq` in `range` is stored at the tail; travels tail → head.
     Ack { epoch: Epoch, range: Range, seq: u64 },
+    /// A syncing replica that kept its datastore from before it failed asks the last in-sync
+    /// replica for only the records after `have_seq` (its highest seq). `top` identifies its
+    /// record of seq `have_seq`; the source streams the suffix (`SuffixBegin`, then
+    /// `SnapshotBatch`es, then `SnapshotEnd`) only if it can prove that record committed and
+    /// its own log complete above `have_seq`, else it answers `SuffixRefused` (docs/PROTOCOL.md).
+    SuffixSyncRequest { epoch: Epoch, range: Range, have_seq: u64, top: RecordMark },
+    /// Start of a suffix: the receiver keeps its records up to `after_seq` and appends what
+    /// follows (every record of the sender's log with a seq above `after_seq`), streamed as
+    /// `snapshot` (the stream id its `SnapshotBatch`es and `SnapshotEnd` carry).
+    SuffixBegin { epoch: Epoch, range: Range, snapshot: u64, after_seq: u64 },
+    /// The sender cannot prove a suffix safe; the receiver discards its copy and asks for a
+    /// full snapshot (`SyncRequest`).
+    SuffixRefused { epoch: Epoch, range: Range, reason: String },
+}
+
+/// Identifies one stored record: its key, seq and contents (a delete, or a put with the
+/// CRC32C of its value, its flags and expiry; all 0 for a delete).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordMark {
+    #[serde(with = "serde_bytes")]
+    pub key: Vec<u8>,
+    pub seq: u64,
+    pub delete: bool,
+    pub value_crc: u32,
+    pub flags: u32,
+    pub expiry: u32,
 }
 
 /// Where a replicated update came from: the client request (so every replica can deduplicate

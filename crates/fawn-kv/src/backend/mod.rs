@@ -26,7 +26,7 @@ use crate::metrics::{self, Exposition, Histogram};
 use crate::server::{self, Handler};
 use crate::view::{fetch_config, View};
 use link::{LinkOwner, Links};
-use range::{LinkTo, Ordered, RangeReplica, Route};
+use range::{blocking, suffix_plan, LinkTo, Ordered, RangeReplica, Route};
 
 /// How often a back-end polls the manager for a newer configuration (and renews its lease).
 pub const CONFIG_POLL_INTERVAL: Duration = Duration::from_millis(250);
@@ -52,6 +52,15 @@ pub const LINK_PROBE_TIMEOUT: Duration = Duration::from_millis(1000);
 /// While a reported cut lasts (probes keep failing), it is reported again this often, so the
 /// manager keeps avoiding it (`manager::LINK_CUT_FORGET_AFTER`).
 pub const LINK_CUT_REPORT_INTERVAL: Duration = Duration::from_millis(1000);
+
+/// A file in a range's datastore directory that says the datastore was a whole replica of the
+/// range: created when a replica starts in the chain or finishes a sync, gone with the
+/// directory when a fresh copy starts. Only such a datastore may rejoin by a suffix (a
+/// snapshot cut off half-way holds no prefix of the range's history).
+const REPLICA_MARKER: &str = "REPLICA";
+/// How long a replica being replaced may stay in use by in-flight work before its datastore
+/// directory is emptied anyway.
+const REPLACE_WAIT: Duration = Duration::from_secs(2);
 
 /// How long a get to a promoted tail that is still catching up waits before being refused.
 const TAIL_CATCH_UP_WAIT: Duration = Duration::from_millis(500);
@@ -96,6 +105,14 @@ struct Counters {
     stale_epoch: AtomicU64,
     lease_refusals: AtomicU64,
     syncs_completed: AtomicU64,
+    /// Syncs of this back-end's replicas done by a suffix / by a full copy, and the key +
+    /// value bytes each kind received.
+    syncs_suffix: AtomicU64,
+    syncs_full: AtomicU64,
+    sync_suffix_bytes: AtomicU64,
+    sync_full_bytes: AtomicU64,
+    /// Suffix syncs this back-end (as source) refused.
+    suffix_refusals: Arc<AtomicU64>,
     link_stalls: AtomicU64,
     link_cuts_reported: AtomicU64,
     get_latency: Histogram,
@@ -239,17 +256,147 @@ impl Backend {
         };
         match existing {
             Some(r) if !fresh_sync => r.install(route, &self.linker()).await,
-            _ => {
+            existing => {
                 if fresh_sync {
+                    if let Some(replica) = self.rejoin_replica(existing.as_ref(), &route, expected_keys).await
+                    {
+                        self.replicas.write().insert(rc.range, Arc::new(replica));
+                        return Ok(());
+                    }
                     info!(range = %rc.range.id_string(), from = ?route.predecessor(), "syncing a fresh copy of the range");
                 }
                 let store = self.open_store(&rc.range, fresh_sync, expected_keys)?;
+                if !route.is_syncing() {
+                    self.mark_complete(&rc.range);
+                }
                 let writes_block = matches!(self.options.sync, SyncPolicy::Always);
                 let replica = Arc::new(RangeReplica::new(store, route, writes_block));
                 self.replicas.write().insert(rc.range, replica);
             }
         }
         Ok(())
+    }
+
+    /// A syncing replica of `route`'s range that keeps the datastore this node had for it
+    /// (`existing`'s, else the one on disk) and asks for only the suffix after its last
+    /// record; `None` when there is none to keep (the caller copies the range in full).
+    async fn rejoin_replica(
+        &self,
+        existing: Option<&Arc<RangeReplica>>,
+        route: &Route,
+        expected_keys: u64,
+    ) -> Option<RangeReplica> {
+        let range = route.rc.range;
+        let rid = range.id_string();
+        let dir = self.range_dir(&range);
+        if !dir.join(REPLICA_MARKER).exists() {
+            return None;
+        }
+        // A replica that was syncing holds part of a snapshot, never a prefix.
+        let was_syncing = match existing {
+            Some(r) => r.sync_status().await.is_some(),
+            None => false,
+        };
+        if was_syncing {
+            return None;
+        }
+        let store = match existing {
+            Some(r) => {
+                // Declared failed while running: this replica may still be ordering updates
+                // by its old route. Stop that before reading its last record.
+                r.retire().await;
+                Arc::clone(&r.store)
+            }
+            None => match self.open_store(&range, false, expected_keys) {
+                Ok(s) => Arc::new(s),
+                Err(e) => {
+                    warn!(range = %rid, error = %e, "cannot open the old datastore; copying the range in full");
+                    return None;
+                }
+            },
+        };
+        match blocking(true, || suffix_plan(&store)) {
+            Ok(Some(plan)) => {
+                info!(range = %rid, from = ?route.predecessor(), have_seq = plan.have_seq,
+                    "rejoining with the old datastore: asking for the suffix after its last record");
+                let writes_block = matches!(self.options.sync, SyncPolicy::Always);
+                Some(RangeReplica::rejoining(store, route.clone(), writes_block, plan))
+            }
+            Ok(None) => {
+                info!(range = %rid, "the old datastore has no put at its highest seq; copying the range in full");
+                None
+            }
+            Err(e) => {
+                warn!(range = %rid, error = %e, "cannot read the old datastore; copying the range in full");
+                None
+            }
+        }
+    }
+
+    /// Marks `range`'s datastore as a whole replica (see `REPLICA_MARKER`). Best effort: a
+    /// missing marker only costs a full copy at the next rejoin.
+    fn mark_complete(&self, range: &Range) {
+        let dir = self.range_dir(range);
+        let path = dir.join(REPLICA_MARKER);
+        if path.exists() {
+            return;
+        }
+        let written = blocking(true, || {
+            std::fs::File::create(&path)
+                .and_then(|f| f.sync_all())
+                .and_then(|()| std::fs::File::open(&dir))
+                .and_then(|d| d.sync_all())
+        });
+        if let Err(e) = written {
+            warn!(range = %range.id_string(), error = %e, "cannot mark the datastore as a whole replica");
+        }
+    }
+
+    /// The source refused `range`'s suffix: replace the replica by a fresh, empty one that
+    /// asks for a full snapshot. The old one is retired and, before its directory is emptied,
+    /// given up to `REPLACE_WAIT` to be dropped by in-flight work (its datastore's background
+    /// threads must not write into the new one's directory).
+    async fn replace_with_fresh(&self, range: Range) {
+        let _serial = self.install_lock.lock().await;
+        let Some(old) = self.replica(&range) else { return };
+        if !old.suffix_refused().await {
+            return;
+        }
+        old.retire().await;
+        self.replicas.write().remove(&range);
+        let deadline = Instant::now() + REPLACE_WAIT;
+        let mut old = Some(old);
+        while let Some(r) = old.take() {
+            match Arc::try_unwrap(r) {
+                Ok(replica) => drop(replica),
+                Err(r) if Instant::now() < deadline => {
+                    old = Some(r);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Err(_) => {
+                    warn!(range = %range.id_string(), "replaced replica still in use; emptying its directory anyway")
+                }
+            }
+        }
+        let view = self.current();
+        let Some(rc) = view.config.ranges.iter().find(|rc| rc.range == range) else { return };
+        if !rc.syncing.contains(&self.options.node) {
+            return;
+        }
+        let route = Route { epoch: view.config.epoch, me: self.options.node, rc: rc.clone() };
+        let expected_keys =
+            expected_keys_by_range(self.options.expected_keys, self.options.node, &view.config)
+                .get(&range)
+                .copied()
+                .unwrap_or(0);
+        info!(range = %range.id_string(), from = ?route.predecessor(), "suffix refused: syncing a fresh copy of the range");
+        match self.open_store(&range, true, expected_keys) {
+            Ok(store) => {
+                let writes_block = matches!(self.options.sync, SyncPolicy::Always);
+                self.replicas.write().insert(range, Arc::new(RangeReplica::new(store, route, writes_block)));
+            }
+            Err(e) => error!(range = %range.id_string(), error = %e, "cannot create a fresh datastore"),
+        }
     }
 
     fn linker(&self) -> Linker {
@@ -402,6 +549,11 @@ impl Backend {
             ("stale_epoch".to_string(), c.stale_epoch.load(Ordering::Relaxed)),
             ("lease_refusals".to_string(), c.lease_refusals.load(Ordering::Relaxed)),
             ("syncs_completed".to_string(), c.syncs_completed.load(Ordering::Relaxed)),
+            ("syncs_suffix".to_string(), c.syncs_suffix.load(Ordering::Relaxed)),
+            ("syncs_full".to_string(), c.syncs_full.load(Ordering::Relaxed)),
+            ("sync_suffix_bytes".to_string(), c.sync_suffix_bytes.load(Ordering::Relaxed)),
+            ("sync_full_bytes".to_string(), c.sync_full_bytes.load(Ordering::Relaxed)),
+            ("suffix_refusals".to_string(), c.suffix_refusals.load(Ordering::Relaxed)),
             ("link_stalls".to_string(), c.link_stalls.load(Ordering::Relaxed)),
             ("stalled_links".to_string(), self.stalled_links.lock().len() as u64),
             ("link_cuts_reported".to_string(), c.link_cuts_reported.load(Ordering::Relaxed)),
@@ -458,13 +610,40 @@ impl Backend {
                 replica.on_sync_request(from, &links, self.options.copy_bytes_per_s).await
             }
             ChainMsg::SnapshotBegin { snapshot, .. } => replica.on_snapshot_begin(from, snapshot).await?,
+            ChainMsg::SuffixSyncRequest { have_seq, top, .. } => {
+                let rate = self.options.copy_bytes_per_s;
+                let refusals = &self.counters.suffix_refusals;
+                replica.on_suffix_sync_request(from, have_seq, &top, &links, rate, refusals).await;
+            }
+            ChainMsg::SuffixBegin { snapshot, after_seq, .. } => {
+                replica.on_suffix_begin(from, snapshot, after_seq).await
+            }
+            ChainMsg::SuffixRefused { .. } => {
+                if replica.on_suffix_refused(from).await {
+                    // Not holding it here: the replacement waits for the old replica to go.
+                    drop(replica);
+                    self.replace_with_fresh(range).await;
+                }
+            }
             ChainMsg::SnapshotBatch { snapshot, index, records, .. } => {
                 replica.on_snapshot_batch(from, snapshot, index, &records).await?
             }
             ChainMsg::SnapshotEnd { snapshot, batches, upto_seq, .. } => {
                 let followups = replica.on_snapshot_end(from, snapshot, batches, upto_seq, &links).await?;
                 if followups.sync_done {
+                    // The copy is whole: mark it before the manager makes it a replica.
+                    self.mark_complete(&range);
                     self.counters.syncs_completed.fetch_add(1, Ordering::Relaxed);
+                    if let Some(r) = followups.report {
+                        let c = &self.counters;
+                        let (n, bytes) = if r.suffix {
+                            (&c.syncs_suffix, &c.sync_suffix_bytes)
+                        } else {
+                            (&c.syncs_full, &c.sync_full_bytes)
+                        };
+                        n.fetch_add(1, Ordering::Relaxed);
+                        bytes.fetch_add(r.bytes, Ordering::Relaxed);
+                    }
                     self.report_sync_done(range).await;
                 }
             }
@@ -662,7 +841,10 @@ fn chain_range(msg: &ChainMsg) -> Option<Range> {
         | ChainMsg::SyncRequest { range, .. }
         | ChainMsg::SnapshotBegin { range, .. }
         | ChainMsg::SnapshotBatch { range, .. }
-        | ChainMsg::SnapshotEnd { range, .. } => Some(*range),
+        | ChainMsg::SnapshotEnd { range, .. }
+        | ChainMsg::SuffixSyncRequest { range, .. }
+        | ChainMsg::SuffixBegin { range, .. }
+        | ChainMsg::SuffixRefused { range, .. } => Some(*range),
     }
 }
 
@@ -674,7 +856,10 @@ fn chain_epoch(msg: &ChainMsg) -> Option<Epoch> {
         | ChainMsg::CaughtUp { epoch, .. }
         | ChainMsg::SyncRequest { epoch, .. }
         | ChainMsg::SnapshotBegin { epoch, .. }
-        | ChainMsg::SnapshotEnd { epoch, .. } => Some(*epoch),
+        | ChainMsg::SnapshotEnd { epoch, .. }
+        | ChainMsg::SuffixSyncRequest { epoch, .. }
+        | ChainMsg::SuffixBegin { epoch, .. }
+        | ChainMsg::SuffixRefused { epoch, .. } => Some(*epoch),
         ChainMsg::Hello { .. } | ChainMsg::SnapshotBatch { .. } => None,
     }
 }
@@ -722,6 +907,11 @@ impl Exposition for Backend {
             ("fawn_backend_stale_epoch_total", &c.stale_epoch),
             ("fawn_backend_lease_refusals_total", &c.lease_refusals),
             ("fawn_backend_syncs_completed_total", &c.syncs_completed),
+            ("fawn_backend_syncs_suffix_total", &c.syncs_suffix),
+            ("fawn_backend_syncs_full_total", &c.syncs_full),
+            ("fawn_backend_sync_suffix_bytes_total", &c.sync_suffix_bytes),
+            ("fawn_backend_sync_full_bytes_total", &c.sync_full_bytes),
+            ("fawn_backend_suffix_refusals_total", &*c.suffix_refusals),
             ("fawn_backend_link_stalls_total", &c.link_stalls),
             ("fawn_backend_link_cuts_reported_total", &c.link_cuts_reported),
         ] {

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fawn_ds::{BatchOp, DataStore, Meta, RecordKind};
-use fawn_proto::native::{ChainMsg, Epoch, Origin, RangeConfig, ReplEffect, ReqId, SnapshotItem, WireError};
+use fawn_proto::native::{
+    ChainMsg, Epoch, Origin, RangeConfig, RecordMark, ReplEffect, ReqId, SnapshotItem, WireError,
+};
 use fawn_proto::op::{decide, Effect, Item, Mutation, Outcome, Update};
 use fawn_ring::{NodeId, Range};
 use parking_lot::Mutex;
@@ -72,23 +74,54 @@ pub struct SyncProgress {
     pub started: bool,
     pub done: bool,
     buffer: Vec<ChainMsg>,
-    /// The snapshot stream taken (named by its `SnapshotBegin`) and the index of its next
-    /// batch: batches and ends of any other stream are ignored, a missing batch abandons it.
+    /// The snapshot stream taken (named by its `SnapshotBegin`, or `SuffixBegin`) and the
+    /// index of its next batch: batches and ends of any other stream are ignored, a missing
+    /// batch abandons it.
     stream: u64,
     next_batch: u64,
     /// When the stream last made progress.
     progress_at: Option<Instant>,
+    /// This replica kept its datastore from before it failed: it asks for the records after
+    /// its last one instead of a full snapshot (see `suffix` below).
+    suffix: Option<SuffixPlan>,
+    /// The source refused the suffix; the back-end replaces this replica by a fresh one.
+    refused: bool,
+    /// The stream being received is a suffix (the old records stay), not a full snapshot.
+    receiving_suffix: bool,
+    /// Records and key + value bytes received so far.
+    records: u64,
+    bytes: u64,
 }
 
 impl SyncProgress {
-    /// Gives up the current snapshot stream; the replica asks for a new one (`tick`), and the
-    /// new one's `SnapshotBegin` empties what this one wrote. Live updates stay buffered.
+    /// Gives up the current snapshot stream; the replica asks for a new one (`tick`). A full
+    /// snapshot's new `SnapshotBegin` empties what this one wrote; a suffix is asked for
+    /// again with the same plan, and the new suffix (every key's latest record above
+    /// `have_seq` as of a later cut) supersedes whatever part of the old one was written.
+    /// Live updates stay buffered.
     fn abandon(&mut self) {
         self.started = false;
+        self.receiving_suffix = false;
         self.stream = 0;
         self.next_batch = 0;
         self.progress_at = None;
     }
+}
+
+/// What a rejoining replica asks for: the records after `have_seq`, whose record `top` the
+/// source must recognise as committed (see `suffix` below).
+#[derive(Clone, Debug)]
+pub struct SuffixPlan {
+    pub have_seq: u64,
+    pub top: RecordMark,
+}
+
+/// How a syncing replica got its copy, for the log line and the counters.
+#[derive(Clone, Copy, Debug)]
+pub struct SyncReport {
+    pub suffix: bool,
+    pub records: u64,
+    pub bytes: u64,
 }
 
 struct WriteState {
@@ -125,6 +158,8 @@ pub enum Ordered {
 pub struct Followups {
     /// Tell the manager this syncing replica caught up.
     pub sync_done: bool,
+    /// How the copy was made (set with `sync_done`).
+    pub report: Option<SyncReport>,
 }
 
 /// One range's replica.
@@ -143,6 +178,9 @@ pub struct RangeReplica {
     became_readable: tokio::sync::Notify,
     waiters: Mutex<BTreeMap<u64, Vec<oneshot::Sender<()>>>>,
     unacked: Mutex<BTreeMap<u64, ChainMsg>>,
+    /// A suffix request is being decided by a scan of the log (the successor's retries
+    /// meanwhile are ignored).
+    suffix_scan: Arc<AtomicBool>,
 }
 
 impl RangeReplica {
@@ -150,15 +188,36 @@ impl RangeReplica {
     /// `writes_block`: the store fsyncs on every write (`SyncPolicy::Always`), so writes run
     /// with `block_in_place` instead of stalling the async worker.
     pub fn new(store: DataStore, route: Route, writes_block: bool) -> RangeReplica {
+        RangeReplica::build(Arc::new(store), route, writes_block, None)
+    }
+
+    /// A syncing replica that keeps `store` (its datastore from before it failed, whose last
+    /// record `plan` names) and asks its source for the suffix after it.
+    pub fn rejoining(
+        store: Arc<DataStore>,
+        route: Route,
+        writes_block: bool,
+        plan: SuffixPlan,
+    ) -> RangeReplica {
+        RangeReplica::build(store, route, writes_block, Some(plan))
+    }
+
+    fn build(
+        store: Arc<DataStore>,
+        route: Route,
+        writes_block: bool,
+        plan: Option<SuffixPlan>,
+    ) -> RangeReplica {
         let last = store.max_seq();
         let sync = route.is_syncing().then(|| SyncProgress {
             source: route.predecessor().unwrap_or(route.me),
+            suffix: plan,
             ..SyncProgress::default()
         });
         RangeReplica {
             writes_block,
             range: route.rc.range,
-            store: Arc::new(store),
+            store,
             readable: AtomicBool::new(!route.is_syncing()),
             became_readable: tokio::sync::Notify::new(),
             state: tokio::sync::Mutex::new(WriteState {
@@ -172,6 +231,7 @@ impl RangeReplica {
             snapshot_sending: AtomicU64::new(0),
             waiters: Mutex::new(BTreeMap::new()),
             unacked: Mutex::new(BTreeMap::new()),
+            suffix_scan: Arc::new(AtomicBool::new(false)),
         }
     }
 
@@ -470,51 +530,194 @@ impl RangeReplica {
         let upto_seq = self.store.max_seq();
         let records = self.store.iter();
         let link = links.link(from);
-        let snapshot = snapshot_id();
-        self.snapshot_sending.store(snapshot, Ordering::Release);
+        let stream = StreamId::start(self);
+        let snapshot = stream.snapshot;
         let _ = link.send(ChainMsg::SnapshotBegin { epoch, range: self.range, snapshot }).await;
         drop(st);
+        info!(range = %self.range.id_string(), to = from, upto_seq, snapshot, "streaming snapshot");
+        tokio::spawn(stream_records(
+            self.range,
+            epoch,
+            link,
+            records,
+            None,
+            upto_seq,
+            copy_bytes_per_s,
+            stream,
+        ));
+    }
+
+    /// A rejoining successor asks for the records after its last one (`have_seq`, record
+    /// `top`). Streamed, from a cut taken under the state lock as for a snapshot, only when
+    /// [`suffix_refusal`](Self::suffix_refusal) finds nothing against it; else refused.
+    /// Each refusal adds one to `refusals`.
+    pub async fn on_suffix_sync_request(
+        self: &Arc<Self>,
+        from: NodeId,
+        have_seq: u64,
+        top: &RecordMark,
+        links: &dyn LinkTo,
+        copy_bytes_per_s: u64,
+        refusals: &Arc<AtomicU64>,
+    ) {
+        let st = self.state.lock().await;
+        if !(st.route.is_tail() && st.route.successor() == Some(from) && st.route.rc.syncing.contains(&from))
+        {
+            return;
+        }
+        if self.suffix_scan.load(Ordering::Acquire) {
+            return;
+        }
+        let epoch = st.route.epoch;
+        let link = links.link(from);
         let range = self.range;
-        info!(range = %range.id_string(), to = from, upto_seq, snapshot, "streaming snapshot");
-        let me = Arc::downgrade(self);
-        let current =
-            move || me.upgrade().is_some_and(|r| r.snapshot_sending.load(Ordering::Acquire) == snapshot);
-        tokio::spawn(async move {
-            let mut sent = 0u64;
-            let mut index = 0u64;
-            let mut pacer = Pacer::new(copy_bytes_per_s);
-            let mut batch = Vec::new();
-            let mut batch_bytes = 0usize;
-            let mut records = records.peekable();
-            while let Some(record) = records.next() {
-                let Ok(record) = record else {
-                    warn!(range = %range.id_string(), "snapshot read failed; the receiver will ask again");
-                    return;
-                };
-                batch_bytes += record.key.len() + record.value.len();
-                let effect = effect_of(record.kind, record.value, record.meta);
-                batch.push(SnapshotItem { seq: record.meta.seq, key: record.key, effect });
-                if batch_bytes < SNAPSHOT_BATCH_BYTES && records.peek().is_some() {
-                    continue;
-                }
-                pacer.pace(batch_bytes).await;
-                if !current() {
-                    info!(range = %range.id_string(), snapshot, "snapshot replaced by a newer one or no longer needed; stopping it");
-                    return;
-                }
-                sent += batch.len() as u64;
-                let msg =
-                    ChainMsg::SnapshotBatch { range, snapshot, index, records: std::mem::take(&mut batch) };
-                index += 1;
-                batch_bytes = 0;
-                if link.send(msg).await.is_err() {
-                    return;
-                }
+        let counter = Arc::clone(refusals);
+        let refuse = move |reason: String| {
+            counter.fetch_add(1, Ordering::Relaxed);
+            info!(range = %range.id_string(), to = from, have_seq, %reason,
+                "refusing a suffix sync: the replica will copy the range in full");
+            ChainMsg::SuffixRefused { epoch, range, reason }
+        };
+        let verdict = match self.suffix_refusal(have_seq, top) {
+            Some(reason) => {
+                let _ = link.send(refuse(reason)).await;
+                return;
             }
-            let _ =
-                link.send(ChainMsg::SnapshotEnd { epoch, range, snapshot, batches: index, upto_seq }).await;
-            info!(range = %range.id_string(), records = sent, bytes = pacer.sent, secs = pacer.started.elapsed().as_secs_f64(), "snapshot sent");
-        });
+            None => self.top_is_current(top),
+        };
+        let upto_seq = self.store.max_seq();
+        let records = self.store.iter();
+        let cut = SuffixCut { after: have_seq, latest: self.store.iter() };
+        match verdict {
+            Ok(true) => {
+                let stream = StreamId::start(self);
+                let snapshot = stream.snapshot;
+                let _ =
+                    link.send(ChainMsg::SuffixBegin { epoch, range, snapshot, after_seq: have_seq }).await;
+                drop(st);
+                info!(range = %range.id_string(), to = from, after_seq = have_seq, upto_seq, snapshot, "streaming suffix");
+                tokio::spawn(stream_records(
+                    range,
+                    epoch,
+                    link,
+                    records,
+                    Some(cut),
+                    upto_seq,
+                    copy_bytes_per_s,
+                    stream,
+                ));
+            }
+            Ok(false) => {
+                // Not this replica's current version of the key: look for the very record in
+                // the log, read from the same cut (no write runs while the state lock is held).
+                let scan = self.store.iter();
+                let stream = StreamId::start(self);
+                drop(st);
+                self.suffix_scan.store(true, Ordering::Release);
+                let running = Arc::clone(&self.suffix_scan);
+                let top = top.clone();
+                tokio::spawn(async move {
+                    let found = blocking(true, || log_holds(scan, &top));
+                    match found {
+                        Ok(true) => {
+                            let snapshot = stream.snapshot;
+                            let begin = ChainMsg::SuffixBegin { epoch, range, snapshot, after_seq: have_seq };
+                            let _ = link.send(begin).await;
+                            info!(range = %range.id_string(), to = from, after_seq = have_seq, upto_seq, snapshot,
+                                "streaming suffix (its last record found in the log)");
+                            stream_records(
+                                range,
+                                epoch,
+                                link,
+                                records,
+                                Some(cut),
+                                upto_seq,
+                                copy_bytes_per_s,
+                                stream,
+                            )
+                            .await;
+                            // Retries that came meanwhile were ignored: one stream per request.
+                            running.store(false, Ordering::Release);
+                        }
+                        Ok(false) => {
+                            let reason =
+                                "the replica's last record is not in this log (an update that never \
+                                committed, or compacted away)";
+                            let _ = link.send(refuse(reason.into())).await;
+                            running.store(false, Ordering::Release);
+                        }
+                        Err(e) => {
+                            let _ = link.send(refuse(format!("reading the log: {e}"))).await;
+                            running.store(false, Ordering::Release);
+                        }
+                    }
+                });
+            }
+            Err(e) => {
+                let _ = link.send(refuse(format!("reading the key of the replica's last record: {e}"))).await;
+            }
+        }
+    }
+
+    /// Whether this replica's current record of `top.key` is `top` (a put only: a deleted key
+    /// has no current record to compare; the log scan decides then).
+    fn top_is_current(&self, top: &RecordMark) -> Result<bool, fawn_ds::Error> {
+        if top.delete {
+            return Ok(false);
+        }
+        Ok(self.store.lookup(&top.key)?.is_some_and(|e| {
+            e.meta.seq == top.seq
+                && e.meta.flags == top.flags
+                && e.meta.expiry == top.expiry
+                && crc32c::crc32c(&e.value) == top.value_crc
+        }))
+    }
+
+    /// The checks of a suffix request that need no log read: why the records of this (tail)
+    /// replica above `have_seq` would not turn a rejoining replica whose highest record is
+    /// `top` into an exact copy, or `None` if they would provided `top` is committed (that is
+    /// checked by the caller, point 2 below). Called under the state lock, so the answer holds
+    /// for the cut taken right after.
+    ///
+    /// The argument (docs/PROTOCOL.md, "Rejoin"):
+    /// 1. Sequence numbers increase along the range's update order, across head changes (a
+    ///    new head continues above everything it holds). A replica receives that order
+    ///    without gaps (`prev_seq`), or a snapshot plus the order after it; so its records
+    ///    are the range's history up to its last record — except that a head that died may
+    ///    have appended updates no one else received. Those form the *end* of its log: any
+    ///    record after an uncommitted one is uncommitted too (the tail takes updates in
+    ///    order). So if its last record is committed, every record it holds is.
+    /// 2. Everything this tail stores is committed. If its log holds `top` (same key, seq and
+    ///    contents; checked first against the key's current record, else by a scan of the
+    ///    log), the rejoiner's last record is committed, and by 1 the rejoiner holds the
+    ///    committed state as of `have_seq` (the back-end's `REPLICA` marker keeps out stores
+    ///    that were a snapshot cut off half-way, which hold no prefix).
+    /// 3. Every key changed after `have_seq` has its latest record here with a seq above
+    ///    `have_seq`, unless compaction dropped it for its age (delete under the tombstone
+    ///    watermark, expired put): `dropped_seq_max() <= have_seq` rules that out.
+    /// 4. Appending, for every key with records above `have_seq`, its latest one (streamed in
+    ///    log order; superseded ones are left out) then leaves the rejoiner with this
+    ///    replica's state as of the cut; the
+    ///    live stream after the cut follows as for a snapshot. `have_seq <= max_seq()` keeps
+    ///    the rejoiner from mistaking later updates for duplicates.
+    pub fn suffix_refusal(&self, have_seq: u64, top: &RecordMark) -> Option<String> {
+        if top.seq != have_seq || have_seq == 0 {
+            return Some("the replica's last record does not carry its highest seq".into());
+        }
+        if !self.range.contains(fawn_ring::key_id(&top.key)) {
+            return Some("the replica's last record is outside this range".into());
+        }
+        let max = self.store.max_seq();
+        if max < have_seq {
+            return Some(format!("the replica holds seq {have_seq}, beyond this chain's {max}"));
+        }
+        let dropped = self.store.dropped_seq_max();
+        if dropped > have_seq {
+            return Some(format!(
+                "compaction here dropped deletes or expired items up to seq {dropped}, above {have_seq}"
+            ));
+        }
+        None
     }
 
     /// A snapshot stream begins: this replica takes it (and from now on only it), after
@@ -525,6 +728,12 @@ impl RangeReplica {
         let Some(sync) = st.sync.as_mut().filter(|s| s.source == from && !s.done) else {
             return Ok(());
         };
+        // A replica holding old records takes a suffix or nothing: a full snapshot on top of
+        // them could keep a record the chain never committed. (It is replaced by a fresh
+        // replica, which takes full snapshots, when its suffix is refused.)
+        if sync.suffix.is_some() {
+            return Ok(());
+        }
         if sync.started && sync.stream == snapshot {
             return Ok(());
         }
@@ -539,6 +748,52 @@ impl RangeReplica {
         sync.next_batch = 0;
         sync.progress_at = Some(Instant::now());
         Ok(())
+    }
+
+    /// The source agreed to a suffix after `after_seq`, streamed as `snapshot`. Taken when no
+    /// stream is in progress (a suffix stream abandoned after a gap or silence is asked for
+    /// again with the same plan: see `SyncProgress::abandon`).
+    pub async fn on_suffix_begin(&self, from: NodeId, snapshot: u64, after_seq: u64) {
+        let mut st = self.state.lock().await;
+        let Some(sync) = st.sync.as_mut().filter(|s| s.source == from && !s.started && !s.done && !s.refused)
+        else {
+            return;
+        };
+        if sync.suffix.as_ref().is_some_and(|p| p.have_seq == after_seq) {
+            sync.started = true;
+            sync.receiving_suffix = true;
+            sync.stream = snapshot;
+            sync.next_batch = 0;
+            sync.progress_at = Some(Instant::now());
+        }
+    }
+
+    /// The source refused the suffix. True when this replica was waiting for one from `from`:
+    /// the back-end then replaces it by a fresh replica, which asks for a full snapshot.
+    pub async fn on_suffix_refused(&self, from: NodeId) -> bool {
+        let mut st = self.state.lock().await;
+        match st.sync.as_mut().filter(|s| s.source == from && !s.started && s.suffix.is_some()) {
+            Some(sync) => {
+                sync.refused = true;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether this replica was refused a suffix and waits to be replaced.
+    pub async fn suffix_refused(&self) -> bool {
+        self.state.lock().await.sync.as_ref().is_some_and(|s| s.refused)
+    }
+
+    /// Takes this replica out of every role for good (it is being replaced while others may
+    /// still hold it): it orders, applies and serves nothing from now on.
+    pub async fn retire(&self) {
+        let mut st = self.state.lock().await;
+        st.route.rc.chain.clear();
+        st.route.rc.syncing.clear();
+        st.sync = None;
+        self.readable.store(false, Ordering::Release);
     }
 
     /// Writes a batch of snapshot records with one datastore write.
@@ -560,6 +815,8 @@ impl RangeReplica {
             sync.abandon();
             return Ok(());
         }
+        sync.records += records.len() as u64;
+        sync.bytes += records.iter().map(|r| (r.key.len() + effect_bytes(&r.effect)) as u64).sum::<u64>();
         let ops: Vec<BatchOp<'_>> = records
             .iter()
             .map(|r| match &r.effect {
@@ -599,6 +856,7 @@ impl RangeReplica {
             return Ok(Followups::default());
         }
         sync.done = true;
+        let report = SyncReport { suffix: sync.receiving_suffix, records: sync.records, bytes: sync.bytes };
         let buffered = std::mem::take(&mut sync.buffer);
         let replayed = buffered.len();
         for msg in buffered {
@@ -606,8 +864,10 @@ impl RangeReplica {
                 self.apply_locked(&mut st, msg, links).await?;
             }
         }
-        info!(range = %self.range.id_string(), upto_seq, replayed, "sync complete");
-        Ok(Followups { sync_done: true })
+        let mode = if report.suffix { "suffix" } else { "full" };
+        info!(range = %self.range.id_string(), mode, records = report.records, bytes = report.bytes,
+            upto_seq, replayed, "sync complete");
+        Ok(Followups { sync_done: true, report: Some(report) })
     }
 
     /// Installs this node's route of a new epoch. Returns messages that re-wire the chain.
@@ -665,8 +925,15 @@ impl RangeReplica {
             sync.abandon();
         }
         match (&st.sync, st.route.predecessor()) {
-            (Some(sync), Some(pred)) if !sync.started => {
-                let _ = links.link(pred).send(ChainMsg::SyncRequest { epoch, range: self.range }).await;
+            (Some(sync), Some(pred)) if !sync.started && !sync.refused => {
+                let range = self.range;
+                let msg = match &sync.suffix {
+                    Some(p) => {
+                        ChainMsg::SuffixSyncRequest { epoch, range, have_seq: p.have_seq, top: p.top.clone() }
+                    }
+                    None => ChainMsg::SyncRequest { epoch, range },
+                };
+                let _ = links.link(pred).send(msg).await;
             }
             (None, Some(pred)) if st.route.is_tail() && !self.readable() => {
                 let after_seq = self.store.max_seq();
@@ -762,6 +1029,146 @@ impl RangeReplica {
     }
 }
 
+/// A suffix to stream: the records above `after`, each key's latest only; `latest` is a second
+/// iterator from the same cut, read first to find them (one key and seq per key changed
+/// after `after` held in memory). Superseded records are left out so that a suffix under a
+/// workload that rewrites the same keys does not outgrow a full copy.
+struct SuffixCut {
+    after: u64,
+    latest: fawn_ds::Iter,
+}
+
+/// Streams `records` (a snapshot iterator taken at the cut `upto_seq`) to a syncing
+/// successor in `SnapshotBatch`es, then `SnapshotEnd`: all of them, or with `suffix` only
+/// those it selects. Paced to `copy_bytes_per_s` (key + value bytes; 0 = unlimited).
+#[allow(clippy::too_many_arguments)]
+async fn stream_records(
+    range: Range,
+    epoch: Epoch,
+    link: mpsc::Sender<ChainMsg>,
+    records: fawn_ds::Iter,
+    suffix: Option<SuffixCut>,
+    upto_seq: u64,
+    copy_bytes_per_s: u64,
+    stream: StreamId,
+) {
+    let snapshot = stream.snapshot;
+    let what = if suffix.is_some() { "suffix" } else { "snapshot" };
+    let selection = match suffix {
+        None => None,
+        Some(cut) => {
+            let mut latest: HashMap<Vec<u8>, u64> = HashMap::new();
+            for record in cut.latest {
+                let Ok(record) = record else {
+                    warn!(range = %range.id_string(), what, "read failed; the receiver will ask again");
+                    return;
+                };
+                if record.meta.seq > cut.after {
+                    latest.insert(record.key, record.meta.seq);
+                }
+            }
+            Some((cut.after, latest))
+        }
+    };
+    let mut sent = 0u64;
+    let mut index = 0u64;
+    let mut pacer = Pacer::new(copy_bytes_per_s);
+    let mut batch = Vec::new();
+    let mut batch_bytes = 0usize;
+    let mut records = records.peekable();
+    while let Some(record) = records.next() {
+        let Ok(record) = record else {
+            warn!(range = %range.id_string(), what, "read failed; the receiver will ask again");
+            return;
+        };
+        let wanted = selection.as_ref().is_none_or(|(after, latest)| {
+            record.meta.seq > *after && latest.get(&record.key) == Some(&record.meta.seq)
+        });
+        if wanted {
+            batch_bytes += record.key.len() + record.value.len();
+            let effect = effect_of(record.kind, record.value, record.meta);
+            batch.push(SnapshotItem { seq: record.meta.seq, key: record.key, effect });
+        }
+        if batch_bytes < SNAPSHOT_BATCH_BYTES && records.peek().is_some() {
+            continue;
+        }
+        if batch.is_empty() {
+            continue;
+        }
+        pacer.pace(batch_bytes).await;
+        if !stream.is_current() {
+            info!(range = %range.id_string(), what, snapshot, "replaced by a newer stream or no longer needed; stopping it");
+            return;
+        }
+        sent += batch.len() as u64;
+        let msg = ChainMsg::SnapshotBatch { range, snapshot, index, records: std::mem::take(&mut batch) };
+        index += 1;
+        batch_bytes = 0;
+        if link.send(msg).await.is_err() {
+            return;
+        }
+    }
+    let _ = link.send(ChainMsg::SnapshotEnd { epoch, range, snapshot, batches: index, upto_seq }).await;
+    info!(range = %range.id_string(), what, records = sent, bytes = pacer.sent,
+        secs = pacer.started.elapsed().as_secs_f64(), "sent");
+}
+
+/// The suffix plan of a datastore kept from before a failure: its highest seq and the record
+/// that carries it. `None` (copy the range in full) when that record is gone (compaction
+/// dropped it; `max_seq` then exceeds every record), or the store is empty. Scans the whole
+/// log (a local sequential read).
+pub fn suffix_plan(store: &DataStore) -> Result<Option<SuffixPlan>, fawn_ds::Error> {
+    let have_seq = store.max_seq();
+    if have_seq == 0 {
+        return Ok(None);
+    }
+    let mut top = None;
+    for record in store.iter() {
+        let record = record?;
+        if record.meta.seq == have_seq {
+            top = Some(record);
+        }
+    }
+    Ok(top.map(|r| SuffixPlan { have_seq, top: mark_of(r.kind, r.key, &r.value, r.meta) }))
+}
+
+fn mark_of(kind: RecordKind, key: Vec<u8>, value: &[u8], meta: Meta) -> RecordMark {
+    match kind {
+        RecordKind::Put => RecordMark {
+            key,
+            seq: meta.seq,
+            delete: false,
+            value_crc: crc32c::crc32c(value),
+            flags: meta.flags,
+            expiry: meta.expiry,
+        },
+        RecordKind::Delete => {
+            RecordMark { key, seq: meta.seq, delete: true, value_crc: 0, flags: 0, expiry: 0 }
+        }
+    }
+}
+
+/// Whether the records of `scan` include `mark`'s record.
+fn log_holds(scan: fawn_ds::Iter, mark: &RecordMark) -> Result<bool, fawn_ds::Error> {
+    for record in scan {
+        let record = record?;
+        if record.meta.seq == mark.seq
+            && record.key == mark.key
+            && mark_of(record.kind, record.key.clone(), &record.value, record.meta) == *mark
+        {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+fn effect_bytes(effect: &ReplEffect) -> usize {
+    match effect {
+        ReplEffect::Put { value, .. } => value.len(),
+        ReplEffect::Delete => 0,
+    }
+}
+
 /// Key + value bytes per snapshot message: large enough that per-message costs vanish, small
 /// enough that pacing stays smooth and a chain link's queue is not held up for long.
 const SNAPSHOT_BATCH_BYTES: usize = 64 << 10;
@@ -800,6 +1207,27 @@ impl Pacer {
 
 /// A name for a new snapshot stream, unique among this process's streams and, being a
 /// microsecond clock reading, across its restarts.
+/// One outgoing snapshot or suffix stream of a range: its id and whether the range still
+/// wants it (the source runs only the latest stream it was asked for, and none for a range
+/// it dropped).
+struct StreamId {
+    snapshot: u64,
+    replica: std::sync::Weak<RangeReplica>,
+}
+
+impl StreamId {
+    /// Starts a stream: it replaces whatever stream of this range was running.
+    fn start(replica: &Arc<RangeReplica>) -> StreamId {
+        let snapshot = snapshot_id();
+        replica.snapshot_sending.store(snapshot, Ordering::Release);
+        StreamId { snapshot, replica: Arc::downgrade(replica) }
+    }
+
+    fn is_current(&self) -> bool {
+        self.replica.upgrade().is_some_and(|r| r.snapshot_sending.load(Ordering::Acquire) == self.snapshot)
+    }
+}
+
 fn snapshot_id() -> u64 {
     static LAST: AtomicU64 = AtomicU64::new(0);
     let now = crate::clock::unix_micros();
@@ -821,7 +1249,7 @@ fn effect_of(kind: RecordKind, value: Vec<u8>, meta: Meta) -> ReplEffect {
 }
 
 /// Runs a storage call that may wait for an fsync without stalling other tasks on this worker.
-fn blocking<T>(may_block: bool, f: impl FnOnce() -> T) -> T {
+pub(crate) fn blocking<T>(may_block: bool, f: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current() {
         Ok(h) if may_block && h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
             tokio::task::block_in_place(f)
