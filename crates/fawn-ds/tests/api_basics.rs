@@ -127,8 +127,8 @@ fn iteration_sees_a_consistent_prefix_while_writes_continue() {
     let mut seen = 0;
     for _ in 0..20 {
         let recs: Vec<_> = ds.iter().map(|r| r.unwrap()).collect();
-        // The end `iter()` took at call time lies between the two reads around it (the
-        // writer appends meanwhile; reading it before the call alone made this flaky).
+        // Read after the call: the end `iter()` took then is at most this (the writer
+        // appends meanwhile; reading it before the call made this flaky).
         let end = ds.end_offset();
         // Exactly the records up to the end seen at call time, in order, none torn.
         for (n, r) in recs.iter().enumerate() {
