@@ -124,15 +124,20 @@ fn iteration_sees_a_consistent_prefix_while_writes_continue() {
             }
         })
     };
+    let mut seen = 0;
     for _ in 0..20 {
-        let end = ds.end_offset();
         let recs: Vec<_> = ds.iter().map(|r| r.unwrap()).collect();
+        // Read after the call: the end `iter()` took then is at most this (the writer
+        // appends meanwhile; reading it before the call made this flaky).
+        let end = ds.end_offset();
         // Exactly the records up to the end seen at call time, in order, none torn.
         for (n, r) in recs.iter().enumerate() {
             assert_eq!(r.meta.seq, n as u64 + 1);
             assert_eq!(r.value, vec![(n as u64) as u8; 64]);
             assert!(r.offset < end);
         }
+        assert!(recs.len() >= seen, "an iteration saw fewer records than the one before");
+        seen = recs.len();
         if let Some(last) = recs.last() {
             assert_eq!(ds.iter_from(last.offset).next().unwrap().unwrap(), *last);
         }

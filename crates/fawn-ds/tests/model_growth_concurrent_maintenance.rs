@@ -4,8 +4,9 @@
 //! delete a small set of hot keys of their own, singly and in batches, and check after every
 //! step that the keys they touched read exactly as their model says (no key in both tables
 //! with a stale entry winning, none lost, none resurrected). Meanwhile a maintenance thread
-//! runs full and hot compactions and checkpoints (the automatic checkpointer and compactor
-//! run too, with tiny thresholds), so swaps and checkpoints land mid-scan. At the end, with
+//! runs full and hot compactions, checkpoints, and merges of other stores (their keys must
+//! all appear and stay; the automatic checkpointer and compactor run too, with tiny
+//! thresholds), so swaps and checkpoints land mid-scan. At the end, with
 //! the store quiescent: every key matches the model, the live key count equals the model's,
 //! no entry was left to the stash, `max_seq` is the highest seq written; and all of it again
 //! after reopening (from whatever checkpoint was last written, possibly mid-growth), and
@@ -187,9 +188,44 @@ fn check_all(ds: &DataStore, models: &[Model], max_seq: u64, at: &str) -> Result
     Ok(())
 }
 
+/// Build another store with a few hundred keys of its own (one deleted again) and merge it
+/// in; its keys go into `merged`.
+fn merge_in(
+    ds: &DataStore,
+    n: u64,
+    seq: &AtomicU64,
+    merged: &mut Model,
+    rng: &mut SmallRng,
+) -> Result<(), String> {
+    let shm = std::path::Path::new("/dev/shm");
+    let dir = if shm.is_dir() { tempfile::tempdir_in(shm) } else { tempfile::tempdir() };
+    let dir = dir.map_err(|e| e.to_string())?;
+    let opts = Options {
+        sync: SyncPolicy::Never,
+        auto_compact: false,
+        checkpoint_every_bytes: 0,
+        ..Options::default()
+    };
+    let other = DataStore::open(dir.path(), opts).map_err(|e| format!("merge source: {e}"))?;
+    let mut theirs = Model::new();
+    for i in 0..rng.gen_range(50..400) {
+        let (k, s) = (format!("m{n}-{i:04}").into_bytes(), seq.fetch_add(1, Ordering::AcqRel) + 1);
+        let v = value(rng, s);
+        other.store(&k, &v, Meta { seq: s, ..Meta::default() }).map_err(|e| format!("merge source: {e}"))?;
+        theirs.insert(k, Some(v));
+    }
+    let (k, s) = (format!("m{n}-0000").into_bytes(), seq.fetch_add(1, Ordering::AcqRel) + 1);
+    other.delete(&k, Meta { seq: s, ..Meta::default() }).map_err(|e| format!("merge source: {e}"))?;
+    theirs.insert(k, None);
+    ds.merge(&other).map_err(|e| format!("merge: {e}"))?;
+    merged.extend(theirs);
+    Ok(())
+}
+
 /// Counts of what the cases exercised.
 #[derive(Default, Debug)]
 struct Seen {
+    merges: u64,
     growths: u64,
     maintenance_mid_growth: u64,
     checkpoints_mid_growth: u64,
@@ -214,6 +250,7 @@ fn run_case(seed: u64, seen: &mut Seen) -> Result<(), String> {
     let deadline = Instant::now() + CASE_DURATION;
     let mut capacity = ds.stats().index_capacity;
     let mut failure = None;
+    let mut merged = Model::new();
     while Instant::now() < deadline && failure.is_none() {
         std::thread::sleep(Duration::from_millis(rng.gen_range(0..4)));
         let migrating = ds.stats().index_migrating;
@@ -221,11 +258,15 @@ fn run_case(seed: u64, seen: &mut Seen) -> Result<(), String> {
         if !migrating && rng.gen_bool(0.8) {
             continue;
         }
-        let r = match rng.gen_range(0..10) {
-            0..=2 => ds.compact().map(|_| ()),
-            3..=5 if hot_cold => ds.compact_hot().map(|_| ()),
-            3..=5 => ds.clean().map(|_| ()),
-            _ => ds.checkpoint(),
+        let r = match rng.gen_range(0..11) {
+            0..=2 => ds.compact().map(|_| ()).map_err(|e| e.to_string()),
+            3..=5 if hot_cold => ds.compact_hot().map(|_| ()).map_err(|e| e.to_string()),
+            3..=5 => ds.clean().map(|_| ()).map_err(|e| e.to_string()),
+            6 => {
+                seen.merges += 1;
+                merge_in(&ds, seen.merges, &seq, &mut merged, &mut rng)
+            }
+            _ => ds.checkpoint().map_err(|e| e.to_string()),
         };
         if let Err(e) = r {
             failure = Some(format!("maintenance: {e}"));
@@ -254,6 +295,7 @@ fn run_case(seed: u64, seen: &mut Seen) -> Result<(), String> {
     if let Some(f) = failure {
         return Err(f);
     }
+    models.push(merged);
     let max_seq = seq.load(Ordering::Acquire);
     check_all(&ds, &models, max_seq, "quiescent")?;
     // Reopen from whatever checkpoint the store has (maybe written mid-growth), without a
