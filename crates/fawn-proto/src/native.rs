@@ -91,6 +91,10 @@ pub enum Request {
     /// and `peer` did not answer a direct probe (to the manager; answered with `Config`).
     /// Re-sent while the probes keep failing.
     LinkCut { node: NodeId, peer: NodeId },
+    /// Back-end `node`, the tail of `range` after a sync, serves gets (its predecessor confirmed
+    /// the catch-up, so no older tail is still acting as one): the chain may shed the old tail
+    /// (to the manager; answered with `Config`). Re-sent while the chain holds more than R.
+    TailReady { node: NodeId, range: Range },
 }
 
 /// Answers, one per request, with the request's id.

@@ -665,6 +665,19 @@ impl Backend {
         }
     }
 
+    async fn report_tail_ready(&self, range: Range) {
+        let req = Request::TailReady { node: self.options.node, range };
+        match self.pool.call(&self.options.manager, req, Duration::from_secs(2)).await {
+            Ok(Response::Config(c)) => {
+                if let Err(e) = self.install(c).await {
+                    error!(error = %e, "cannot install configuration");
+                }
+            }
+            Ok(other) => warn!(?other, "manager did not accept the tail's readiness; will retry"),
+            Err(e) => warn!(error = %e, "cannot report the tail's readiness; will retry"),
+        }
+    }
+
     /// Notices chain links that make no progress — a link cut between neighbours that both
     /// still reach the manager, or a stuck successor — and logs and counts each stall and its
     /// end. The updates stay unacknowledged (and their puts wait) until the link flows again
@@ -809,7 +822,17 @@ impl Backend {
         self.check_cuts();
         let links = self.linker();
         let replicas: Vec<_> = self.replicas.read().values().cloned().collect();
+        let view = self.current();
         for r in replicas {
+            // A readable tail of a chain longer than R: the old tail stayed in it until this
+            // node serves gets (`manager::state::tail_ready`); tell the manager it does.
+            let rc = view.config.ranges.iter().find(|rc| rc.range == r.range);
+            let surplus = rc.is_some_and(|rc| {
+                rc.tail() == Some(self.options.node) && rc.chain.len() > view.config.replicas as usize
+            });
+            if surplus && r.readable() {
+                self.report_tail_ready(r.range).await;
+            }
             r.tick(&links).await;
             if let Some((_, _, true)) = r.sync_status().await {
                 if r.route().await.is_syncing() {

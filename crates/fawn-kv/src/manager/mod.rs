@@ -227,6 +227,10 @@ impl Handler for Manager {
                 self.apply(|c| state::leave(c, node, &cuts))
             }
             Request::LinkCut { node, peer } => self.link_cut(node, peer).await,
+            Request::TailReady { node, range } => {
+                let cuts = self.link_cuts();
+                self.apply(|c| state::tail_ready(c, node, range, &cuts))
+            }
             Request::SetFlush { at_micros } => {
                 self.apply(|c| Ok::<_, std::convert::Infallible>(Some(state::set_flush(c, at_micros))))
             }

@@ -215,7 +215,12 @@ pub fn leave(
 }
 
 /// A syncing replica caught up: it joins the chain as the new tail, and the chain sheds any
-/// node the ring no longer prefers beyond R.
+/// node the ring no longer prefers beyond R — except the old tail, which stays as the new
+/// tail's predecessor until the new tail reports it serves gets ([`tail_ready`]). Dropping the
+/// old tail in the same change would leave it acting as tail by its older configuration
+/// (committing updates on its own ack, answering gets) until it installs the new one, while
+/// the new chain already commits updates it never sees: a stale read. As the new tail's
+/// predecessor it confirms the catch-up only once it has stepped down.
 pub fn sync_done(
     config: &ClusterConfig,
     node: NodeId,
@@ -230,12 +235,45 @@ pub fn sync_done(
         .iter_mut()
         .find(|r| r.range == range && r.syncing.contains(&node))
         .ok_or_else(|| Refused::NotSyncing { node, range: range.id_string() })?;
+    let old_tail = rc.tail();
     rc.syncing.retain(|n| *n != node);
     rc.chain.push(node);
     let preferred = preferred(&ring, &rc.range);
     while rc.chain.len() > want {
-        let Some(i) = rc.chain.iter().position(|n| !preferred.contains(n)) else { break };
+        let Some(i) = rc.chain.iter().position(|n| !preferred.contains(n) && Some(*n) != old_tail) else {
+            break;
+        };
         rc.chain.remove(i);
+    }
+    rebalance(&mut next, cuts);
+    next.epoch += 1;
+    Ok(Some(next))
+}
+
+/// The tail `node` of `range` serves gets: its predecessor confirmed it caught up, which a
+/// predecessor that still acts as tail by an older configuration never does. The chain now
+/// sheds the nodes the ring no longer prefers beyond R that [`sync_done`] kept (the old tail).
+/// `None` when there is nothing to shed.
+pub fn tail_ready(
+    config: &ClusterConfig,
+    node: NodeId,
+    range: Range,
+    cuts: &LinkCuts,
+) -> Result<Option<ClusterConfig>, Refused> {
+    let mut next = config.clone();
+    let ring = alive_ring(&next);
+    let want = (next.replicas as usize).min(ring.nodes().len()).max(1);
+    let Some(rc) = next.ranges.iter_mut().find(|r| r.range == range && r.tail() == Some(node)) else {
+        return Ok(None);
+    };
+    let preferred = preferred(&ring, &rc.range);
+    let before = rc.chain.len();
+    while rc.chain.len() > want {
+        let Some(i) = rc.chain.iter().position(|n| !preferred.contains(n) && *n != node) else { break };
+        rc.chain.remove(i);
+    }
+    if rc.chain.len() == before {
+        return Ok(None);
     }
     rebalance(&mut next, cuts);
     next.epoch += 1;
@@ -445,9 +483,32 @@ mod tests {
         while let Some((node, range)) = c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range)))
         {
             c = sync_done(&c, node, range, &none()).unwrap().unwrap();
+            if let Some(next) = tail_ready(&c, node, range, &none()).unwrap() {
+                c = next;
+            }
         }
         assert!(c.ranges.iter().all(|r| !r.chain.contains(&0) && r.chain.len() == 3));
         assert_eq!(c.backends[0].state, NodeState::Left);
+    }
+
+    #[test]
+    fn the_old_tail_leaves_only_once_the_new_tail_is_ready() {
+        let c = formed(4);
+        // Node 0 leaves; take a range where it is the tail.
+        let c = leave(&c, 0, &none()).unwrap().unwrap();
+        let rc = c.ranges.iter().find(|r| r.tail() == Some(0) && r.syncing.len() == 1).unwrap().clone();
+        let s = rc.syncing[0];
+        let c = sync_done(&c, s, rc.range, &none()).unwrap().unwrap();
+        let after = c.ranges.iter().find(|r| r.range == rc.range).unwrap();
+        assert_eq!(after.tail(), Some(s));
+        assert_eq!(after.predecessor(s), Some(0), "the old tail left with the promotion: {after:?}");
+        assert_ne!(c.backends[0].state, NodeState::Left);
+        // Only the new tail's report sheds it.
+        assert!(tail_ready(&c, 0, rc.range, &none()).unwrap().is_none());
+        let c = tail_ready(&c, s, rc.range, &none()).unwrap().unwrap();
+        let after = c.ranges.iter().find(|r| r.range == rc.range).unwrap();
+        assert!(!after.chain.contains(&0) && after.chain.len() == 3 && after.tail() == Some(s), "{after:?}");
+        assert!(tail_ready(&c, s, rc.range, &none()).unwrap().is_none());
     }
 
     fn cuts(pairs: &[(NodeId, NodeId)]) -> LinkCuts {
