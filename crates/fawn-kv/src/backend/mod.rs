@@ -323,7 +323,7 @@ impl Backend {
                 Some(RangeReplica::rejoining(store, route.clone(), writes_block, plan))
             }
             Ok(None) => {
-                info!(range = %rid, "the old datastore has no put at its highest seq; copying the range in full");
+                info!(range = %rid, "the old datastore is empty or lacks the record of its highest seq; copying the range in full");
                 None
             }
             Err(e) => {
