@@ -503,17 +503,24 @@ pub(crate) fn remove_leftovers(dir: &Path) -> Result<(), Error> {
 
 /// The persisted `max_seq` floor, 0 if there is none.
 pub(crate) fn read_seq_floor(dir: &Path) -> Result<u64, Error> {
-    let bytes = match fs::read(dir.join(SEQ_FILE)) {
+    read_u64_file(dir, SEQ_MAGIC, SEQ_FILE, ("MAXSEQ", "reading MAXSEQ"))
+}
+
+/// A `MAXSEQ`-format file's value (magic, u64, CRC32C, zero padding), 0 if it is absent.
+/// `names`: the file's name in errors, and the context of an I/O error.
+fn read_u64_file(dir: &Path, magic: [u8; 8], file: &str, names: (&str, &'static str)) -> Result<u64, Error> {
+    let (what, reading) = names;
+    let bytes = match fs::read(dir.join(file)) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(Error::io("reading MAXSEQ", e)),
+        Err(e) => return Err(Error::io(reading, e)),
     };
-    if bytes.len() != SEQ_FILE_BYTES || bytes[0..8] != SEQ_MAGIC {
-        return Err(Error::corrupt(0, "MAXSEQ: bad magic or length"));
+    if bytes.len() != SEQ_FILE_BYTES || bytes[0..8] != magic {
+        return Err(Error::corrupt(0, format!("{what}: bad magic or length")));
     }
     let crc = u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]);
     if crc != crc32c::crc32c(&bytes[0..16]) || bytes[20..24] != [0; 4] {
-        return Err(Error::corrupt(0, "MAXSEQ: checksum mismatch"));
+        return Err(Error::corrupt(0, format!("{what}: checksum mismatch")));
     }
     let mut s = [0u8; 8];
     s.copy_from_slice(&bytes[8..16]);
@@ -528,21 +535,7 @@ pub(crate) fn write_seq_floor(dir: &Path, seq: u64) -> Result<(), Error> {
 
 /// The persisted drop floor (`DataStore::dropped_seq_max`), 0 if there is none.
 pub(crate) fn read_drop_floor(dir: &Path) -> Result<u64, Error> {
-    let bytes = match fs::read(dir.join(DROP_FILE)) {
-        Ok(b) => b,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
-        Err(e) => return Err(Error::io("reading DROPSEQ", e)),
-    };
-    if bytes.len() != SEQ_FILE_BYTES || bytes[0..8] != DROP_MAGIC {
-        return Err(Error::corrupt(0, "DROPSEQ: bad magic or length"));
-    }
-    let crc = u32::from_le_bytes([bytes[16], bytes[17], bytes[18], bytes[19]]);
-    if crc != crc32c::crc32c(&bytes[0..16]) || bytes[20..24] != [0; 4] {
-        return Err(Error::corrupt(0, "DROPSEQ: checksum mismatch"));
-    }
-    let mut s = [0u8; 8];
-    s.copy_from_slice(&bytes[8..16]);
-    Ok(u64::from_le_bytes(s))
+    read_u64_file(dir, DROP_MAGIC, DROP_FILE, ("DROPSEQ", "reading DROPSEQ"))
 }
 
 /// Atomically persist a drop floor, as `write_seq_floor`.
