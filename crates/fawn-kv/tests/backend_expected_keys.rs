@@ -56,6 +56,7 @@ async fn ranges_open_presized_by_their_share_of_the_hint() {
             chain_timeout: Duration::from_secs(5),
             link_repair_after: fawn_kv::backend::LINK_REPAIR_AFTER,
             copy_bytes_per_s: 0,
+            join_copy_bytes_per_s: 0,
         };
         starting.push(tokio::spawn(async move { (Backend::start(options).await, listener) }));
     }

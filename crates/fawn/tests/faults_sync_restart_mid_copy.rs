@@ -55,7 +55,8 @@ fn live_keys(procs: &Procs, node: u32) -> u64 {
 fn syncing_replica_restarts_mid_copy() {
     let shape = ProcShape {
         vnodes: 1,
-        backend_args: vec!["--copy-rate-mib".into(), "1".into()],
+        // A join's pre-copy is paced at the join rate (the ranges still have R replicas).
+        backend_args: vec!["--join-copy-rate-mib".into(), "1".into(), "--copy-rate-mib".into(), "1".into()],
         ..ProcShape::default()
     };
     let mut procs = Procs::start(shape);

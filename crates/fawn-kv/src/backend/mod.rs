@@ -91,10 +91,34 @@ pub struct BackendOptions {
     /// successor (a joining node's pre-copy, re-replication after a failure); 0 = unlimited.
     /// Keeps foreground gets near their rate while a range is copied (paper §3.4.4).
     pub copy_bytes_per_s: u64,
+    /// The same ceiling for a range that already has R in-sync replicas (a join's pre-copy,
+    /// a graceful leave's replacement): nothing is at risk while it runs, so it may be slower
+    /// and cost foreground gets less. 0 = unlimited.
+    pub join_copy_bytes_per_s: u64,
 }
 
-/// Default for `BackendOptions::copy_bytes_per_s`: 32 MiB/s per syncing range.
+/// Default for `BackendOptions::copy_bytes_per_s` (re-replication after a failure): 32 MiB/s
+/// per syncing range.
 pub const COPY_BYTES_PER_S_DEFAULT: u64 = 32 << 20;
+/// Default for `BackendOptions::join_copy_bytes_per_s`: 8 MiB/s per syncing range. Measured at
+/// max load on 2 vCPUs (docs/BENCHMARKS.md, session 4): gets during a join at 0.88 of the
+/// steady rate at 8 MiB/s, 0.63 at 32 MiB/s.
+pub const JOIN_COPY_BYTES_PER_S_DEFAULT: u64 = 8 << 20;
+
+/// The pace of a copy of `range` to a syncing replica: the repair rate while the range has
+/// fewer than R in-sync replicas (redundancy is being restored), else the join rate.
+pub fn copy_rate_for(config: &ClusterConfig, range: &Range, options: &BackendOptions) -> u64 {
+    let short = config
+        .ranges
+        .iter()
+        .find(|rc| rc.range == *range)
+        .is_some_and(|rc| (rc.chain.len() as u64) < u64::from(config.replicas));
+    if short {
+        options.copy_bytes_per_s
+    } else {
+        options.join_copy_bytes_per_s
+    }
+}
 
 #[derive(Default)]
 struct Counters {
@@ -607,11 +631,12 @@ impl Backend {
             ChainMsg::Resend { after_seq, .. } => replica.on_resend(from, after_seq, &links).await?,
             ChainMsg::CaughtUp { .. } => replica.on_caught_up(from, &links).await,
             ChainMsg::SyncRequest { .. } => {
-                replica.on_sync_request(from, &links, self.options.copy_bytes_per_s).await
+                let rate = copy_rate_for(&self.current().config, &range, &self.options);
+                replica.on_sync_request(from, &links, rate).await
             }
             ChainMsg::SnapshotBegin { snapshot, .. } => replica.on_snapshot_begin(from, snapshot).await?,
             ChainMsg::SuffixSyncRequest { have_seq, top, .. } => {
-                let rate = self.options.copy_bytes_per_s;
+                let rate = copy_rate_for(&self.current().config, &range, &self.options);
                 let refusals = &self.counters.suffix_refusals;
                 replica.on_suffix_sync_request(from, have_seq, &top, &links, rate, refusals).await;
             }
@@ -1151,6 +1176,41 @@ mod tests {
         assert_eq!(apportion_expected_keys(10, &skewed), vec![0, 10]);
         assert_eq!(apportion_expected_keys(5, &[Range::full()]), vec![5]);
         assert!(apportion_expected_keys(5, &[]).is_empty());
+    }
+}
+
+/// Guards the choice of copy pace: a range short of R in-sync replicas is re-replicated at
+/// the repair rate, a join's pre-copy into a full chain at the join rate.
+#[cfg(test)]
+mod copy_rate_tests {
+    use super::{copy_rate_for, BackendOptions};
+    use fawn_ds::SyncPolicy;
+    use fawn_proto::native::{ClusterConfig, RangeConfig};
+    use fawn_ring::Range;
+    use std::time::Duration;
+
+    #[test]
+    fn repairs_use_the_repair_rate_and_joins_the_join_rate() {
+        let options = BackendOptions {
+            node: 0,
+            data_dir: "unused".into(),
+            manager: String::new(),
+            advertise: String::new(),
+            sync: SyncPolicy::Never,
+            expected_keys: 0,
+            chain_timeout: Duration::from_secs(1),
+            link_repair_after: Duration::from_secs(1),
+            copy_bytes_per_s: 32,
+            join_copy_bytes_per_s: 8,
+        };
+        let range = Range::full();
+        let config = |chain: Vec<u32>| ClusterConfig {
+            replicas: 3,
+            ranges: vec![RangeConfig { range, chain, syncing: vec![9] }],
+            ..ClusterConfig::default()
+        };
+        assert_eq!(copy_rate_for(&config(vec![1, 2]), &range, &options), 32, "re-replication");
+        assert_eq!(copy_rate_for(&config(vec![1, 2, 3]), &range, &options), 8, "join pre-copy");
     }
 }
 
