@@ -40,8 +40,7 @@ pub struct MaintArgs {
     #[arg(long, default_value_t = 1024)]
     pub lock_store_mib: u64,
     /// Sync policy of the `lock` store after its fill: `never`, or `always` (every put
-    /// fdatasynced by group commit; the tail fdatasync and directory fsync then happen under
-    /// the lock).
+    /// fdatasynced by group commit; the locked tail is then fdatasynced under the lock).
     #[arg(long, default_value = "never", value_parser = ["never", "always"])]
     pub lock_sync: String,
     /// Maintenance operations timed by `lock` (compactions, plus split+merge pairs).
@@ -368,11 +367,7 @@ fn lock(args: &MaintArgs, dir: &Path, quiet: bool, rep: &mut Reporter) -> Result
     }
     putter.join().map_err(|_| anyhow::anyhow!("put thread panicked"))??;
     holds.sort_by(f64::total_cmp);
-    let sc = if always {
-        format!("maint/lock/{}mib/always", args.lock_store_mib)
-    } else {
-        format!("maint/lock/{}mib", args.lock_store_mib)
-    };
+    let sc = format!("maint/lock/{}mib{}", args.lock_store_mib, if always { "/always" } else { "" });
     let params = json!({"store_mib": args.lock_store_mib, "value_size": args.value_size, "keys": keys, "sync": args.lock_sync,
         "ops": holds.len(), "puts_per_s": 10_000, "get_threads": 1, "holds_ms": by_kind});
     for (name, q) in [("p50", 0.5), ("p90", 0.9), ("p99", 0.99)] {

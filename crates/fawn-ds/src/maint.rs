@@ -942,9 +942,7 @@ fn finish(
             // The cold log is complete: durable before the commit point makes it the state.
             cold.log.sync_data().map_err(|e| Error::io("syncing the cold log", e))?;
         }
-        let at = [pos, other_pos];
-        new.sync_to(new.applied_end.load(Ordering::Acquire))?;
-        covered = at;
+        sync_new(new, new.applied_end.load(Ordering::Acquire), [pos, other_pos], &mut covered)?;
         // No checkpoint of the old log may be written after the swap.
         old.stop_migrator();
         // The syncs and the join took time: catch up what was appended meanwhile, so the
@@ -966,17 +964,13 @@ fn finish(
             {
                 break;
             }
-            let at = [pos, other_pos];
-            new.sync_to(written)?;
-            covered = at;
+            sync_new(new, written, [pos, other_pos], &mut covered)?;
         }
         // Under `Always` the lock must sync whatever of the new log is unsynced before the
         // commit `rename`: leave it only what the last passes and the locked tail copy
         // (measured before: 1.8–19.8 ms of `fdatasync` under the lock for up to 256 KiB).
         if shared.opts.sync == SyncPolicy::Always {
-            let at = [pos, other_pos];
-            new.sync_to(new.written_end.load(Ordering::Acquire))?;
-            covered = at;
+            sync_new(new, new.written_end.load(Ordering::Acquire), [pos, other_pos], &mut covered)?;
         }
         // The `MAXSEQ` floor, if the new log lacks this store's highest seq so far (its
         // record was dropped): written here, not under the lock. A floor is a lower bound
@@ -1018,9 +1012,7 @@ fn finish(
         // last sync of the new log were made durable in the old one meanwhile): sync the new
         // log now, outside the lock; the lock re-checks for a sync of the old log since.
         if behind(covered) {
-            let at = [pos, other_pos];
-            new.sync_to(new.written_end.load(Ordering::Acquire))?;
-            covered = at;
+            sync_new(new, new.written_end.load(Ordering::Acquire), [pos, other_pos], &mut covered)?;
             // Writes went on during the sync: one more pass, so the lock copies little.
             if let Some((_, oi)) = &sides.other {
                 other_pos = c.last_pass(oi, other_pos, keep_other)?;
@@ -1146,6 +1138,14 @@ fn finish(
     *counters.last_lock_phases.lock() = c.rep.lock.clone();
     dir_synced?;
     Ok(c.rep)
+}
+
+/// Syncs the new log up to `upto`; the sources' positions `at` (this store's, `other`'s)
+/// are then covered: every copy of a record below them is durable in the new log.
+fn sync_new(new: &Inner, upto: u64, at: [u64; 2], covered: &mut [u64; 2]) -> Result<(), Error> {
+    new.sync_to(upto)?;
+    *covered = at;
+    Ok(())
 }
 
 /// The drop floor the new state of `sides` needs: what its scans dropped for age or key, and

@@ -293,8 +293,7 @@ impl Backend {
                 if !route.is_syncing() {
                     self.mark_complete(&rc.range);
                 }
-                let writes_block = matches!(self.options.sync, SyncPolicy::Always);
-                let replica = Arc::new(RangeReplica::new(store, route, writes_block));
+                let replica = Arc::new(RangeReplica::new(store, route, self.writes_block()));
                 self.replicas.write().insert(rc.range, replica);
             }
         }
@@ -343,8 +342,7 @@ impl Backend {
             Ok(Some(plan)) => {
                 info!(range = %rid, from = ?route.predecessor(), have_seq = plan.have_seq,
                     "rejoining with the old datastore: asking for the suffix after its last record");
-                let writes_block = matches!(self.options.sync, SyncPolicy::Always);
-                Some(RangeReplica::rejoining(store, route.clone(), writes_block, plan))
+                Some(RangeReplica::rejoining(store, route.clone(), self.writes_block(), plan))
             }
             Ok(None) => {
                 info!(range = %rid, "the old datastore is empty or lacks the record of its highest seq; copying the range in full");
@@ -416,11 +414,16 @@ impl Backend {
         info!(range = %range.id_string(), from = ?route.predecessor(), "suffix refused: syncing a fresh copy of the range");
         match self.open_store(&range, true, expected_keys) {
             Ok(store) => {
-                let writes_block = matches!(self.options.sync, SyncPolicy::Always);
-                self.replicas.write().insert(range, Arc::new(RangeReplica::new(store, route, writes_block)));
+                let replica = RangeReplica::new(store, route, self.writes_block());
+                self.replicas.write().insert(range, Arc::new(replica));
             }
             Err(e) => error!(range = %range.id_string(), error = %e, "cannot create a fresh datastore"),
         }
+    }
+
+    /// Datastore writes fsync (`SyncPolicy::Always`): replicas run them with `block_in_place`.
+    fn writes_block(&self) -> bool {
+        matches!(self.options.sync, SyncPolicy::Always)
     }
 
     fn linker(&self) -> Linker {

@@ -636,21 +636,19 @@ impl RangeReplica {
                                 stream,
                             )
                             .await;
-                            // Retries that came meanwhile were ignored: one stream per request.
-                            running.store(false, Ordering::Release);
                         }
                         Ok(false) => {
                             let reason =
                                 "the replica's last record is not in this log (an update that never \
                                 committed, or compacted away)";
                             let _ = link.send(refuse(reason.into())).await;
-                            running.store(false, Ordering::Release);
                         }
                         Err(e) => {
                             let _ = link.send(refuse(format!("reading the log: {e}"))).await;
-                            running.store(false, Ordering::Release);
                         }
                     }
+                    // Retries that came meanwhile were ignored: one stream per request.
+                    running.store(false, Ordering::Release);
                 });
             }
             Err(e) => {
@@ -1153,8 +1151,7 @@ fn log_holds(scan: fawn_ds::Iter, mark: &RecordMark) -> Result<bool, fawn_ds::Er
     for record in scan {
         let record = record?;
         if record.meta.seq == mark.seq
-            && record.key == mark.key
-            && mark_of(record.kind, record.key.clone(), &record.value, record.meta) == *mark
+            && mark_of(record.kind, record.key, &record.value, record.meta) == *mark
         {
             return Ok(true);
         }
@@ -1205,8 +1202,6 @@ impl Pacer {
     }
 }
 
-/// A name for a new snapshot stream, unique among this process's streams and, being a
-/// microsecond clock reading, across its restarts.
 /// One outgoing snapshot or suffix stream of a range: its id and whether the range still
 /// wants it (the source runs only the latest stream it was asked for, and none for a range
 /// it dropped).
@@ -1228,6 +1223,8 @@ impl StreamId {
     }
 }
 
+/// A name for a new snapshot stream, unique among this process's streams and, being a
+/// microsecond clock reading, across its restarts.
 fn snapshot_id() -> u64 {
     static LAST: AtomicU64 = AtomicU64::new(0);
     let now = crate::clock::unix_micros();

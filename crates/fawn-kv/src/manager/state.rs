@@ -134,6 +134,19 @@ fn preferred(ring: &Ring, range: &Range) -> Vec<NodeId> {
     ring.try_chain(range.end_inclusive).map(|c| c.nodes).unwrap_or_default()
 }
 
+/// While `rc`'s chain holds more than R replicas (at most the alive nodes), removes the
+/// nodes the ring no longer prefers for it, never `keep`. Whether any was removed.
+fn shed_unpreferred(rc: &mut RangeConfig, ring: &Ring, replicas: u32, keep: Option<NodeId>) -> bool {
+    let want = (replicas as usize).min(ring.nodes().len()).max(1);
+    let preferred = preferred(ring, &rc.range);
+    let before = rc.chain.len();
+    while rc.chain.len() > want {
+        let Some(i) = rc.chain.iter().position(|n| !preferred.contains(n) && Some(*n) != keep) else { break };
+        rc.chain.remove(i);
+    }
+    rc.chain.len() < before
+}
+
 /// Starts one sync per range whose chain is short or holds a node the ring no longer prefers.
 /// Ranges already syncing wait: one membership change per range at a time. A node whose link
 /// to the range's tail (the sync source) is cut is not a candidate: the range waits at fewer
@@ -229,7 +242,7 @@ pub fn sync_done(
 ) -> Result<Option<ClusterConfig>, Refused> {
     let mut next = config.clone();
     let ring = alive_ring(&next);
-    let want = (next.replicas as usize).min(ring.nodes().len()).max(1);
+    let replicas = next.replicas;
     let rc = next
         .ranges
         .iter_mut()
@@ -238,13 +251,7 @@ pub fn sync_done(
     let old_tail = rc.tail();
     rc.syncing.retain(|n| *n != node);
     rc.chain.push(node);
-    let preferred = preferred(&ring, &rc.range);
-    while rc.chain.len() > want {
-        let Some(i) = rc.chain.iter().position(|n| !preferred.contains(n) && Some(*n) != old_tail) else {
-            break;
-        };
-        rc.chain.remove(i);
-    }
+    shed_unpreferred(rc, &ring, replicas, old_tail);
     rebalance(&mut next, cuts);
     next.epoch += 1;
     Ok(Some(next))
@@ -262,17 +269,11 @@ pub fn tail_ready(
 ) -> Result<Option<ClusterConfig>, Refused> {
     let mut next = config.clone();
     let ring = alive_ring(&next);
-    let want = (next.replicas as usize).min(ring.nodes().len()).max(1);
+    let replicas = next.replicas;
     let Some(rc) = next.ranges.iter_mut().find(|r| r.range == range && r.tail() == Some(node)) else {
         return Ok(None);
     };
-    let preferred = preferred(&ring, &rc.range);
-    let before = rc.chain.len();
-    while rc.chain.len() > want {
-        let Some(i) = rc.chain.iter().position(|n| !preferred.contains(n) && *n != node) else { break };
-        rc.chain.remove(i);
-    }
-    if rc.chain.len() == before {
+    if !shed_unpreferred(rc, &ring, replicas, Some(node)) {
         return Ok(None);
     }
     rebalance(&mut next, cuts);
