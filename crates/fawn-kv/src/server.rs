@@ -5,8 +5,10 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use fawn_client::framed::FrameReader;
-use fawn_proto::native::{encode_frame, ChainMsg, Message, Request, Response, WireError};
+use fawn_client::framed::{FrameReader, ReadError};
+use fawn_proto::native::{
+    encode_frame, ChainMsg, FrameError, Message, Request, Response, WireError, PROTOCOL_VERSION,
+};
 use fawn_ring::NodeId;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
@@ -96,6 +98,10 @@ async fn connection<H: Handler>(stream: TcpStream, handler: Arc<H>, mut shutdown
                 let _ = tx.send((id, Response::Error(err))).await;
             }
             Ok(None) => break,
+            Err(e @ ReadError::Frame(FrameError::Version(_))) => {
+                warn!(error = %e, ours = PROTOCOL_VERSION, "closing a connection from a peer of another protocol version");
+                break;
+            }
             Err(e) => {
                 debug!(error = %e, "closing native connection");
                 break;

@@ -17,7 +17,9 @@ use crate::op::{Item, Outcome, Update};
 use fawn_ring::{NodeId, Range};
 
 /// Version byte of every frame. A peer receiving another version closes the connection.
-pub const PROTOCOL_VERSION: u8 = 1;
+/// 2: snapshot streams carry stream ids and batch indexes (`SnapshotBegin`, `SnapshotBatch`,
+/// `SnapshotEnd` changed fields), so version-1 nodes cannot join a version-2 cluster.
+pub const PROTOCOL_VERSION: u8 = 2;
 /// Largest frame body accepted (a 1 MiB value plus key and headers fits many times over).
 pub const FRAME_BYTES_MAX: usize = 8 << 20;
 /// Bytes before the body: length (4) + version (1) + request id (8).

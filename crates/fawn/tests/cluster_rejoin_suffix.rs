@@ -13,13 +13,13 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::procs::{ProcShape, Procs};
 use fawn_client::pool::Pool;
 use fawn_client::ClientOptions;
 use fawn_ds::{DataStore, Meta, Options};
-use fawn_proto::native::{ClusterConfig, NodeState, Request, Response};
+use fawn_proto::native::NodeState;
 use fawn_ring::{key_id, Range};
 
 const VICTIM: u32 = 1;
@@ -34,30 +34,6 @@ fn value(tag: &str, i: u32) -> Vec<u8> {
     let mut v = format!("{tag}-{i}-").into_bytes();
     v.resize(VALUE_BYTES, b'.');
     v
-}
-
-fn status(rt: &tokio::runtime::Runtime, addr: &str) -> BTreeMap<String, u64> {
-    rt.block_on(async {
-        let pool = Pool::new(Duration::from_secs(2));
-        match pool.call(addr, Request::Status, Duration::from_secs(5)).await {
-            Ok(Response::Status(s)) => s.counters.into_iter().collect(),
-            other => panic!("status of {addr}: {other:?}"),
-        }
-    })
-}
-
-fn wait_for(procs: &mut Procs, what: &str, mut ok: impl FnMut(&ClusterConfig) -> bool) -> ClusterConfig {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        procs.assert_running();
-        if let Some(c) = procs.config() {
-            if ok(&c) {
-                return c;
-            }
-        }
-        assert!(Instant::now() < deadline, "timed out waiting until {what}\n{}", procs.logs(60));
-        std::thread::sleep(Duration::from_millis(200));
-    }
 }
 
 #[test]
@@ -91,7 +67,7 @@ fn restarted_backend_rejoins_by_suffix_and_drops_its_uncommitted_record() {
         .expect("a preloaded key in the range");
 
     procs.kill9(VICTIM);
-    wait_for(&mut procs, "the victim is declared failed", |c| {
+    procs.wait_config("the victim is declared failed", |c| {
         c.backends.iter().any(|b| b.node == VICTIM && b.state == NodeState::Failed)
     });
 
@@ -132,7 +108,7 @@ fn restarted_backend_rejoins_by_suffix_and_drops_its_uncommitted_record() {
     }
 
     procs.restart_backend(VICTIM);
-    let after = wait_for(&mut procs, "the victim is back in every chain it held", |c| {
+    let after = procs.wait_config("the victim is back in every chain it held", |c| {
         c.backends.iter().all(|b| b.state == NodeState::Alive)
             && c.ranges.iter().all(|r| r.syncing.is_empty() && r.chain.len() == 3)
             && victim_ranges
@@ -171,8 +147,7 @@ fn restarted_backend_rejoins_by_suffix_and_drops_its_uncommitted_record() {
         }
     });
     // How each range was copied.
-    let victim_addr = procs.backend_addrs[&VICTIM].clone();
-    let st = status(&rt, &victim_addr);
+    let st = procs.backend_status(VICTIM);
     let (suffix, full) = (st["syncs_suffix"], st["syncs_full"]);
     let (suffix_bytes, full_bytes) = (st["sync_suffix_bytes"], st["sync_full_bytes"]);
     eprintln!(

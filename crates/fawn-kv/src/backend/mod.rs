@@ -291,7 +291,7 @@ impl Backend {
                 }
                 let store = self.open_store(&rc.range, fresh_sync, expected_keys)?;
                 if !route.is_syncing() {
-                    self.mark_complete(&rc.range);
+                    self.mark_complete(&rc.range, &store);
                 }
                 let replica = Arc::new(RangeReplica::new(store, route, self.writes_block()));
                 self.replicas.write().insert(rc.range, replica);
@@ -356,14 +356,18 @@ impl Backend {
     }
 
     /// Marks `range`'s datastore as a whole replica (see `REPLICA_MARKER`). Best effort: a
-    /// missing marker only costs a full copy at the next rejoin.
-    fn mark_complete(&self, range: &Range) {
+    /// missing marker only costs a full copy at the next rejoin. The store is synced first: a
+    /// copy's records are in the source's log order, not the range's update order, so only a
+    /// durable copy may carry the marker (a power loss may then cut the log only after it,
+    /// inside the live updates, which are in update order).
+    fn mark_complete(&self, range: &Range, store: &DataStore) {
         let dir = self.range_dir(range);
         let path = dir.join(REPLICA_MARKER);
         if path.exists() {
             return;
         }
         let written = blocking(true, || {
+            store.sync().map_err(std::io::Error::other)?;
             std::fs::File::create(&path)
                 .and_then(|f| f.sync_all())
                 .and_then(|()| std::fs::File::open(&dir))
@@ -372,6 +376,17 @@ impl Backend {
         if let Err(e) = written {
             warn!(range = %range.id_string(), error = %e, "cannot mark the datastore as a whole replica");
         }
+    }
+
+    /// Removes `range`'s whole-replica marker, durably (see `REPLICA_MARKER`).
+    fn unmark_complete(&self, range: &Range) -> std::io::Result<()> {
+        let dir = self.range_dir(range);
+        let path = dir.join(REPLICA_MARKER);
+        blocking(true, || match std::fs::remove_file(&path) {
+            Ok(()) => std::fs::File::open(&dir).and_then(|d| d.sync_all()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        })
     }
 
     /// The source refused `range`'s suffix: replace the replica by a fresh, empty one that
@@ -644,7 +659,17 @@ impl Backend {
                 replica.on_suffix_sync_request(from, have_seq, &top, &links, rate, refusals).await;
             }
             ChainMsg::SuffixBegin { snapshot, after_seq, .. } => {
-                replica.on_suffix_begin(from, snapshot, after_seq).await
+                if replica.on_suffix_begin(from, snapshot, after_seq).await {
+                    // From its first suffix record on, the store is no prefix of the range's
+                    // history until the stream ends: a restart in between must copy in full,
+                    // not ask for a suffix after a record from the middle of this one.
+                    // (Messages of one link are handled in order: no batch is applied yet.)
+                    if let Err(e) = self.unmark_complete(&range) {
+                        error!(range = %range.id_string(), error = %e,
+                            "cannot remove the whole-replica marker; dropping the suffix stream to ask again");
+                        replica.drop_stream(snapshot).await;
+                    }
+                }
             }
             ChainMsg::SuffixRefused { .. } => {
                 if replica.on_suffix_refused(from).await {
@@ -660,7 +685,7 @@ impl Backend {
                 let followups = replica.on_snapshot_end(from, snapshot, batches, upto_seq, &links).await?;
                 if followups.sync_done {
                     // The copy is whole: mark it before the manager makes it a replica.
-                    self.mark_complete(&range);
+                    self.mark_complete(&range, &replica.store);
                     self.counters.syncs_completed.fetch_add(1, Ordering::Relaxed);
                     if let Some(r) = followups.report {
                         let c = &self.counters;

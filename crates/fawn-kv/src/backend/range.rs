@@ -751,18 +751,30 @@ impl RangeReplica {
     /// The source agreed to a suffix after `after_seq`, streamed as `snapshot`. Taken when no
     /// stream is in progress (a suffix stream abandoned after a gap or silence is asked for
     /// again with the same plan: see `SyncProgress::abandon`).
-    pub async fn on_suffix_begin(&self, from: NodeId, snapshot: u64, after_seq: u64) {
+    /// True when the stream is taken.
+    pub async fn on_suffix_begin(&self, from: NodeId, snapshot: u64, after_seq: u64) -> bool {
         let mut st = self.state.lock().await;
         let Some(sync) = st.sync.as_mut().filter(|s| s.source == from && !s.started && !s.done && !s.refused)
         else {
-            return;
+            return false;
         };
-        if sync.suffix.as_ref().is_some_and(|p| p.have_seq == after_seq) {
-            sync.started = true;
-            sync.receiving_suffix = true;
-            sync.stream = snapshot;
-            sync.next_batch = 0;
-            sync.progress_at = Some(Instant::now());
+        if !sync.suffix.as_ref().is_some_and(|p| p.have_seq == after_seq) {
+            return false;
+        }
+        sync.started = true;
+        sync.receiving_suffix = true;
+        sync.stream = snapshot;
+        sync.next_batch = 0;
+        sync.progress_at = Some(Instant::now());
+        true
+    }
+
+    /// Stops taking stream `snapshot` (if it is the one in progress): its later messages are
+    /// ignored and the replica asks its source again, as after a gap.
+    pub async fn drop_stream(&self, snapshot: u64) {
+        let mut st = self.state.lock().await;
+        if let Some(sync) = st.sync.as_mut().filter(|s| s.started && !s.done && s.stream == snapshot) {
+            sync.abandon();
         }
     }
 
@@ -1055,17 +1067,23 @@ async fn stream_records(
     let selection = match suffix {
         None => None,
         Some(cut) => {
-            let mut latest: HashMap<Vec<u8>, u64> = HashMap::new();
-            for record in cut.latest {
-                let Ok(record) = record else {
-                    warn!(range = %range.id_string(), what, "read failed; the receiver will ask again");
-                    return;
-                };
-                if record.meta.seq > cut.after {
-                    latest.insert(record.key, record.meta.seq);
+            // A read of the whole log: off the async workers, which serve gets meanwhile.
+            let after = cut.after;
+            let latest = blocking(true, move || {
+                let mut latest: HashMap<Vec<u8>, u64> = HashMap::new();
+                for record in cut.latest {
+                    let record = record?;
+                    if record.meta.seq > after {
+                        latest.insert(record.key, record.meta.seq);
+                    }
                 }
-            }
-            Some((cut.after, latest))
+                Ok::<_, fawn_ds::Error>(latest)
+            });
+            let Ok(latest) = latest else {
+                warn!(range = %range.id_string(), what, "read failed; the receiver will ask again");
+                return;
+            };
+            Some((after, latest))
         }
     };
     let mut sent = 0u64;

@@ -311,6 +311,35 @@ impl Procs {
         })
     }
 
+    /// One back-end's `Status` counters (panics if it does not answer).
+    pub fn backend_status(&self, node: u32) -> BTreeMap<String, u64> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        let addr = &self.backend_addrs[&node];
+        rt.block_on(async {
+            let pool = fawn_client::pool::Pool::new(Duration::from_secs(2));
+            match pool.call(addr, Request::Status, Duration::from_secs(5)).await {
+                Ok(Response::Status(s)) => s.counters.into_iter().collect(),
+                other => panic!("status of back-end {node} ({addr}): {other:?}"),
+            }
+        })
+    }
+
+    /// Waits up to 60 s, checking that every process still runs, until the manager's
+    /// configuration satisfies `ok` (`what` names the wait in the failure message).
+    pub fn wait_config(&mut self, what: &str, mut ok: impl FnMut(&ClusterConfig) -> bool) -> ClusterConfig {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            self.assert_running();
+            if let Some(c) = self.config() {
+                if ok(&c) {
+                    return c;
+                }
+            }
+            assert!(Instant::now() < deadline, "timed out waiting until {what}\n{}", self.logs(60));
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     fn wait_formed(&mut self) {
         let deadline = Instant::now() + FORM_TIMEOUT;
         loop {
