@@ -758,7 +758,7 @@ impl RangeReplica {
         else {
             return false;
         };
-        if !sync.suffix.as_ref().is_some_and(|p| p.have_seq == after_seq) {
+        if sync.suffix.as_ref().is_none_or(|p| p.have_seq != after_seq) {
             return false;
         }
         sync.started = true;
