@@ -708,7 +708,7 @@ fn join(c: &mut Ctx) -> Result<()> {
             max_rate = st.ops() as f64 / st.window.as_secs_f64();
         }
         cdfs.push(Series::new(format!("normal, {load} load"), plot::cdf_points(&st.get)));
-        // The join: a 4th back-end id starts 2 s into the measured window.
+        // The join: a 4th back-end id starts a few seconds into the measured window.
         let mut e = c.timing();
         e.extend([
             s("--get-ratio"),
@@ -725,7 +725,9 @@ fn join(c: &mut Ctx) -> Result<()> {
             e.extend([s("--rate"), s((0.3 * max_rate).round().max(100.0)), s("--pipeline"), s(8)]);
         }
         let w = workload(&e)?;
-        let lead = Duration::from_secs_f64(c.z.warmup + 2.0);
+        // At least 2 s of steady rate before it (4 s at full size: the baseline of the ratio
+        // below, and the rate swings ±15 % between 0.5 s buckets here).
+        let lead = Duration::from_secs_f64(c.z.warmup + (c.z.join_s / 10.0).max(2.0));
         let join_s = c.z.join_s;
         let (st, (t_start, t_done)) = under_load(&mut cl, &w, c.quiet, |cl, t0| {
             std::thread::sleep(lead);

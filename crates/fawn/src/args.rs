@@ -265,8 +265,8 @@ pub struct BackendArgs {
     /// The same ceiling for copies to a range that already has R in-sync replicas: a joining
     /// node's pre-copy, a leaving node's replacement (MiB/s of keys + values; 0 = unlimited).
     /// Nothing is at risk while they run, so by default they go slower and cost foreground
-    /// gets less (at max load on 2 vCPUs: gets at 0.88 of the steady rate during a join at
-    /// 8 MiB/s, 0.63 at 32 MiB/s).
+    /// gets less (at max load on 2 vCPUs: gets at 0.82–0.92 of the steady rate during a join
+    /// at 4 MiB/s, 0.63 at 32 MiB/s; docs/BENCHMARKS.md).
     #[arg(long, value_name = "MIB", env = "FAWN_JOIN_COPY_RATE_MIB", default_value_t = fawn_kv::backend::JOIN_COPY_BYTES_PER_S_DEFAULT >> 20)]
     join_copy_rate_mib: u64,
 }
