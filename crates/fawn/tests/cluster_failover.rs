@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::{Cluster, Shape};
-use fawn_client::pool::Pool;
 use fawn_proto::native::NodeState;
 
 fn backend_pid(port: u16) -> i32 {
@@ -82,16 +81,5 @@ async fn frozen_backend_is_replaced_and_rejoins() {
 }
 
 async fn assert_replicas_agree(cluster: &Cluster) {
-    let pool = Pool::new(Duration::from_secs(2));
-    let config = cluster.config().await;
-    for rc in &config.ranges {
-        let mut digests = Vec::new();
-        for node in &rc.chain {
-            let addr = config.backend_addr(*node).expect("addr");
-            digests.push(common::live_digest(&pool, addr, rc.range).await);
-        }
-        for (node, d) in rc.chain.iter().zip(&digests).skip(1) {
-            assert_eq!(d, &digests[0], "replica on node {node} differs for range {}", rc.range.id_string());
-        }
-    }
+    common::agreed_digests(&cluster.config().await).await;
 }

@@ -16,7 +16,6 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::procs::{ProcShape, Procs};
-use fawn_client::pool::Pool;
 use fawn_client::ClientOptions;
 use fawn_ds::{DataStore, Meta, Options};
 use fawn_proto::native::NodeState;
@@ -31,9 +30,7 @@ const NEW_KEYS: u32 = 60;
 const CHANGED_KEYS: u32 = 20;
 
 fn value(tag: &str, i: u32) -> Vec<u8> {
-    let mut v = format!("{tag}-{i}-").into_bytes();
-    v.resize(VALUE_BYTES, b'.');
-    v
+    common::padded_value(tag, i, VALUE_BYTES)
 }
 
 #[test]
@@ -126,25 +123,8 @@ fn restarted_backend_rejoins_by_suffix_and_drops_its_uncommitted_record() {
             let got = client.get(k).await.expect("get").map(|it| it.value);
             assert_eq!(&got, v, "{}", String::from_utf8_lossy(k));
         }
-        let pool = Pool::new(Duration::from_secs(2));
-        for rc in &after.ranges {
-            let mut digests = Vec::new();
-            for node in &rc.chain {
-                let addr = after.backend_addr(*node).expect("addr");
-                digests.push((*node, common::live_digest(&pool, addr, rc.range).await));
-            }
-            for (node, d) in &digests[1..] {
-                assert_eq!(
-                    d,
-                    &digests[0].1,
-                    "replica on node {node} differs for range {}",
-                    rc.range.id_string()
-                );
-            }
-            if rc.range == ghost_range {
-                assert!(!digests[0].1.contains_key(&ghost_key), "the uncommitted record is in the chain");
-            }
-        }
+        let digests = common::agreed_digests(&after).await;
+        assert!(!digests[&ghost_range].contains_key(&ghost_key), "the uncommitted record is in the chain");
     });
     // How each range was copied.
     let st = procs.backend_status(VICTIM);

@@ -13,7 +13,6 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::procs::{ProcShape, Procs};
-use fawn_client::pool::Pool;
 use fawn_client::ClientOptions;
 use fawn_proto::native::{ClusterConfig, NodeState};
 use fawn_ring::{key_id, Range};
@@ -25,9 +24,7 @@ const NEW_KEYS: u32 = 1500;
 const VALUE_BYTES: usize = 8000;
 
 fn value(tag: &str, i: u32) -> Vec<u8> {
-    let mut v = format!("{tag}-{i}-").into_bytes();
-    v.resize(VALUE_BYTES, b'.');
-    v
+    common::padded_value(tag, i, VALUE_BYTES)
 }
 
 /// The victim's ranges whose datastore directory exists but has no `REPLICA` marker.
@@ -132,25 +129,11 @@ fn backend_killed_mid_suffix_copies_that_range_in_full() {
             let got = client.get(k).await.expect("get").map(|it| it.value);
             assert_eq!(got.as_ref(), Some(v), "{}", String::from_utf8_lossy(k));
         }
-        let pool = Pool::new(Duration::from_secs(2));
-        for rc in &after.ranges {
-            let mut digests = Vec::new();
-            for node in &rc.chain {
-                let addr = after.backend_addr(*node).expect("addr");
-                digests.push((*node, common::live_digest(&pool, addr, rc.range).await));
-            }
-            let keys = want.keys().filter(|k| rc.range.contains(key_id(k))).count();
+        for (range, digest) in common::agreed_digests(&after).await {
+            let keys = want.keys().filter(|k| range.contains(key_id(k))).count();
             // (Not counting the harness's `__probe` key.)
-            let held = digests[0].1.keys().filter(|k| !k.starts_with(b"__")).count();
-            assert_eq!(held, keys, "range {} holds every key", rc.range.id_string());
-            for (node, d) in &digests[1..] {
-                assert_eq!(
-                    d,
-                    &digests[0].1,
-                    "replica on node {node} differs for range {}",
-                    rc.range.id_string()
-                );
-            }
+            let held = digest.keys().filter(|k| !k.starts_with(b"__")).count();
+            assert_eq!(held, keys, "range {} holds every key", range.id_string());
         }
     });
     procs.kill_all();

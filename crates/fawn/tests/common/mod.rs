@@ -299,3 +299,34 @@ pub async fn live_digest(
         .filter_map(|(k, e)| Some((k, (e.seq, e.value_crc?))))
         .collect()
 }
+
+/// Checks that every replica in each range's chain holds the same live items (panics naming
+/// the node and range otherwise) and returns each range's digest.
+pub async fn agreed_digests(
+    config: &fawn_proto::native::ClusterConfig,
+) -> std::collections::HashMap<fawn_ring::Range, std::collections::BTreeMap<Vec<u8>, (u64, u32)>> {
+    let pool = fawn_client::pool::Pool::new(Duration::from_secs(2));
+    let mut out = std::collections::HashMap::new();
+    for rc in &config.ranges {
+        let mut first = None;
+        for node in &rc.chain {
+            let addr = config.backend_addr(*node).expect("addr");
+            let d = live_digest(&pool, addr, rc.range).await;
+            match &first {
+                None => first = Some(d),
+                Some(f) => {
+                    assert_eq!(&d, f, "replica on node {node} differs for range {}", rc.range.id_string())
+                }
+            }
+        }
+        out.insert(rc.range, first.unwrap_or_default());
+    }
+    out
+}
+
+/// A value of `len` bytes that names its key: `<tag>-<i>-` padded with dots.
+pub fn padded_value(tag: &str, i: u32, len: usize) -> Vec<u8> {
+    let mut v = format!("{tag}-{i}-").into_bytes();
+    v.resize(len, b'.');
+    v
+}
