@@ -835,7 +835,10 @@ impl Backend {
             reported.insert(peer, Instant::now());
             if first {
                 self.counters.link_cuts_reported.fetch_add(1, Ordering::Relaxed);
-                warn!(peer, "chain link cut: the chain neighbour does not answer; asking the manager to repair");
+                warn!(
+                    peer,
+                    "chain link cut: the chain neighbour does not answer; asking the manager to repair"
+                );
             }
         }
         let Some(b) = self.me.upgrade() else { return };

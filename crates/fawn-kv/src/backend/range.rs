@@ -678,7 +678,8 @@ impl RangeReplica {
         match verdict {
             Ok(true) => {
                 let snapshot = snapshot_id();
-                if !queue(links, from, ChainMsg::SuffixBegin { epoch, range, snapshot, after_seq: have_seq }) {
+                if !queue(links, from, ChainMsg::SuffixBegin { epoch, range, snapshot, after_seq: have_seq })
+                {
                     return;
                 }
                 let stream = StreamId::start(self, snapshot);

@@ -179,7 +179,6 @@ fn rebalance(config: &mut ClusterConfig, cuts: &LinkCuts) {
     settle_leavers(config);
 }
 
-
 /// A leaving node in no chain has left.
 fn settle_leavers(config: &mut ClusterConfig) {
     let held: Vec<NodeId> = config.ranges.iter().flat_map(|r| r.path().collect::<Vec<_>>()).collect();
