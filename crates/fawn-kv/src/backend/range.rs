@@ -1498,7 +1498,7 @@ mod tests {
                 while !stop.load(Ordering::Relaxed) {
                     head.order_update(req(n), &set(n), None, 0, &*net).await.expect("order");
                     n += 1;
-                    if n % 256 == 0 {
+                    if n.is_multiple_of(256) {
                         tokio::task::yield_now().await;
                     }
                 }
