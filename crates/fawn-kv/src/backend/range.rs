@@ -30,6 +30,10 @@ use crate::clock::{flushed, next_seq, unix_now};
 
 /// Request ids remembered per range for retried-update deduplication.
 pub const DEDUP_ENTRIES_MAX: usize = 65_536;
+/// Updates a head keeps forwarded but unacknowledged before it refuses new ones
+/// (`Unavailable`, which clients retry): the backpressure a full link queue gave when the head
+/// waited for room, without holding the range lock (a successor cut off under put load).
+pub const UNACKED_UPDATES_MAX: usize = 16_384;
 /// Updates a syncing replica buffers while its snapshot streams in.
 pub const SYNC_BUFFER_MESSAGES_MAX: usize = 1_000_000;
 /// A snapshot stream that has sent nothing for this long (its sender restarted, or could not
@@ -335,6 +339,11 @@ impl RangeReplica {
         }
         if let Some((seq, outcome)) = st.recent.get(&req) {
             return Ok(Ordered::AwaitAck { seq: *seq, outcome: outcome.clone() });
+        }
+        if self.unacked.lock().len() >= UNACKED_UPDATES_MAX {
+            return Err(WireError::Unavailable(
+                "chain backlog full: the successor is not acknowledging updates".into(),
+            ));
         }
         // A plain set does not depend on the current item: skip the read.
         let current = match update.mutation {
@@ -1429,7 +1438,7 @@ mod tests {
         Update {
             key: format!("k{}", n % 1000).into_bytes(),
             mutation: Mutation::Set,
-            value: vec![b'v'; 200],
+            value: vec![b'v'; 2000],
             flags: 0,
             expiry: 0,
         }
@@ -1491,13 +1500,23 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let head = Arc::new(replica(dir.path(), route(5, 1, &[1, 2], &[])));
         let stop = Arc::new(AtomicBool::new(false));
+        // Set when the head refuses puts for its backlog (UNACKED_UPDATES_MAX): that bound may
+        // be reached before the queue fills, when the socket buffers hold many updates.
+        let refused = Arc::new(AtomicBool::new(false));
         let putter = {
-            let (head, net, stop) = (Arc::clone(&head), Arc::clone(&net), Arc::clone(&stop));
+            let (head, net, stop, refused) =
+                (Arc::clone(&head), Arc::clone(&net), Arc::clone(&stop), Arc::clone(&refused));
             tokio::spawn(async move {
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
-                    head.order_update(req(n), &set(n), None, 0, &*net).await.expect("order");
-                    n += 1;
+                    match head.order_update(req(n), &set(n), None, 0, &*net).await {
+                        Ok(_) => n += 1,
+                        Err(WireError::Unavailable(_)) => {
+                            refused.store(true, Ordering::Relaxed);
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                        Err(e) => panic!("order: {e}"),
+                    }
                     if n.is_multiple_of(256) {
                         tokio::task::yield_now().await;
                     }
@@ -1507,7 +1526,7 @@ mod tests {
         };
         let full = crate::backend::link::LINK_QUEUE_MESSAGES_MAX as u64;
         let deadline = Instant::now() + Duration::from_secs(60);
-        while net.links.queued() < full {
+        while net.links.queued() < full && !refused.load(Ordering::Relaxed) {
             assert!(Instant::now() < deadline, "the link's queue never filled");
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -1524,6 +1543,11 @@ mod tests {
             .expect("putter");
         // Nothing was lost: alone in the chain, node 1 committed everything it ordered.
         assert!(ordered > full, "{ordered} puts");
+        eprintln!(
+            "{ordered} puts ordered; queue full: {}, backlog refusals: {}",
+            net.links.queued() >= full,
+            refused.load(Ordering::Relaxed)
+        );
         assert_eq!(head.unacked_len(), 0);
         let last = ordered - 1;
         let item = head.read(format!("k{}", last % 1000).as_bytes(), 0).expect("read").expect("the last put");
@@ -1565,6 +1589,31 @@ mod tests {
         assert!(wires.sent(2).is_empty());
         head.on_ack(2, seqs[1499].0, &wires).await;
         assert_eq!(head.unacked_len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_head_with_a_full_backlog_refuses_new_updates_until_acks_come_back() {
+        // Not waiting for room on the link must not let the head run ahead without bound: at
+        // UNACKED_UPDATES_MAX unacknowledged updates it refuses new ones (retryable), and a
+        // retry of an update it already ordered still gets its answer.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wires = Wires::default();
+        let head = replica(dir.path(), route(5, 1, &[1, 2], &[]));
+        let mut last = 0;
+        for n in 0..UNACKED_UPDATES_MAX as u64 {
+            if let Ordered::AwaitAck { seq, .. } =
+                head.order_update(req(n), &set(n), None, 0, &wires).await.expect("order")
+            {
+                last = seq;
+            }
+        }
+        let full = head.order_update(req(1 << 40), &set(0), None, 0, &wires).await;
+        assert!(matches!(full, Err(WireError::Unavailable(_))), "{:?}", full.is_ok());
+        let retry = head.order_update(req(7), &set(7), None, 0, &wires).await;
+        assert!(matches!(retry, Ok(Ordered::AwaitAck { .. })), "a retry was refused");
+        head.on_ack(2, last, &wires).await;
+        let after = head.order_update(req(1 << 40), &set(0), None, 0, &wires).await;
+        assert!(after.is_ok(), "still refused after the acks");
     }
 
     #[tokio::test]
