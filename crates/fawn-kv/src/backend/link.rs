@@ -13,7 +13,9 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tracing::{debug, info};
 
-/// Chain messages queued per link before the sender waits.
+/// Chain messages queued per link. A replica never waits for room under its range lock: what
+/// does not fit is held back in its unacknowledged list or asked for again (`range::queue`);
+/// snapshot streams, sent outside the lock, wait.
 pub const LINK_QUEUE_MESSAGES_MAX: usize = 8192;
 /// Pause between reconnection attempts.
 const RECONNECT_PAUSE: Duration = Duration::from_millis(100);

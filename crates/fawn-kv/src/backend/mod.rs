@@ -736,7 +736,11 @@ impl Backend {
     /// still reach the manager, or a stuck successor — and logs and counts each stall and its
     /// end. The updates stay unacknowledged (and their puts wait) until the link flows again
     /// or the manager changes the chain; `check_cuts` asks it to when the stall lasts.
-    fn check_links(&self) {
+    /// `sync_heard` lists, per syncing replica still waiting for its copy, its source (the
+    /// tail) and when it last heard from it: the tail keeps no unacknowledged updates for a
+    /// syncing replica, so the replica watches that link from its end — a source silent for
+    /// `LINK_STALL` is a stalled link like any other.
+    fn check_links(&self, sync_heard: &[(NodeId, Instant)]) {
         let view = self.current();
         let now = crate::clock::unix_micros();
         let mut oldest: HashMap<NodeId, u64> = HashMap::new();
@@ -748,15 +752,21 @@ impl Backend {
             let worst = oldest.entry(succ).or_default();
             *worst = (*worst).max(age);
         }
+        for (source, heard) in sync_heard {
+            let age = heard.elapsed().as_micros() as u64;
+            let worst = oldest.entry(*source).or_default();
+            *worst = (*worst).max(age);
+        }
         let limit = LINK_STALL.as_micros() as u64;
         let mut stalled = self.stalled_links.lock();
         for (&peer, &age) in &oldest {
             if age >= limit && !stalled.contains_key(&peer) {
                 warn!(
                     peer,
-                    oldest_unacked_ms = age / 1000,
-                    "chain link stalled: updates forwarded to this successor are not acknowledged \
-                     (link cut or stuck node downstream); puts on those ranges wait"
+                    stalled_ms = age / 1000,
+                    "chain link stalled: updates forwarded to this successor are not acknowledged, \
+                     or this sync source sends nothing (link cut or stuck node); puts on those \
+                     ranges wait, syncs from it make no progress"
                 );
                 self.counters.link_stalls.fetch_add(1, Ordering::Relaxed);
                 let since =
@@ -851,7 +861,10 @@ impl Backend {
             reported.insert(peer, Instant::now());
             if first {
                 self.counters.link_cuts_reported.fetch_add(1, Ordering::Relaxed);
-                warn!(peer, "chain link cut: the successor does not answer; asking the manager to repair");
+                warn!(
+                    peer,
+                    "chain link cut: the chain neighbour does not answer; asking the manager to repair"
+                );
             }
         }
         let Some(b) = self.me.upgrade() else { return };
@@ -872,10 +885,14 @@ impl Backend {
 
     /// Periodic work: replica retries, and re-reporting syncs the manager has not recorded.
     async fn on_tick(&self) {
-        self.check_links();
+        let replicas: Vec<_> = self.replicas.read().values().cloned().collect();
+        let mut sync_heard = Vec::new();
+        for r in &replicas {
+            sync_heard.extend(r.sync_heard().await);
+        }
+        self.check_links(&sync_heard);
         self.check_cuts();
         let links = self.linker();
-        let replicas: Vec<_> = self.replicas.read().values().cloned().collect();
         let view = self.current();
         for r in replicas {
             // A readable tail of a chain longer than R: the old tail stayed in it until this

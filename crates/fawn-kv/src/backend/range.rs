@@ -4,7 +4,11 @@
 //! a configuration change re-wiring the chain, the snapshot cut for a syncing replica — runs
 //! under the range's one `state` lock, so each happens entirely before or after the others.
 //! Messages to neighbours are queued while holding it, so each link carries a range's updates
-//! in sequence order.
+//! in sequence order. They are queued without waiting (`queue`): a link whose queue is full (a
+//! successor cut off or not reading) must not hold the lock, or nothing else could run on the
+//! range — not even the new configuration that repairs the chain around the cut. What does not
+//! fit is recovered from `unacked` (`WriteState::held_back`, re-queued by `tick`) or asked for
+//! again by the receiver (a gap in `prev_seq`, a promoted tail's `Resend`).
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -18,13 +22,18 @@ use fawn_proto::native::{
 use fawn_proto::op::{decide, Effect, Item, Mutation, Outcome, Update};
 use fawn_ring::{NodeId, Range};
 use parking_lot::Mutex;
+use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot};
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use crate::clock::{flushed, next_seq, unix_now};
 
 /// Request ids remembered per range for retried-update deduplication.
 pub const DEDUP_ENTRIES_MAX: usize = 65_536;
+/// Updates a head keeps forwarded but unacknowledged before it refuses new ones
+/// (`Unavailable`, which clients retry): the backpressure a full link queue gave when the head
+/// waited for room, without holding the range lock (a successor cut off under put load).
+pub const UNACKED_UPDATES_MAX: usize = 16_384;
 /// Updates a syncing replica buffers while its snapshot streams in.
 pub const SYNC_BUFFER_MESSAGES_MAX: usize = 1_000_000;
 /// A snapshot stream that has sent nothing for this long (its sender restarted, or could not
@@ -91,6 +100,10 @@ pub struct SyncProgress {
     /// Records and key + value bytes received so far.
     records: u64,
     bytes: u64,
+    /// When anything last arrived from `source` (any chain message of this range), or the
+    /// replica started syncing: a source silent for long is probed and, if it does not answer
+    /// either, reported to the manager as a cut link (`Backend::check_links`).
+    heard_at: Option<Instant>,
 }
 
 impl SyncProgress {
@@ -130,9 +143,23 @@ struct WriteState {
     recent: HashMap<ReqId, (u64, Outcome)>,
     recent_order: VecDeque<ReqId>,
     sync: Option<SyncProgress>,
+    /// The link to the successor was full: the unacknowledged updates from this seq on are in
+    /// `unacked` but not (all) queued. Later updates are not queued either (the successor
+    /// takes updates only in order) until `tick` has queued these again.
+    held_back: Option<u64>,
+    /// An ack upstream did not fit its link's queue: `tick` sends the latest one again (acks
+    /// are cumulative).
+    ack_dropped: bool,
 }
 
 impl WriteState {
+    /// Something arrived from `from`: if it is the sync source, the link from it works.
+    fn heard(&mut self, from: NodeId) {
+        if let Some(sync) = self.sync.as_mut().filter(|s| s.source == from) {
+            sync.heard_at = Some(Instant::now());
+        }
+    }
+
     fn remember(&mut self, req: ReqId, seq: u64, outcome: Outcome) {
         if self.recent.insert(req, (seq, outcome)).is_none() {
             self.recent_order.push_back(req);
@@ -212,6 +239,7 @@ impl RangeReplica {
         let sync = route.is_syncing().then(|| SyncProgress {
             source: route.predecessor().unwrap_or(route.me),
             suffix: plan,
+            heard_at: Some(Instant::now()),
             ..SyncProgress::default()
         });
         RangeReplica {
@@ -226,6 +254,8 @@ impl RangeReplica {
                 recent: HashMap::new(),
                 recent_order: VecDeque::new(),
                 sync,
+                held_back: None,
+                ack_dropped: false,
             }),
             acked: AtomicU64::new(last),
             snapshot_sending: AtomicU64::new(0),
@@ -285,6 +315,15 @@ impl RangeReplica {
         self.state.lock().await.sync.as_ref().map(|s| (s.source, s.started, s.done))
     }
 
+    /// A syncing replica still waiting for its copy: its source and when it last heard from
+    /// it. `None` once the copy is complete (nothing more is needed from the source before
+    /// the promotion) or refused, or when not syncing.
+    pub async fn sync_heard(&self) -> Option<(NodeId, Instant)> {
+        let st = self.state.lock().await;
+        let sync = st.sync.as_ref().filter(|s| !s.done && !s.refused)?;
+        Some((sync.source, sync.heard_at?))
+    }
+
     /// Head: decide and append an update, and queue it to the successor.
     pub async fn order_update(
         &self,
@@ -300,6 +339,11 @@ impl RangeReplica {
         }
         if let Some((seq, outcome)) = st.recent.get(&req) {
             return Ok(Ordered::AwaitAck { seq: *seq, outcome: outcome.clone() });
+        }
+        if self.unacked.lock().len() >= UNACKED_UPDATES_MAX {
+            return Err(WireError::Unavailable(
+                "chain backlog full: the successor is not acknowledging updates".into(),
+            ));
         }
         // A plain set does not depend on the current item: skip the read.
         let current = match update.mutation {
@@ -335,7 +379,7 @@ impl RangeReplica {
             effect,
             origin: Some(Origin { req, outcome: outcome.clone(), reply_to }),
         };
-        self.forward(&st.route, seq, msg, links).await;
+        self.forward(&mut st, seq, msg, links);
         if st.route.is_tail() {
             self.on_ack_local(seq);
             return Ok(Ordered::Reply(outcome));
@@ -343,14 +387,57 @@ impl RangeReplica {
         Ok(Ordered::AwaitAck { seq, outcome })
     }
 
-    /// Queues an update to the successor (if any), remembering it until acknowledged.
-    async fn forward(&self, route: &Route, seq: u64, msg: ChainMsg, links: &dyn LinkTo) {
-        let Some(succ) = route.successor() else { return };
-        if !route.is_tail() {
-            self.unacked.lock().insert(seq, msg.clone());
+    /// Queues an update to the successor (if any), remembering it until acknowledged. Never
+    /// waits for room on the link (the caller holds the state lock). In the chain, an update
+    /// that does not fit stays in `unacked` and is queued again by `tick` (`held_back`), or
+    /// sent on the next connection or to a new successor; nothing is acknowledged before the
+    /// tail has it, so a put waits for it as before. From the tail to a syncing replica (which
+    /// acknowledges nothing and holds no one's puts up) it is dropped: the replica finds the
+    /// gap by `prev_seq` and asks `Resend`, and once promoted it asks `Resend` anyway and
+    /// serves gets only after `CaughtUp`, which comes after everything it lacked.
+    fn forward(&self, st: &mut WriteState, seq: u64, msg: ChainMsg, links: &dyn LinkTo) {
+        let Some(succ) = st.route.successor() else { return };
+        if st.route.is_tail() {
+            if !queue(links, succ, msg) {
+                debug!(range = %self.range.id_string(), peer = succ, seq, "link to the syncing replica full; update dropped");
+            }
+            return;
         }
-        // A dead link keeps the message in `unacked`; it is resent after a reconnect.
-        let _ = links.link(succ).send(msg).await;
+        self.unacked.lock().insert(seq, msg.clone());
+        let held_back = st.held_back;
+        match held_back {
+            None => {
+                if !queue(links, succ, msg) {
+                    warn_full(self.range, succ, seq);
+                    st.held_back = Some(seq);
+                }
+            }
+            // Updates wait in `unacked` (this one too): once the link has room again, queue
+            // them now rather than at the next tick.
+            Some(from) if links.link(succ).capacity() > 0 => self.queue_unacked(st, from, links),
+            Some(_) => {}
+        }
+    }
+
+    /// Sends the latest ack upstream (`ack_dropped` records a miss for `tick`).
+    fn ack_upstream(&self, st: &mut WriteState, seq: u64, links: &dyn LinkTo) {
+        let Some(pred) = st.route.predecessor() else { return };
+        let ack = ChainMsg::Ack { epoch: st.route.epoch, range: self.range, seq };
+        st.ack_dropped = !queue(links, pred, ack);
+    }
+
+    /// Queues the unacknowledged updates from `from` on to the successor, in order, as far as
+    /// they fit; `held_back` names the first that did not.
+    fn queue_unacked(&self, st: &mut WriteState, from: u64, links: &dyn LinkTo) {
+        st.held_back = None;
+        let Some(succ) = st.route.successor().filter(|_| !st.route.is_tail()) else { return };
+        let unacked = self.unacked.lock();
+        for (seq, m) in unacked.range(from..) {
+            if !queue(links, succ, m.clone()) {
+                st.held_back = Some(*seq);
+                return;
+            }
+        }
     }
 
     /// Waits until `seq` is acknowledged by the tail.
@@ -393,15 +480,12 @@ impl RangeReplica {
 
     /// An ack from downstream: commit locally and pass it upstream.
     pub async fn on_ack(&self, from: NodeId, seq: u64, links: &dyn LinkTo) {
-        let st = self.state.lock().await;
+        let mut st = self.state.lock().await;
         if st.route.successor() != Some(from) {
             return;
         }
         self.on_ack_local(seq);
-        if let Some(pred) = st.route.predecessor() {
-            let ack = ChainMsg::Ack { epoch: st.route.epoch, range: self.range, seq };
-            let _ = links.link(pred).send(ack).await;
-        }
+        self.ack_upstream(&mut st, seq, links);
     }
 
     /// A replicated update from upstream.
@@ -415,6 +499,7 @@ impl RangeReplica {
         if st.route.predecessor() != Some(from) {
             return Ok(());
         }
+        st.heard(from);
         if let Some(sync) = st.sync.as_mut().filter(|s| !s.done) {
             if sync.buffer.len() >= SYNC_BUFFER_MESSAGES_MAX {
                 return Err(WireError::Unavailable("sync buffer full".into()));
@@ -438,18 +523,16 @@ impl RangeReplica {
         let pred = st.route.predecessor();
         let epoch = st.route.epoch;
         if seq <= have {
-            if let (true, Some(pred)) = (st.route.is_tail(), pred) {
-                let _ = links.link(pred).send(ChainMsg::Ack { epoch, range: self.range, seq: have }).await;
+            if st.route.is_tail() {
+                self.ack_upstream(st, have, links);
             }
             return Ok(());
         }
         if prev_seq > have {
             if let Some(pred) = pred {
                 warn!(range = %self.range.id_string(), have, prev_seq, "gap in replicated updates; asking for a resend");
-                let _ = links
-                    .link(pred)
-                    .send(ChainMsg::Resend { epoch, range: self.range, after_seq: have })
-                    .await;
+                // Dropped if the link is full: the next update shows the gap again.
+                queue(links, pred, ChainMsg::Resend { epoch, range: self.range, after_seq: have });
             }
             return Ok(());
         }
@@ -463,30 +546,37 @@ impl RangeReplica {
             Some((addr, o.req, o.outcome.clone()))
         });
         let is_tail = st.route.is_tail();
-        self.forward(&st.route, seq, msg, links).await;
+        self.forward(st, seq, msg, links);
         if is_tail {
             self.on_ack_local(seq);
             if let Some((addr, req, outcome)) = notify {
                 links.committed(&addr, req, outcome);
             }
-            if let Some(pred) = pred {
-                let _ = links.link(pred).send(ChainMsg::Ack { epoch, range: self.range, seq }).await;
-            }
+            self.ack_upstream(st, seq, links);
         }
         Ok(())
     }
 
     /// A downstream replica asks for every update after `after_seq`.
     pub async fn on_resend(&self, from: NodeId, after_seq: u64, links: &dyn LinkTo) -> Result<(), WireError> {
-        let st = self.state.lock().await;
+        let mut st = self.state.lock().await;
         if st.route.successor() != Some(from) {
             return Ok(());
         }
-        let link = links.link(from);
         let msgs = self.updates_after(st.route.epoch, after_seq)?;
         info!(range = %self.range.id_string(), after_seq, count = msgs.len(), to = from, "resending updates");
         for m in msgs {
-            let _ = link.send(m).await;
+            if !queue(links, from, m) {
+                // The link is full: stop here, and without `CaughtUp`. What did not fit is
+                // asked for again (a gap at the receiver; a promoted tail asks every tick)
+                // and, in the chain, queued again from `unacked` by `tick`.
+                warn_full(self.range, from, after_seq);
+                if !st.route.is_tail() {
+                    let from_seq = st.held_back.map_or(after_seq + 1, |h| h.min(after_seq + 1));
+                    st.held_back = Some(from_seq);
+                }
+                return Ok(());
+            }
         }
         // `CaughtUp` makes the receiver a readable tail. A node that is still the tail in its
         // own view (it has not installed the configuration that promoted its syncing
@@ -496,14 +586,15 @@ impl RangeReplica {
         if !st.route.is_tail() {
             let caught_up =
                 ChainMsg::CaughtUp { epoch: st.route.epoch, range: self.range, seq: self.store.max_seq() };
-            let _ = link.send(caught_up).await;
+            // Dropped if the link is full: the promoted tail asks again.
+            queue(links, from, caught_up);
         }
         Ok(())
     }
 
     /// The predecessor confirmed this replica has everything it had.
     pub async fn on_caught_up(&self, from: NodeId, links: &dyn LinkTo) {
-        let st = self.state.lock().await;
+        let mut st = self.state.lock().await;
         if st.route.predecessor() != Some(from) || !st.route.is_tail() {
             return;
         }
@@ -512,7 +603,7 @@ impl RangeReplica {
         }
         let seq = self.store.max_seq();
         self.on_ack_local(seq);
-        let _ = links.link(from).send(ChainMsg::Ack { epoch: st.route.epoch, range: self.range, seq }).await;
+        self.ack_upstream(&mut st, seq, links);
     }
 
     /// The last in-sync replica starts a snapshot for its syncing successor. The cut is taken
@@ -527,12 +618,15 @@ impl RangeReplica {
             return;
         }
         let epoch = st.route.epoch;
+        let snapshot = snapshot_id();
+        // A full link: no stream starts; the syncing replica asks again.
+        if !queue(links, from, ChainMsg::SnapshotBegin { epoch, range: self.range, snapshot }) {
+            return;
+        }
         let upto_seq = self.store.max_seq();
         let records = self.store.iter();
         let link = links.link(from);
-        let stream = StreamId::start(self);
-        let snapshot = stream.snapshot;
-        let _ = link.send(ChainMsg::SnapshotBegin { epoch, range: self.range, snapshot }).await;
+        let stream = StreamId::start(self, snapshot);
         drop(st);
         info!(range = %self.range.id_string(), to = from, upto_seq, snapshot, "streaming snapshot");
         tokio::spawn(stream_records(
@@ -578,9 +672,11 @@ impl RangeReplica {
                 "refusing a suffix sync: the replica will copy the range in full");
             ChainMsg::SuffixRefused { epoch, range, reason }
         };
+        // Under the state lock nothing waits for room on the link: what does not fit is
+        // dropped, and the rejoining replica asks again.
         let verdict = match self.suffix_refusal(have_seq, top) {
             Some(reason) => {
-                let _ = link.send(refuse(reason)).await;
+                queue(links, from, refuse(reason));
                 return;
             }
             None => self.top_is_current(top),
@@ -590,10 +686,12 @@ impl RangeReplica {
         let cut = SuffixCut { after: have_seq, latest: self.store.iter() };
         match verdict {
             Ok(true) => {
-                let stream = StreamId::start(self);
-                let snapshot = stream.snapshot;
-                let _ =
-                    link.send(ChainMsg::SuffixBegin { epoch, range, snapshot, after_seq: have_seq }).await;
+                let snapshot = snapshot_id();
+                if !queue(links, from, ChainMsg::SuffixBegin { epoch, range, snapshot, after_seq: have_seq })
+                {
+                    return;
+                }
+                let stream = StreamId::start(self, snapshot);
                 drop(st);
                 info!(range = %range.id_string(), to = from, after_seq = have_seq, upto_seq, snapshot, "streaming suffix");
                 tokio::spawn(stream_records(
@@ -611,7 +709,7 @@ impl RangeReplica {
                 // Not this replica's current version of the key: look for the very record in
                 // the log, read from the same cut (no write runs while the state lock is held).
                 let scan = self.store.iter();
-                let stream = StreamId::start(self);
+                let stream = StreamId::start(self, snapshot_id());
                 drop(st);
                 self.suffix_scan.store(true, Ordering::Release);
                 let running = Arc::clone(&self.suffix_scan);
@@ -652,7 +750,7 @@ impl RangeReplica {
                 });
             }
             Err(e) => {
-                let _ = link.send(refuse(format!("reading the key of the replica's last record: {e}"))).await;
+                queue(links, from, refuse(format!("reading the key of the replica's last record: {e}")));
             }
         }
     }
@@ -723,6 +821,7 @@ impl RangeReplica {
     /// replaces the one in progress: the source runs only the latest one it was asked for.
     pub async fn on_snapshot_begin(&self, from: NodeId, snapshot: u64) -> Result<(), WireError> {
         let mut st = self.state.lock().await;
+        st.heard(from);
         let Some(sync) = st.sync.as_mut().filter(|s| s.source == from && !s.done) else {
             return Ok(());
         };
@@ -754,6 +853,7 @@ impl RangeReplica {
     /// True when the stream is taken.
     pub async fn on_suffix_begin(&self, from: NodeId, snapshot: u64, after_seq: u64) -> bool {
         let mut st = self.state.lock().await;
+        st.heard(from);
         let Some(sync) = st.sync.as_mut().filter(|s| s.source == from && !s.started && !s.done && !s.refused)
         else {
             return false;
@@ -782,6 +882,7 @@ impl RangeReplica {
     /// the back-end then replaces it by a fresh replica, which asks for a full snapshot.
     pub async fn on_suffix_refused(&self, from: NodeId) -> bool {
         let mut st = self.state.lock().await;
+        st.heard(from);
         match st.sync.as_mut().filter(|s| s.source == from && !s.started && s.suffix.is_some()) {
             Some(sync) => {
                 sync.refused = true;
@@ -815,6 +916,7 @@ impl RangeReplica {
         records: &[SnapshotItem],
     ) -> Result<(), WireError> {
         let mut st = self.state.lock().await;
+        st.heard(from);
         let taken = |s: &&mut SyncProgress| s.source == from && s.started && !s.done && s.stream == snapshot;
         let Some(sync) = st.sync.as_mut().filter(taken) else {
             return Ok(());
@@ -855,6 +957,7 @@ impl RangeReplica {
         links: &dyn LinkTo,
     ) -> Result<Followups, WireError> {
         let mut st = self.state.lock().await;
+        st.heard(from);
         let taken = |s: &&mut SyncProgress| s.source == from && s.started && !s.done && s.stream == snapshot;
         let Some(sync) = st.sync.as_mut().filter(taken) else {
             return Ok(Followups::default());
@@ -902,32 +1005,38 @@ impl RangeReplica {
         let (pred, succ) = (route.predecessor(), route.successor());
         if pred != old.predecessor() || (route.is_tail() && old.is_syncing()) {
             if let (Some(p), false) = (pred, route.is_syncing()) {
-                let _ =
-                    links.link(p).send(ChainMsg::Resend { epoch, range: self.range, after_seq: have }).await;
+                // Dropped if the link is full: a gap asks again, a promoted tail every tick.
+                queue(links, p, ChainMsg::Resend { epoch, range: self.range, after_seq: have });
             }
         }
-        if succ != old.successor() {
-            if let Some(s) = succ {
-                let pending: Vec<ChainMsg> = self.unacked.lock().values().cloned().collect();
-                for m in pending {
-                    let _ = links.link(s).send(m).await;
-                }
-            }
+        if succ != old.successor() || route.is_tail() {
+            // A new successor gets every unacknowledged update (a tail has none to send).
+            self.queue_unacked(&mut st, 0, links);
         }
         if route.is_tail() && !old.is_tail() && !old.is_syncing() {
             // Everything this replica holds is now committed.
             self.on_ack_local(have);
-            if let Some(p) = pred {
-                let _ = links.link(p).send(ChainMsg::Ack { epoch, range: self.range, seq: have }).await;
-            }
+            self.ack_upstream(&mut st, have, links);
         }
     }
 
     /// Periodic retries: a syncing replica re-asks for its snapshot; a promoted tail re-asks
-    /// for its catch-up confirmation.
+    /// for its catch-up confirmation; updates and acks a full link queue held back are queued
+    /// again.
     pub async fn tick(&self, links: &dyn LinkTo) {
         let mut st = self.state.lock().await;
         let epoch = st.route.epoch;
+        if let Some(from) = st.held_back {
+            self.queue_unacked(&mut st, from, links);
+        }
+        if st.ack_dropped {
+            if st.route.is_head() || st.route.is_syncing() {
+                st.ack_dropped = false;
+            } else {
+                let seq = self.acked.load(Ordering::Acquire);
+                self.ack_upstream(&mut st, seq, links);
+            }
+        }
         if let Some(sync) = st.sync.as_mut().filter(|s| {
             s.started && !s.done && s.progress_at.is_some_and(|t| t.elapsed() >= SNAPSHOT_SILENCE_MAX)
         }) {
@@ -943,11 +1052,11 @@ impl RangeReplica {
                     }
                     None => ChainMsg::SyncRequest { epoch, range },
                 };
-                let _ = links.link(pred).send(msg).await;
+                queue(links, pred, msg);
             }
             (None, Some(pred)) if st.route.is_tail() && !self.readable() => {
                 let after_seq = self.store.max_seq();
-                let _ = links.link(pred).send(ChainMsg::Resend { epoch, range: self.range, after_seq }).await;
+                queue(links, pred, ChainMsg::Resend { epoch, range: self.range, after_seq });
             }
             _ => {}
         }
@@ -1037,6 +1146,17 @@ impl RangeReplica {
         };
         result.map_err(storage)
     }
+}
+
+/// Queues `msg` on the link to `peer` without waiting for room: whether it was queued (a
+/// closed link, the back-end shutting down, counts as sent: there is nothing to retry).
+fn queue(links: &dyn LinkTo, peer: NodeId, msg: ChainMsg) -> bool {
+    !matches!(links.link(peer).try_send(msg), Err(TrySendError::Full(_)))
+}
+
+fn warn_full(range: Range, peer: NodeId, seq: u64) {
+    warn!(range = %range.id_string(), peer, seq,
+        "chain link queue full (successor cut off or not reading); holding updates back instead of waiting");
 }
 
 /// A suffix to stream: the records above `after`, each key's latest only; `latest` is a second
@@ -1229,9 +1349,9 @@ struct StreamId {
 }
 
 impl StreamId {
-    /// Starts a stream: it replaces whatever stream of this range was running.
-    fn start(replica: &Arc<RangeReplica>) -> StreamId {
-        let snapshot = snapshot_id();
+    /// Starts stream `snapshot` (from `snapshot_id`): it replaces whatever stream of this
+    /// range was running.
+    fn start(replica: &Arc<RangeReplica>, snapshot: u64) -> StreamId {
         replica.snapshot_sending.store(snapshot, Ordering::Release);
         StreamId { snapshot, replica: Arc::downgrade(replica) }
     }
@@ -1330,6 +1450,209 @@ mod tests {
 
     fn value(r: &RangeReplica, key: &str) -> Option<String> {
         r.read(key.as_bytes(), 0).expect("read").map(|i| String::from_utf8(i.value).expect("utf-8"))
+    }
+
+    fn set(n: u64) -> Update {
+        Update {
+            key: format!("k{}", n % 1000).into_bytes(),
+            mutation: Mutation::Set,
+            value: vec![b'v'; 2000],
+            flags: 0,
+            expiry: 0,
+        }
+    }
+
+    fn req(n: u64) -> ReqId {
+        ReqId { client: 7, seq: n }
+    }
+
+    /// Real chain links (`link::Links`, TCP) from node 1 to peers at fixed addresses.
+    struct RealLinks {
+        links: crate::backend::link::Links,
+        addrs: HashMap<NodeId, String>,
+        me: std::sync::Weak<RealLinks>,
+    }
+
+    impl crate::backend::link::LinkOwner for RealLinks {
+        fn peer_addr(&self, peer: NodeId) -> Option<String> {
+            self.addrs.get(&peer).cloned()
+        }
+        fn node_id(&self) -> NodeId {
+            1
+        }
+        async fn on_connected(&self, _peer: NodeId) -> Vec<ChainMsg> {
+            Vec::new()
+        }
+    }
+
+    impl LinkTo for RealLinks {
+        fn link(&self, peer: NodeId) -> mpsc::Sender<ChainMsg> {
+            match self.me.upgrade() {
+                Some(me) => self.links.to(&me, peer),
+                None => mpsc::channel(1).0,
+            }
+        }
+        fn committed(&self, _: &str, _: ReqId, _: Outcome) {}
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_full_link_to_a_cut_off_successor_does_not_hold_the_range_lock() {
+        // Node 1 heads [1, 2]; node 2 accepts the chain connection and never reads, as a
+        // successor behind a cut link does once the socket buffers are full. Under put load
+        // the link's queue fills. The manager's repair (here: node 1 alone) must install at
+        // once. It used to wait: the put that found the queue full waited for room while
+        // holding the range lock, for as long as the cut lasted.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((conn, _)) = listener.accept().await {
+                held.push(conn);
+            }
+        });
+        let net = Arc::new_cyclic(|me| RealLinks {
+            links: crate::backend::link::Links::default(),
+            addrs: HashMap::from([(2, addr)]),
+            me: me.clone(),
+        });
+        let dir = tempfile::tempdir().expect("tempdir");
+        let head = Arc::new(replica(dir.path(), route(5, 1, &[1, 2], &[])));
+        let stop = Arc::new(AtomicBool::new(false));
+        // Set when the head refuses puts for its backlog (UNACKED_UPDATES_MAX): that bound may
+        // be reached before the queue fills, when the socket buffers hold many updates.
+        let refused = Arc::new(AtomicBool::new(false));
+        let putter = {
+            let (head, net, stop, refused) =
+                (Arc::clone(&head), Arc::clone(&net), Arc::clone(&stop), Arc::clone(&refused));
+            tokio::spawn(async move {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    match head.order_update(req(n), &set(n), None, 0, &*net).await {
+                        Ok(_) => n += 1,
+                        Err(WireError::Unavailable(_)) => {
+                            refused.store(true, Ordering::Relaxed);
+                            tokio::time::sleep(Duration::from_millis(1)).await;
+                        }
+                        Err(e) => panic!("order: {e}"),
+                    }
+                    if n.is_multiple_of(256) {
+                        tokio::task::yield_now().await;
+                    }
+                }
+                n
+            })
+        };
+        let full = crate::backend::link::LINK_QUEUE_MESSAGES_MAX as u64;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while net.links.queued() < full && !refused.load(Ordering::Relaxed) {
+            assert!(Instant::now() < deadline, "the link's queue never filled");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        stop.store(true, Ordering::Relaxed);
+        let repair = head.install(route(6, 1, &[1], &[]), &*net);
+        assert!(
+            tokio::time::timeout(Duration::from_secs(5), repair).await.is_ok(),
+            "installing the repaired chain waited behind a put blocked on the full link (range lock held)"
+        );
+        let ordered = tokio::time::timeout(Duration::from_secs(5), putter)
+            .await
+            .expect("the putter is still blocked")
+            .expect("putter");
+        // Nothing was lost: alone in the chain, node 1 committed everything it ordered.
+        assert!(ordered > full, "{ordered} puts");
+        eprintln!(
+            "{ordered} puts ordered; queue full: {}, backlog refusals: {}",
+            net.links.queued() >= full,
+            refused.load(Ordering::Relaxed)
+        );
+        assert_eq!(head.unacked_len(), 0);
+        let last = ordered - 1;
+        let item = head.read(format!("k{}", last % 1000).as_bytes(), 0).expect("read").expect("the last put");
+        assert_eq!(item.value, set(last).value);
+        let next = head.order_update(req(ordered), &set(ordered), None, 0, &*net).await.expect("order");
+        assert!(matches!(next, Ordered::Reply(_)), "a put after the repair must commit at once");
+    }
+
+    #[tokio::test]
+    async fn updates_a_full_link_held_back_are_queued_again_in_order() {
+        // The fake link holds 1024 messages. The head never waits for room: what does not fit
+        // stays unacknowledged, later updates queue behind it, and the tick queues them once
+        // there is room, in sequence order (the successor takes updates only in order).
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wires = Wires::default();
+        let head = replica(dir.path(), route(5, 1, &[1, 2], &[]));
+        for n in 0..1500 {
+            head.order_update(req(n), &set(n), None, 0, &wires).await.expect("order");
+        }
+        assert_eq!(head.unacked_len(), 1500);
+        let first = wires.sent(2);
+        assert_eq!(first.len(), 1024, "the link took more than it holds");
+        head.tick(&wires).await;
+        let rest = wires.sent(2);
+        let seqs: Vec<(u64, u64)> = first
+            .iter()
+            .chain(&rest)
+            .map(|m| match m {
+                ChainMsg::Replicate { seq, prev_seq, .. } => (*seq, *prev_seq),
+                other => panic!("unexpected {other:?}"),
+            })
+            .collect();
+        assert_eq!(seqs.len(), 1500, "held-back updates were not queued again");
+        for w in seqs.windows(2) {
+            assert_eq!(w[1].1, w[0].0, "out of order after the hold-back: {w:?}");
+        }
+        // Nothing more is sent once the link has taken everything.
+        head.tick(&wires).await;
+        assert!(wires.sent(2).is_empty());
+        head.on_ack(2, seqs[1499].0, &wires).await;
+        assert_eq!(head.unacked_len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_head_with_a_full_backlog_refuses_new_updates_until_acks_come_back() {
+        // Not waiting for room on the link must not let the head run ahead without bound: at
+        // UNACKED_UPDATES_MAX unacknowledged updates it refuses new ones (retryable), and a
+        // retry of an update it already ordered still gets its answer.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wires = Wires::default();
+        let head = replica(dir.path(), route(5, 1, &[1, 2], &[]));
+        let mut last = 0;
+        for n in 0..UNACKED_UPDATES_MAX as u64 {
+            if let Ordered::AwaitAck { seq, .. } =
+                head.order_update(req(n), &set(n), None, 0, &wires).await.expect("order")
+            {
+                last = seq;
+            }
+        }
+        let full = head.order_update(req(1 << 40), &set(0), None, 0, &wires).await;
+        assert!(matches!(full, Err(WireError::Unavailable(_))), "{:?}", full.is_ok());
+        let retry = head.order_update(req(7), &set(7), None, 0, &wires).await;
+        assert!(matches!(retry, Ok(Ordered::AwaitAck { .. })), "a retry was refused");
+        head.on_ack(2, last, &wires).await;
+        let after = head.order_update(req(1 << 40), &set(0), None, 0, &wires).await;
+        assert!(after.is_ok(), "still refused after the acks");
+    }
+
+    #[tokio::test]
+    async fn a_syncing_replica_notes_when_it_last_heard_from_its_source() {
+        // The tail keeps no unacknowledged updates for a syncing replica, so the replica
+        // watches the link: `sync_heard` dates the last message from its source, and is gone
+        // once the copy is complete.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wires = Wires::default();
+        let s = replica(dir.path(), route(5, 3, &[1, 2], &[3]));
+        let (source, started) = s.sync_heard().await.expect("syncing");
+        assert_eq!(source, 2);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        // Not from the source: not evidence that its link works.
+        s.on_snapshot_begin(1, 8).await.expect("begin");
+        assert_eq!(s.sync_heard().await.map(|(_, t)| t), Some(started));
+        s.on_snapshot_begin(2, 8).await.expect("begin");
+        let (_, heard) = s.sync_heard().await.expect("syncing");
+        assert!(heard > started);
+        s.on_snapshot_end(2, 8, 0, 0, &wires).await.expect("end");
+        assert_eq!(s.sync_heard().await, None, "a complete copy needs nothing more from the source");
     }
 
     #[tokio::test]

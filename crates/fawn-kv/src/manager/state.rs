@@ -149,24 +149,31 @@ fn shed_unpreferred(rc: &mut RangeConfig, ring: &Ring, replicas: u32, keep: Opti
 
 /// Starts one sync per range whose chain is short or holds a node the ring no longer prefers.
 /// Ranges already syncing wait: one membership change per range at a time. A node whose link
-/// to the range's tail (the sync source) is cut is not a candidate: the range waits at fewer
-/// replicas until the cut is over (a sync across it could never finish).
+/// to the range's tail (the sync source) is cut is not a candidate (a sync across it could
+/// never finish). A short chain (re-replication) whose preferred nodes are all cut off from
+/// its tail takes the next alive node in the ring's order beyond R; once the cut is over, the
+/// ring's preferred node syncs and that one is shed as for a join. A join or a leave's
+/// replacement (the chain holds R already) waits until the cut is over.
 fn rebalance(config: &mut ClusterConfig, cuts: &LinkCuts) {
     let ring = alive_ring(config);
     let want = (config.replicas as usize).min(ring.nodes().len());
+    // Every alive node, in each range's order of preference (the preferred R first).
+    let everyone = Ring::new(ring.nodes(), config.vnodes, ring.nodes().len() as u32);
+    let fallback = |range: &Range| preferred(&everyone, range);
     for rc in &mut config.ranges {
         if !rc.syncing.is_empty() || rc.chain.is_empty() {
             continue;
         }
         let preferred = preferred(&ring, &rc.range);
         let tail = rc.tail();
-        let Some(candidate) =
-            preferred.iter().find(|p| !rc.chain.contains(p) && !tail.is_some_and(|t| cuts.contains(t, **p)))
-        else {
-            continue;
-        };
+        let reachable = |p: &NodeId| !rc.chain.contains(p) && !tail.is_some_and(|t| cuts.contains(t, *p));
+        let candidate = preferred.iter().copied().find(reachable).or_else(|| {
+            let short = rc.chain.len() < want;
+            short.then(|| fallback(&rc.range).into_iter().find(reachable)).flatten()
+        });
+        let Some(candidate) = candidate else { continue };
         if rc.chain.len() < want || rc.chain.iter().any(|n| !preferred.contains(n)) {
-            rc.syncing.push(*candidate);
+            rc.syncing.push(candidate);
         }
     }
     settle_leavers(config);
@@ -587,6 +594,79 @@ mod tests {
         let after = next.ranges.iter().find(|r| r.range == rc.range).unwrap();
         assert_eq!(after.chain, rc.chain);
         assert!(!after.syncing.contains(&s), "{after:?}");
+    }
+
+    #[test]
+    fn re_replication_cut_off_from_the_tail_takes_another_node_and_hands_back_after_the_cut() {
+        // Five nodes, R = 3, node 1 failed: a short chain's preferred target is cut off from
+        // the tail during its sync. The sync is dropped and another alive node re-replicates
+        // the range; once the cut is over, the ring's preferred node syncs and the stand-in is
+        // shed (after the new tail is readable, as for a join).
+        let c = formed(5);
+        let c = fail_node(&c, 1, &none()).unwrap().unwrap();
+        let rc = c.ranges.iter().find(|r| !r.syncing.is_empty()).unwrap().clone();
+        let (tail, s) = (rc.tail().unwrap(), rc.syncing[0]);
+        let cut = cuts(&[(tail, s)]);
+        let c = cut_link(&c, s, tail, &cut).unwrap().unwrap();
+        let after = c.ranges.iter().find(|r| r.range == rc.range).unwrap().clone();
+        assert_eq!(after.chain, rc.chain, "a cut to a syncing replica changed the chain");
+        assert_eq!(after.syncing.len(), 1, "no other node re-replicates the range: {after:?}");
+        let x = after.syncing[0];
+        assert!(x != s && x != 1 && !rc.chain.contains(&x), "{after:?}");
+        assert!(!cut.contains(tail, x));
+        // Other transitions during the cut do not sync across it.
+        for r in &c.ranges {
+            assert!(!(r.tail() == Some(tail) && r.syncing.contains(&s)), "{r:?}");
+        }
+        let c = sync_done(&c, x, rc.range, &cut).unwrap().unwrap();
+        let after = c.ranges.iter().find(|r| r.range == rc.range).unwrap().clone();
+        assert_eq!(after.chain.len(), 3, "{after:?}");
+        assert_eq!(after.tail(), Some(x));
+        // The cut is over: the preferred node comes back, the stand-in goes once s is ready.
+        let mut c = settle(&c, &none()).unwrap_or(c);
+        let mut steps = 0;
+        while let Some((node, range)) = c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range)))
+        {
+            c = sync_done(&c, node, range, &none()).unwrap().unwrap();
+            if let Some(next) = tail_ready(&c, node, range, &none()).unwrap() {
+                c = next;
+            }
+            steps += 1;
+            assert!(steps < 100, "syncs do not converge: {c:?}");
+        }
+        let ring = alive_ring(&c);
+        for r in &c.ranges {
+            let mut want = preferred(&ring, &r.range);
+            let mut have = r.chain.clone();
+            want.sort_unstable();
+            have.sort_unstable();
+            assert_eq!(have, want, "the chain is not back on the ring's preferred nodes: {r:?}");
+        }
+    }
+
+    #[test]
+    fn a_join_cut_off_from_the_tail_is_dropped_and_retried_after_the_cut() {
+        // A join (the chain holds R in-sync replicas): the joiner cut off from a tail it syncs
+        // from leaves those syncs; no other node stands in (nothing is short), and the join of
+        // those ranges starts again once the cut is over.
+        let c = formed(3);
+        let c = register_backend(&c, 3, 3, "a:3", &none()).unwrap().unwrap();
+        let rc = c.ranges.iter().find(|r| r.syncing == [3]).unwrap().clone();
+        let tail = rc.tail().unwrap();
+        let cut = cuts(&[(tail, 3)]);
+        let next = cut_link(&c, 3, tail, &cut).unwrap().unwrap();
+        for (old, new) in c.ranges.iter().zip(&next.ranges) {
+            assert_eq!(old.chain, new.chain, "a cut to a syncing replica changed a chain");
+            if old.tail() == Some(tail) {
+                assert!(new.syncing.is_empty(), "{new:?}");
+            } else {
+                assert_eq!(old.syncing, new.syncing, "a sync not across the cut was dropped");
+            }
+        }
+        assert!(settle(&next, &cut).is_none(), "a sync started across the cut");
+        let healed = settle(&next, &none()).unwrap();
+        let again = healed.ranges.iter().find(|r| r.range == rc.range).unwrap();
+        assert_eq!(again.syncing, vec![3], "the join is not retried after the cut: {again:?}");
     }
 
     #[test]
