@@ -422,9 +422,21 @@ impl Inner {
         };
         for c in candidates {
             let mut buf = [0u8; KEY_READ_BYTES];
-            let (header, stored) = self.read_key_buf(c.units, &mut buf)?;
-            if stored == key {
-                return Ok(Some((c.loc, header.total_len() as u64, c.units & COLD_UNITS_BIT != 0)));
+            match self.read_key_buf(c.units, &mut buf) {
+                Ok((header, stored)) => {
+                    if stored == key {
+                        return Ok(Some((c.loc, header.total_len() as u64, c.units & COLD_UNITS_BIT != 0)));
+                    }
+                }
+                // A damaged record (its header fails the checks): its key cannot be compared,
+                // so its entry is not taken for this key and the write goes ahead (the entry
+                // may belong to any key whose buckets and fragment it matches; failing here
+                // would refuse writes of all of them, and poison the store in a batch). If
+                // it was this key's, the key now has a readable entry too, which lookups
+                // prefer; the damaged entry stays, so the damage is still reported once the
+                // key is deleted.
+                Err(Error::Corrupt { .. }) => continue,
+                Err(e) => return Err(e),
             }
         }
         Ok(None)
@@ -444,8 +456,20 @@ impl Inner {
         self.counters.lookups.fetch_add(1, Ordering::Relaxed);
         let mut stack = [0u8; LOOKUP_STACK_BYTES];
         let mut heap = Vec::new();
+        // A candidate whose record fails its checks may be this key's (then the damage is
+        // the answer) or another key's; a readable record of this key among the others is
+        // its live version (writes insert one past an unreadable entry, see
+        // `find_existing_ahead`), so the error is returned only when none is found.
+        let mut damaged = None;
         for c in self.candidates(kh) {
-            let (header, buf) = self.read_record_buf(c.units, &mut stack, &mut heap)?;
+            let (header, buf) = match self.read_record_buf(c.units, &mut stack, &mut heap) {
+                Ok(r) => r,
+                Err(e @ Error::Corrupt { .. }) => {
+                    damaged.get_or_insert(e);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
             if record::key_of(buf, &header) != key {
                 self.counters.extra_reads.fetch_add(1, Ordering::Relaxed);
                 continue;
@@ -456,7 +480,10 @@ impl Inner {
             }
             return Ok(Some(Entry { value: record::value_of(buf, &header).to_vec(), meta: header.meta }));
         }
-        Ok(None)
+        match damaged {
+            Some(e) => Err(e),
+            None => Ok(None),
+        }
     }
 
     /// Append one record and update the index; returns the new log end.
