@@ -185,14 +185,23 @@ pub(crate) fn crc32c_3(a: &[u8], b: &[u8], c: &[u8]) -> [u32; 3] {
 #[target_feature(enable = "sse4.2")]
 unsafe fn crc32c_3_sse42(a: &[u8], b: &[u8], c: &[u8]) -> [u32; 3] {
     use std::arch::x86_64::_mm_crc32_u64;
-    let word = |w: &[u8]| u64::from_le_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]);
     let n = a.len().min(b.len()).min(c.len()) / 8 * 8;
     // The running state, as the crate keeps it: inverted at the start and at the end.
     let (mut sa, mut sb, mut sc) = (u64::from(u32::MAX), u64::from(u32::MAX), u64::from(u32::MAX));
-    for ((wa, wb), wc) in a[..n].chunks_exact(8).zip(b[..n].chunks_exact(8)).zip(c[..n].chunks_exact(8)) {
-        sa = _mm_crc32_u64(sa, word(wa));
-        sb = _mm_crc32_u64(sb, word(wb));
-        sc = _mm_crc32_u64(sc, word(wc));
+    let mut i = 0;
+    while i < n {
+        // SAFETY: i + 8 <= n, and n is at most each slice's length.
+        let (wa, wb, wc) = unsafe {
+            (
+                std::ptr::read_unaligned(a.as_ptr().add(i).cast::<u64>()),
+                std::ptr::read_unaligned(b.as_ptr().add(i).cast::<u64>()),
+                std::ptr::read_unaligned(c.as_ptr().add(i).cast::<u64>()),
+            )
+        };
+        sa = _mm_crc32_u64(sa, u64::from_le(wa));
+        sb = _mm_crc32_u64(sb, u64::from_le(wb));
+        sc = _mm_crc32_u64(sc, u64::from_le(wc));
+        i += 8;
     }
     // `crc32c_append(crc, rest)` continues from the finished checksum `crc` = !state.
     [
