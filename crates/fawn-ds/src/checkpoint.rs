@@ -18,9 +18,13 @@ const TRAILER_MAGIC: [u8; 4] = *b"FCKE";
 /// Version 2 added `live_bytes`, version 3 the cold log (hot/cold separation: its nonce,
 /// length and live bytes; index offsets with the cold bit), version 4 the primary bucket from
 /// the low key-id bits (docs/FORMAT.md §1), version 5 the growth scan state instead of a
-/// bucket migration point. An older checkpoint is rejected (the index is rebuilt from the
-/// logs once, which also recomputes the live bytes).
-const VERSION: u32 = 5;
+/// bucket migration point, version 6 the origin table size of stash entries (entries a
+/// growth scan could not place keep their old bucket). Version 5 is still read (its
+/// unplaced entries match on the fragment alone); an older checkpoint is rejected (the
+/// index is rebuilt from the logs once, which also recomputes the live bytes).
+const VERSION: u32 = 6;
+/// The oldest version still read.
+const VERSION_READ_MIN: u32 = 5;
 const HEADER_BYTES: usize = 96;
 /// Bytes covered by the header checksum (which follows them).
 const HEADER_CRC_AT: usize = 88;
@@ -116,14 +120,15 @@ pub(crate) fn decode(buf: &[u8], nonce: u64, log_len: u64, cold: (u64, u64)) -> 
     if buf.len() < HEADER_BYTES + 8 || buf[0..8] != MAGIC {
         return Err("bad magic or too short".into());
     }
-    if u32_at(buf, 8) != VERSION {
-        return Err(format!("unsupported version {}", u32_at(buf, 8)));
+    let version = u32_at(buf, 8);
+    if !(VERSION_READ_MIN..=VERSION).contains(&version) {
+        return Err(format!("unsupported version {version}"));
     }
     if u32_at(buf, HEADER_CRC_AT) != crc32c::crc32c(&buf[0..HEADER_CRC_AT]) || u32_at(buf, 92) != 0 {
         return Err("header checksum mismatch".into());
     }
-    if u32_at(buf, 8) != VERSION || u32_at(buf, 12) as u64 != OFFSET_UNIT {
-        return Err(format!("unsupported version {} / unit {}", u32_at(buf, 8), u32_at(buf, 12)));
+    if u32_at(buf, 12) as u64 != OFFSET_UNIT {
+        return Err(format!("unsupported unit {}", u32_at(buf, 12)));
     }
     if u64_at(buf, 16) != nonce {
         return Err("checkpoint belongs to a different log file".into());
@@ -145,7 +150,13 @@ pub(crate) fn decode(buf: &[u8], nonce: u64, log_len: u64, cold: (u64, u64)) -> 
         return Err("checkpoint belongs to a different cold log".into());
     }
     let first = (LOG_HEADER_BYTES / OFFSET_UNIT) as u32;
-    let index = image::read(image_bytes, first, covered_end / OFFSET_UNIT, cold.1 / OFFSET_UNIT)?;
+    let bounds = image::Bounds {
+        first,
+        end: covered_end / OFFSET_UNIT,
+        cold_end: cold.1 / OFFSET_UNIT,
+        stash_origins: version >= 6,
+    };
+    let index = image::read(image_bytes, bounds)?;
     if index.live() != u64_at(buf, 40) {
         return Err("live key count does not match the image".into());
     }

@@ -42,7 +42,8 @@ fn write_slack(scan_bytes: u64) -> u64 {
 const STASH_GROW_AT: usize = 16;
 /// Smallest table (buckets).
 const MIN_BUCKETS: u64 = 64;
-/// Stash bucket value meaning "bucket unknown": matches on fragment alone.
+/// Stash bucket value meaning "bucket unknown": matches on fragment alone. Only read from
+/// version 5 checkpoints (later ones keep an unplaced entry's bucket, see `StashEntry`).
 const ANY_BUCKET: u64 = u64::MAX;
 
 /// What the index needs of a key: its primary hash and its fragment.
@@ -112,16 +113,59 @@ pub(crate) struct Candidate {
     pub units: u32,
 }
 
+/// A stash entry. `origin` 0: `bucket` is one of the entry's two buckets in this table.
+/// `origin` n > 0: an entry a growth scan could not place (its record was unreadable), so
+/// its bucket in this table is unknown; `bucket` is one of its two buckets in the table of
+/// n buckets it came from (a key can own it only if its primary bucket there is `bucket` or
+/// `bucket`'s alternate). Keeping that, rather than matching on the fragment alone, keeps
+/// the unreadable record out of the way of all but ~2 / (n × 65536) of the other keys.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct StashEntry {
     bucket: u64,
+    origin: u64,
     frag: u16,
     units: u32,
+}
+
+impl StashEntry {
+    /// Whether a key with hash `kh`, whose buckets in this table are `b1` and `b2`, may own
+    /// this entry.
+    #[inline]
+    fn may_hold(&self, kh: KeyHash, b1: u64, b2: u64) -> bool {
+        if self.frag != kh.frag {
+            return false;
+        }
+        match self.origin {
+            0 => self.bucket == b1 || self.bucket == b2 || self.bucket == ANY_BUCKET,
+            n => {
+                let p = fastrange(kh.h, n);
+                p == self.bucket || p == alt_in(n, self.bucket, self.frag)
+            }
+        }
+    }
+
+    /// An entry of a table of `buckets` buckets that no scan could place, for the stash of
+    /// the next table.
+    fn unplaced(self, buckets: u64) -> StashEntry {
+        if self.origin != 0 || self.bucket == ANY_BUCKET {
+            self
+        } else {
+            StashEntry { origin: buckets, ..self }
+        }
+    }
 }
 
 #[inline]
 fn fastrange(x: u64, n: u64) -> u64 {
     ((x as u128 * n as u128) >> 64) as u64
+}
+
+/// The other bucket of an entry in bucket `b` of a table of `buckets` buckets with fragment
+/// `frag` (an involution).
+#[inline]
+fn alt_in(buckets: u64, b: u64, frag: u16) -> u64 {
+    let hf = fastrange(mix(frag as u64), buckets);
+    (hf + buckets - b) % buckets
 }
 
 #[inline]
@@ -166,8 +210,7 @@ impl Table {
 
     /// The other bucket of an entry in bucket `b` with fragment `frag` (an involution).
     fn alt(&self, b: u64, frag: u16) -> u64 {
-        let hf = fastrange(mix(frag as u64), self.buckets);
-        (hf + self.buckets - b) % self.buckets
+        alt_in(self.buckets, b, frag)
     }
 
     #[inline]
@@ -200,8 +243,7 @@ impl Table {
             }
         }
         for (i, e) in self.stash.iter().enumerate() {
-            let bucket_ok = e.bucket == b1 || e.bucket == b2 || e.bucket == ANY_BUCKET;
-            if e.frag == kh.frag && bucket_ok {
+            if e.may_hold(kh, b1, b2) {
                 out.push(Candidate { loc: Loc::Stash { old, i, units: e.units }, units: e.units });
             }
         }
@@ -260,14 +302,7 @@ impl Table {
                 }
             }
         }
-        self.stash
-            .iter()
-            .position(|e| {
-                e.frag == kh.frag
-                    && e.units == units
-                    && (e.bucket == b1 || e.bucket == b2 || e.bucket == ANY_BUCKET)
-            })
-            .map(Where::Stash)
+        self.stash.iter().position(|e| e.units == units && e.may_hold(kh, b1, b2)).map(Where::Stash)
     }
 
     fn take_at(&mut self, w: Where) {
@@ -296,7 +331,7 @@ impl Table {
                 return;
             }
         }
-        self.stash.push(StashEntry { bucket: b, frag, units });
+        self.stash.push(StashEntry { bucket: b, origin: 0, frag, units });
     }
 
     fn clear_slot(&mut self, slot: usize) {
@@ -346,12 +381,12 @@ impl Table {
     }
 
     /// Stash entries a growth could place: not those a growth scan already failed to
-    /// place (`ANY_BUCKET`: their records are unreadable, growing again would not help).
+    /// place (their records are unreadable, growing again would not help).
     fn stash_to_place(&self) -> usize {
         if self.stash.len() <= STASH_GROW_AT {
             return self.stash.len();
         }
-        self.stash.iter().filter(|e| e.bucket != ANY_BUCKET).count()
+        self.stash.iter().filter(|e| e.origin == 0 && e.bucket != ANY_BUCKET).count()
     }
 }
 
@@ -639,7 +674,8 @@ impl Index {
     }
 
     /// End the migration: entries the scan did not place (their records could not be read)
-    /// go to the current table's stash, where they match on fragment alone. Returns the
+    /// go to the current table's stash, keeping the bucket they had in the old table (see
+    /// `StashEntry`: they match the keys whose bucket pair there holds it). Returns the
     /// emptied old table (freeing tens of MB takes milliseconds: the caller frees it outside
     /// the locks) and how many entries were stashed that way.
     pub fn finish_migration(&mut self) -> (Option<Table>, u64) {
@@ -649,12 +685,13 @@ impl Index {
         for slot in 0..t.capacity() as usize {
             let (units, frag) = t.get(slot);
             if units != 0 {
-                self.cur.push_stash(StashEntry { bucket: ANY_BUCKET, frag, units });
+                let bucket = (slot / SLOTS_PER_BUCKET) as u64;
+                self.cur.push_stash(StashEntry { bucket, origin: t.buckets, frag, units });
                 left += 1;
             }
         }
         for e in &t.stash {
-            self.cur.push_stash(StashEntry { bucket: ANY_BUCKET, ..*e });
+            self.cur.push_stash(e.unplaced(t.buckets));
             left += 1;
         }
         (Some(m.table), left)
@@ -675,6 +712,7 @@ pub(crate) mod image {
         }
         for e in &t.stash {
             out.extend_from_slice(&e.bucket.to_le_bytes());
+            out.extend_from_slice(&e.origin.to_le_bytes());
             out.extend_from_slice(&e.units.to_le_bytes());
             out.extend_from_slice(&e.frag.to_le_bytes());
         }
@@ -723,9 +761,21 @@ pub(crate) mod image {
         }
     }
 
+    /// What an image is checked against: the first record's offset units, the covered
+    /// hot log end and the cold log end (units), and whether stash entries carry their
+    /// origin table size (checkpoint version 6 on; version 5 entries do not).
+    #[derive(Clone, Copy, Debug)]
+    pub(crate) struct Bounds {
+        pub first: u32,
+        pub end: u64,
+        pub cold_end: u64,
+        pub stash_origins: bool,
+    }
+
     /// Validate every slot: an offset must point inside `[first, end)` units of the hot
     /// log, or (cold bit set) `[first, cold_end)` units of the cold log.
-    fn get_table(r: &mut Reader, first: u32, end: u64, cold_end: u64) -> Result<Table, String> {
+    fn get_table(r: &mut Reader, bounds: Bounds) -> Result<Table, String> {
+        let Bounds { first, end, cold_end, stash_origins } = bounds;
         let buckets = r.u64()?;
         let stash_len = r.u64()?;
         if !(MIN_BUCKETS..=(1 << 40)).contains(&buckets) || stash_len > (1 << 20) {
@@ -755,22 +805,28 @@ pub(crate) mod image {
         }
         for _ in 0..stash_len {
             let bucket = r.u64()?;
+            let origin = if stash_origins { r.u64()? } else { 0 };
             let b = r.take(6)?;
             let units = u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
             let frag = u16::from_le_bytes([b[4], b[5]]);
-            if units == 0 || !check(units) || (bucket >= buckets && bucket != ANY_BUCKET) {
+            let bucket_ok = match origin {
+                0 => bucket < buckets || bucket == ANY_BUCKET,
+                n => (MIN_BUCKETS..=(1 << 40)).contains(&n) && bucket < n,
+            };
+            if units == 0 || !check(units) || !bucket_ok {
                 return Err("bad stash entry".into());
             }
-            t.push_stash(StashEntry { bucket, frag, units });
+            t.push_stash(StashEntry { bucket, origin, frag, units });
         }
         Ok(t)
     }
 
-    /// Parse an image; `end_units` is the covered log end in units, `cold_end_units` the
+    /// Parse an image; `bounds.end` is the covered log end in units, `bounds.cold_end` the
     /// cold log's (0 without one).
-    pub fn read(buf: &[u8], first_units: u32, end_units: u64, cold_end_units: u64) -> Result<Index, String> {
+    pub fn read(buf: &[u8], bounds: Bounds) -> Result<Index, String> {
+        let Bounds { first: first_units, end: end_units, cold_end: cold_end_units, .. } = bounds;
         let mut r = Reader { buf, pos: 0 };
-        let cur = get_table(&mut r, first_units, end_units, cold_end_units)?;
+        let cur = get_table(&mut r, bounds)?;
         let old = match r.u64()? {
             0 => None,
             1 => {
@@ -786,7 +842,7 @@ pub(crate) mod image {
                     }
                 }
                 let per_write = r.u64()?;
-                let table = get_table(&mut r, first_units, end_units, cold_end_units)?;
+                let table = get_table(&mut r, bounds)?;
                 let slack = write_slack(scan.iter().map(|s| s.limit.saturating_sub(s.pos)).sum());
                 Some(Migration { table, scan, per_write, due: 0, done: 0, slack })
             }
@@ -876,7 +932,8 @@ mod tests {
         assert_eq!(idx.live(), n);
         let mut img = Vec::new();
         image::write(&idx, &mut img);
-        let mut back = image::read(&img, 2, n + 2, 0).unwrap();
+        let bounds = image::Bounds { first: 2, end: n + 2, cold_end: 0, stash_origins: true };
+        let mut back = image::read(&img, bounds).unwrap();
         assert_eq!(back.is_migrating(), idx.is_migrating());
         while scan_step(&mut back, 4096) {}
         assert!(!back.is_migrating());
@@ -887,7 +944,7 @@ mod tests {
             back.find(kh(i), &mut out);
             assert!(out.iter().any(|c| c.units == units_of(i)), "lost {i}");
         }
-        assert!(image::read(&img[..img.len() - 1], 2, n + 2, 0).is_err());
+        assert!(image::read(&img[..img.len() - 1], bounds).is_err());
     }
 
     #[test]

@@ -611,12 +611,13 @@ enum ColdOut {
     Append(u64),
 }
 
-/// The files of a state, as the LOGS manifest names them.
-fn state_of(inner: &Inner) -> LogState {
+/// The files of a state, as the LOGS manifest names them, with the state's `max_seq` floor.
+fn state_of(inner: &Inner, seq_floor: u64) -> LogState {
     LogState {
         hot_nonce: inner.nonce,
         cold_nonce: inner.cold.as_ref().map_or(0, |c| c.nonce),
         cold_len: inner.cold_end(),
+        seq_floor,
     }
 }
 
@@ -926,6 +927,8 @@ fn finish(
     // dropped once the merge returns.
     let mut covered = [LOG_HEADER_BYTES; 2];
     let other_inner = sides.other.as_ref().map(|(_, oi)| oi);
+    // The merged-in store's persisted `max_seq` floor (fixed: its maintenance lock is held).
+    let other_floor = sides.other.as_ref().map_or(0, |(o, _)| o.seq_floor.load(Ordering::Acquire));
     let behind = |covered: [u64; 2]| {
         old.synced() > covered[0] || other_inner.is_some_and(|oi| oi.synced() > covered[1])
     };
@@ -936,8 +939,13 @@ fn finish(
             pos = c.catch_up(old, pos, keep_self)?;
         }
         // Names the new state next to the old one; the hot rename below (the commit point)
-        // picks between them, so a crash before it leaves the old state.
-        manifest::write(&shared.dir, &Manifest { next: state_of(new), prev: state_of(old) })?;
+        // picks between them, so a crash before it leaves the old state. The new state's
+        // `max_seq` floor includes the merged-in store's (its `MAXSEQ`: seqs of records it
+        // dropped, which its log no longer shows): that floor must not reach this store's
+        // `MAXSEQ` before the commit point, so the manifest carries it (§7.2, §8).
+        let floor = shared.seq_floor.load(Ordering::Acquire);
+        let next = state_of(new, floor.max(other_floor));
+        manifest::write(&shared.dir, &Manifest { next, prev: state_of(old, floor) })?;
         if let Some(cold) = &new.cold {
             // The cold log is complete: durable before the commit point makes it the state.
             cold.log.sync_data().map_err(|e| Error::io("syncing the cold log", e))?;
@@ -1046,8 +1054,9 @@ fn finish(
             let oend = oi.applied_end.load(Ordering::Acquire);
             c.rep.locked_catch_up_bytes += oend - other_pos;
             c.copy(oi, other_pos, oend, keep_other, false)?;
-            // `other`'s highest seq is its latest record, always carried (live put or delete).
-            other_top = oi.max_seq.load(Ordering::Acquire);
+            // `other`'s highest seq in its logs is its latest record, always carried (live put
+            // or delete); above that, its floor (persisted in the manifest as the new state's).
+            other_top = oi.max_seq.load(Ordering::Acquire).max(other_floor);
             c.rep.log_bytes_before += oend + oi.cold_end();
         }
         c.rep.log_bytes_before += end + old.cold_end();
@@ -1091,6 +1100,8 @@ fn finish(
         abandon(shared, old, cold_out);
         return Err(e);
     }
+    // Committed: the manifest's new state holds the merged-in store's floor.
+    shared.seq_floor.fetch_max(other_floor, Ordering::AcqRel);
     // Under `Always`, writes acknowledged after the lock is released are durable in the new
     // log only if its name is. Instead of a directory fsync under the lock (measured: 2–12 ms
     // of it on a loaded machine), the new state is published with a pending directory sync:

@@ -7,6 +7,11 @@
 //! at open, the nonce in `data.log`'s header says which of the two states is the real one,
 //! and the cold log is brought to that state (a newly built cold log renamed into place,
 //! appended bytes past the committed length cut, or an unused cold log removed).
+//!
+//! Version 2 adds each state's `max_seq` floor: a merge's new state needs the merged-in
+//! store's floor, which must not become this store's before the commit point (a `MAXSEQ`
+//! above the old state's records would survive a crash before it); the standing state's
+//! floor counts at open like `MAXSEQ`.
 
 use std::fs::{self, File, OpenOptions};
 use std::path::Path;
@@ -23,8 +28,13 @@ pub(crate) const COLD_FILE: &str = "data.cold";
 /// A cold log being built by a full compaction (renamed to `data.cold` after the commit).
 pub(crate) const COLD_NEW_FILE: &str = "data.cold.compact";
 const MAGIC: [u8; 8] = *b"FAWNLOGS";
-const VERSION: u32 = 1;
-const BYTES: usize = 72;
+/// Version 1: no floors (72 bytes); written when both floors are 0, so that builds before
+/// version 2 still open such a store.
+const VERSION_1: u32 = 1;
+const BYTES_1: usize = 72;
+/// Version 2: the two states' `max_seq` floors at 64 and 72, the CRC of bytes 0..80 at 80.
+const VERSION_2: u32 = 2;
+const BYTES_2: usize = 88;
 
 /// One state of the datastore's files.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -34,6 +44,8 @@ pub(crate) struct LogState {
     pub cold_nonce: u64,
     /// Bytes of the cold log that belong to this state (0 without a cold log).
     pub cold_len: u64,
+    /// A lower bound of the state's `max_seq` (0: none beyond `MAXSEQ` and the logs).
+    pub seq_floor: u64,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,10 +60,12 @@ fn u64_at(b: &[u8], i: usize) -> u64 {
     u64::from_le_bytes(a)
 }
 
-pub(crate) fn encode(m: &Manifest) -> [u8; BYTES] {
-    let mut b = [0u8; BYTES];
+pub(crate) fn encode(m: &Manifest) -> Vec<u8> {
+    let floors = m.next.seq_floor != 0 || m.prev.seq_floor != 0;
+    let (version, bytes) = if floors { (VERSION_2, BYTES_2) } else { (VERSION_1, BYTES_1) };
+    let mut b = vec![0u8; bytes];
     b[0..8].copy_from_slice(&MAGIC);
-    b[8..12].copy_from_slice(&VERSION.to_le_bytes());
+    b[8..12].copy_from_slice(&version.to_le_bytes());
     for (i, v) in [
         m.next.hot_nonce,
         m.next.cold_nonce,
@@ -65,29 +79,45 @@ pub(crate) fn encode(m: &Manifest) -> [u8; BYTES] {
     {
         b[16 + 8 * i..24 + 8 * i].copy_from_slice(&v.to_le_bytes());
     }
-    let crc = crc32c::crc32c(&b[0..64]);
-    b[64..68].copy_from_slice(&crc.to_le_bytes());
+    let crc_at = if floors {
+        b[64..72].copy_from_slice(&m.next.seq_floor.to_le_bytes());
+        b[72..80].copy_from_slice(&m.prev.seq_floor.to_le_bytes());
+        80
+    } else {
+        64
+    };
+    let crc = crc32c::crc32c(&b[0..crc_at]);
+    b[crc_at..crc_at + 4].copy_from_slice(&crc.to_le_bytes());
     b
 }
 
 pub(crate) fn decode(b: &[u8]) -> Result<Manifest, Error> {
     let bad = |why: &str| Error::corrupt(0, format!("LOGS manifest: {why}"));
-    if b.len() != BYTES || b[0..8] != MAGIC {
+    let crc_at = match b.len() {
+        BYTES_1 => 64,
+        BYTES_2 => 80,
+        _ => return Err(bad("bad magic or length")),
+    };
+    if b[0..8] != MAGIC {
         return Err(bad("bad magic or length"));
     }
-    if u32::from_le_bytes([b[64], b[65], b[66], b[67]]) != crc32c::crc32c(&b[0..64]) {
+    let crc = u32::from_le_bytes([b[crc_at], b[crc_at + 1], b[crc_at + 2], b[crc_at + 3]]);
+    if crc != crc32c::crc32c(&b[0..crc_at]) {
         return Err(bad("checksum mismatch"));
     }
-    if u32::from_le_bytes([b[8], b[9], b[10], b[11]]) != VERSION || b[12..16] != [0; 4] || b[68..72] != [0; 4]
-    {
+    let version = u32::from_le_bytes([b[8], b[9], b[10], b[11]]);
+    let want = if crc_at == 64 { VERSION_1 } else { VERSION_2 };
+    if version != want || b[12..16] != [0; 4] || b[crc_at + 4..crc_at + 8] != [0; 4] {
         return Err(bad("unsupported version"));
     }
-    let state = |i: usize| LogState {
+    let floor = |i: usize| if crc_at == 64 { 0 } else { u64_at(b, i) };
+    let state = |i: usize, f: usize| LogState {
         hot_nonce: u64_at(b, i),
         cold_nonce: u64_at(b, i + 8),
         cold_len: u64_at(b, i + 16),
+        seq_floor: floor(f),
     };
-    Ok(Manifest { next: state(16), prev: state(40) })
+    Ok(Manifest { next: state(16, 64), prev: state(40, 72) })
 }
 
 /// Atomically replace the manifest: temp file, fsync, rename, fsync directory.

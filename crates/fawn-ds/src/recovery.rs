@@ -42,9 +42,10 @@ pub(crate) fn open(
     let lock = lock_dir(dir)?;
     // A compaction or merge killed before its rename: the old log stands, drop the new one.
     crate::maint::remove_leftovers(dir)?;
-    let floor = crate::maint::read_seq_floor(dir)?;
-    // Which hot/cold state stands after an interrupted maintenance (the LOGS manifest).
-    let (cold, _) = crate::manifest::settle(dir, &dir.join(LOG_FILE), &opts.faults)?;
+    // Which hot/cold state stands after an interrupted maintenance (the LOGS manifest); its
+    // `max_seq` floor (a merge's) counts like `MAXSEQ`.
+    let (cold, state) = crate::manifest::settle(dir, &dir.join(LOG_FILE), &opts.faults)?;
+    let floor = crate::maint::read_seq_floor(dir)?.max(state.map_or(0, |s| s.seq_floor));
     let mut report = RecoveryReport::default();
     let (log, nonce, len) = open_log(dir, &opts, &mut report)?;
     let cold = cold.map(|c| ColdLog { log: Arc::new(c.log), nonce: c.nonce, end: AtomicU64::new(c.len) });

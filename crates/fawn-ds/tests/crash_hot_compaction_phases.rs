@@ -192,10 +192,13 @@ fn nonce(path: &Path) -> Option<u64> {
     std::fs::read(path).ok().filter(|b| b.len() >= 32).map(|b| u64_at(&b, 16))
 }
 
-/// Where the kill landed, from the files (docs/FORMAT.md §8: `LOGS` holds the new state's
-/// hot nonce at bytes 16..24).
+/// Where the kill landed, from the files (docs/FORMAT.md §8: `LOGS`, version 1 or 2, holds
+/// the new state's hot nonce at bytes 16..24).
 fn phase(dir: &Path) -> &'static str {
-    let next_hot = std::fs::read(dir.join("LOGS")).ok().filter(|b| b.len() == 72).map(|b| u64_at(&b, 16));
+    let next_hot = std::fs::read(dir.join("LOGS"))
+        .ok()
+        .filter(|b| b.len() == 72 || b.len() == 88)
+        .map(|b| u64_at(&b, 16));
     let hot = nonce(&dir.join("data.log"));
     let new_hot = nonce(&dir.join("data.log.compact"));
     match next_hot {
