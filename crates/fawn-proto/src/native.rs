@@ -14,12 +14,13 @@ use bincode::Options;
 use serde::{Deserialize, Serialize};
 
 use crate::op::{Item, Outcome, Update};
-use fawn_ring::{NodeId, Range};
+use fawn_ring::{KeyId, NodeId, Range};
 
 /// Version byte of every frame. A peer receiving another version closes the connection.
 /// 2: snapshot streams carry stream ids and batch indexes (`SnapshotBegin`, `SnapshotBatch`,
 /// `SnapshotEnd` changed fields), so version-1 nodes cannot join a version-2 cluster.
-pub const PROTOCOL_VERSION: u8 = 2;
+/// 3: ranges split on join (`RangeConfig::splitting`, `Request::SplitReady`).
+pub const PROTOCOL_VERSION: u8 = 3;
 /// Largest frame body accepted (a 1 MiB value plus key and headers fits many times over).
 pub const FRAME_BYTES_MAX: usize = 8 << 20;
 /// Bytes before the body: length (4) + version (1) + request id (8).
@@ -97,6 +98,10 @@ pub enum Request {
     /// the catch-up, so no older tail is still acting as one): the chain may shed the old tail
     /// (to the manager; answered with `Config`). Re-sent while the chain holds more than R.
     TailReady { node: NodeId, range: Range },
+    /// Back-end `node`, head of `range` which the configuration marks `splitting`, ordered no
+    /// update since and has every update it ordered acknowledged: the range may be split (to
+    /// the manager; answered with `Config`). Re-sent while the range is marked.
+    SplitReady { node: NodeId, range: Range },
 }
 
 /// Answers, one per request, with the request's id.
@@ -268,6 +273,12 @@ pub struct RangeConfig {
     /// Replicas being added behind the tail: they receive every update the tail stores and a
     /// snapshot of the range, but do not ack or serve gets until they report `SyncDone`.
     pub syncing: Vec<NodeId>,
+    /// Set while the range is being split at this id (a joined node's virtual id inside it):
+    /// the head orders no new updates (`Unavailable`, retried), and once every update it
+    /// ordered is acknowledged it reports `SplitReady`; the next configuration holds
+    /// `(start, at]` and `(at, end]`, each with this chain, split locally by every replica.
+    #[serde(default)]
+    pub splitting: Option<KeyId>,
 }
 
 impl RangeConfig {
@@ -351,7 +362,7 @@ pub struct DigestEntry {
 
 impl ClusterConfig {
     /// The range holding key id `id`, if the cluster is formed.
-    pub fn range_of(&self, id: fawn_ring::KeyId) -> Option<&RangeConfig> {
+    pub fn range_of(&self, id: KeyId) -> Option<&RangeConfig> {
         if self.ranges.len() == 1 {
             return self.ranges.first();
         }

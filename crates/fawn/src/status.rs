@@ -59,15 +59,19 @@ fn print_chains(config: &ClusterConfig) {
         println!("\nranges: none yet (waiting for back-ends to register)");
         return;
     }
-    println!("\nranges (start, end] -> chain head ... tail [syncing]:");
+    println!("\nranges (start, end] -> chain head ... tail [syncing] [splitting]:");
     for rc in &config.ranges {
         let chain: Vec<String> = rc.chain.iter().map(|n| format!("backend-{n}")).collect();
         let syncing: Vec<String> = rc.syncing.iter().map(|n| format!("backend-{n}")).collect();
         let extra =
             if syncing.is_empty() { String::new() } else { format!("   [syncing: {}]", syncing.join(", ")) };
         let short = if rc.chain.len() < config.replicas as usize { "   UNDER-REPLICATED" } else { "" };
+        let split = match rc.splitting {
+            Some(at) => format!("   [splitting at {:032x}: puts wait for the chain to drain]", at.0),
+            None => String::new(),
+        };
         println!(
-            "  ({:032x}, {:032x}]  {}{extra}{short}",
+            "  ({:032x}, {:032x}]  {}{extra}{short}{split}",
             rc.range.start_exclusive.0,
             rc.range.end_inclusive.0,
             chain.join(" -> ")

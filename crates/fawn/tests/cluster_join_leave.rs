@@ -2,7 +2,9 @@
 //! cluster (it syncs the ranges the ring prefers it for and the chains drop the node it
 //! replaces), then another back-end leaves gracefully (its replacements sync before it is
 //! dropped). Writes continue throughout; afterwards every acknowledged write is readable,
-//! chains are back to R in-sync replicas, and every replica of every chain agrees.
+//! chains are back to R in-sync replicas, and every replica of every chain agrees. The join
+//! splits the ranges the joiner's virtual ids fall in: each of those ids ends a range of its
+//! own, which the joiner replicates.
 
 mod common;
 
@@ -18,7 +20,9 @@ async fn wait_settled(cluster: &Cluster, what: &str, done: impl Fn(&ClusterConfi
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let c = cluster.config().await;
-        if done(&c) && c.ranges.iter().all(|r| r.chain.len() == 3 && r.syncing.is_empty()) {
+        if done(&c)
+            && c.ranges.iter().all(|r| r.chain.len() == 3 && r.syncing.is_empty() && r.splitting.is_none())
+        {
             return c;
         }
         assert!(Instant::now() < deadline, "{what} did not settle: {c:?}\n{}", cluster.role_logs());
@@ -67,6 +71,14 @@ async fn join_then_leave_under_writes() {
     };
     let c = wait_settled(&cluster, "join", |c| c.ranges.iter().any(|r| r.chain.contains(&3))).await;
     assert!(c.backends.iter().any(|b| b.node == 3 && b.state == NodeState::Alive));
+    let ring = fawn_ring::Ring::new(&[0, 1, 2, 3], c.vnodes, c.replicas);
+    for vid in ring.vids_of(3) {
+        assert!(
+            c.ranges.iter().any(|r| r.range.end_inclusive == vid.id && r.chain.contains(&3)),
+            "no range split off at the joiner's virtual id {:032x}: {c:?}",
+            vid.id.0
+        );
+    }
     acked.extend(writer.await.expect("writer"));
 
     // Node 0 leaves gracefully.

@@ -244,7 +244,16 @@ impl Backend {
         let me = self.options.node;
         let epoch = config.epoch;
         let sizing = expected_keys_by_range(self.options.expected_keys, me, &config);
-        let mut dropped = Vec::new();
+        self.split_ranges(&config).await?;
+        self.recover_split_parts(&config).await?;
+        // Replicas of ranges gone from the configuration (a split this node had no part in).
+        let mut dropped: Vec<Range> = self
+            .replicas
+            .read()
+            .keys()
+            .filter(|r| !config.ranges.iter().any(|rc| rc.range == **r))
+            .copied()
+            .collect();
         for rc in &config.ranges {
             if rc.path().any(|n| n == me) {
                 let expected_keys = sizing.get(&rc.range).copied().unwrap_or(0);
@@ -258,11 +267,122 @@ impl Backend {
         // Freed only after the new view is in place: a request still routed by the old one
         // then hears "stale epoch" (and retries at once), not "no replica here".
         for range in dropped {
-            if let Some(old) = self.replicas.write().remove(&range) {
+            let removed = self.replicas.write().remove(&range);
+            if let Some(old) = removed {
                 info!(range = %old.range.id_string(), "no longer a replica of this range; freeing it");
                 drop(old);
-                let _ = std::fs::remove_dir_all(self.range_dir(&range));
+                // A range's directory is named by its end, which a held part of it may share.
+                if !self.replicas.read().keys().any(|r| r.end_inclusive == range.end_inclusive) {
+                    let _ = std::fs::remove_dir_all(self.range_dir(&range));
+                }
             }
+        }
+        Ok(())
+    }
+
+    /// Splits this node's replicas of ranges `config` split (`manager::state::split_ready`:
+    /// the head drained the chain first, so every in-sync replica holds the same final
+    /// contents and nothing is in flight). Each part this node replicates gets its keys'
+    /// datastore: the part with the range's end keeps the range's (a directory is named by
+    /// the range's end; its key filter lets compaction drop the other parts' keys), the others
+    /// are copied out of it (`DataStore::split`, a sequential scan). A replica that was still
+    /// syncing splits nothing: its parts sync afresh.
+    async fn split_ranges(&self, config: &ClusterConfig) -> anyhow::Result<()> {
+        let me = self.options.node;
+        let held: Vec<Arc<RangeReplica>> = self.replicas.read().values().cloned().collect();
+        for old in held {
+            if config.ranges.iter().any(|rc| rc.range == old.range) || old.route().await.is_syncing() {
+                continue;
+            }
+            let parts: Vec<&RangeConfig> = config
+                .ranges
+                .iter()
+                .filter(|rc| within(&rc.range, &old.range) && rc.chain.contains(&me))
+                .collect();
+            if parts.is_empty() {
+                continue;
+            }
+            old.retire().await;
+            let t0 = Instant::now();
+            let mut replicas = Vec::new();
+            for rc in &parts {
+                let store = self.split_part(&old.store, &old.range, &rc.range)?;
+                let route = Route { epoch: config.epoch, me, rc: (*rc).clone() };
+                let part = RangeReplica::split_part(store, route, self.writes_block(), &old).await;
+                replicas.push(Arc::new(part));
+            }
+            info!(range = %old.range.id_string(), parts = parts.len(), ms = t0.elapsed().as_millis() as u64,
+                "range split");
+            let mut map = self.replicas.write();
+            map.remove(&old.range);
+            for r in replicas {
+                map.insert(r.range, r);
+            }
+        }
+        Ok(())
+    }
+
+    /// The datastore of `part`, a part of `parent` whose datastore is `store`: `store` itself
+    /// for the part with `parent`'s end (now filtered to the part's keys), else a copy of the
+    /// part's keys in the part's own directory, marked a whole replica.
+    fn split_part(
+        &self,
+        store: &Arc<DataStore>,
+        parent: &Range,
+        part: &Range,
+    ) -> anyhow::Result<Arc<DataStore>> {
+        if part.end_inclusive == parent.end_inclusive {
+            store.set_key_filter(Some(range_filter(*part)));
+            return Ok(Arc::clone(store));
+        }
+        let dir = self.range_dir(part);
+        if dir.exists() {
+            // Left by an older life of this range or an interrupted split: the parent is whole.
+            std::fs::remove_dir_all(&dir).map_err(|e| anyhow::anyhow!("emptying {}: {e}", dir.display()))?;
+        }
+        let options = DsOptions { sync: self.options.sync, ..DsOptions::default() };
+        let (copy, report) = blocking(true, || store.split(range_filter(*part), &dir, options))
+            .map_err(|e| anyhow::anyhow!("splitting into {}: {e}", dir.display()))?;
+        info!(range = %part.id_string(), from = %parent.id_string(), records = report.records_written,
+            bytes = report.bytes_written, "split off a range's datastore");
+        self.mark_complete(part, &copy);
+        Ok(Arc::new(copy))
+    }
+
+    /// A split cut short by a crash: this node is an in-sync replica of a part that has no
+    /// directory while the directory of the range it was split from survives — named by that
+    /// range's end, the end of the first part above it that has a directory. The part is
+    /// copied out of it before any replica opens (and filters) that datastore. Only a
+    /// directory marked a whole replica is used.
+    async fn recover_split_parts(&self, config: &ClusterConfig) -> anyhow::Result<()> {
+        let me = self.options.node;
+        let n = config.ranges.len();
+        for (i, rc) in config.ranges.iter().enumerate() {
+            let missing = |r: &Range| !self.replicas.read().contains_key(r) && !self.range_dir(r).exists();
+            if !rc.chain.contains(&me) || !missing(&rc.range) {
+                continue;
+            }
+            // The ranges above it, in ring order, up to the first with a directory.
+            let above = (1..n).map(|k| &config.ranges[(i + k) % n]);
+            let Some(parent) = above
+                .take_while(|r| r.range.end_inclusive != rc.range.end_inclusive)
+                .find(|r| !missing(&r.range))
+            else {
+                continue;
+            };
+            let dir = self.range_dir(&parent.range);
+            if !dir.join(REPLICA_MARKER).exists() {
+                continue;
+            }
+            let whole = Range::new(rc.range.start_exclusive, parent.range.end_inclusive);
+            let store =
+                match self.replicas.read().values().find(|r| r.range.end_inclusive == whole.end_inclusive) {
+                    Some(r) => Arc::clone(&r.store),
+                    None => Arc::new(self.open_store(&parent.range, false, 0)?),
+                };
+            warn!(range = %rc.range.id_string(), from = %parent.range.id_string(),
+                "no datastore for a range this node replicates: finishing the split that made it");
+            self.split_part(&store, &whole, &rc.range)?;
         }
         Ok(())
     }
@@ -568,7 +688,8 @@ impl Backend {
         let mut latest: BTreeMap<Vec<u8>, DigestEntry> = BTreeMap::new();
         for record in replica.store.iter() {
             let record = record.map_err(|e| WireError::Storage(e.to_string()))?;
-            if after_key.as_ref().is_some_and(|a| record.key <= *a) {
+            // A split range's datastore holds the other part's keys until it is compacted.
+            if after_key.as_ref().is_some_and(|a| record.key <= *a) || !range.contains(key_id(&record.key)) {
                 continue;
             }
             let value_crc = match record.kind {
@@ -707,28 +828,24 @@ impl Backend {
     }
 
     async fn report_sync_done(&self, range: Range) {
-        let req = Request::SyncDone { node: self.options.node, range };
-        match self.pool.call(&self.options.manager, req, Duration::from_secs(2)).await {
-            Ok(Response::Config(c)) => {
-                if let Err(e) = self.install(c).await {
-                    error!(error = %e, "cannot install configuration");
-                }
-            }
-            Ok(other) => warn!(?other, "manager did not accept sync completion; will retry"),
-            Err(e) => warn!(error = %e, "cannot report sync completion; will retry"),
-        }
+        self.report(Request::SyncDone { node: self.options.node, range }, "sync completion").await;
     }
 
     async fn report_tail_ready(&self, range: Range) {
-        let req = Request::TailReady { node: self.options.node, range };
+        self.report(Request::TailReady { node: self.options.node, range }, "the tail's readiness").await;
+    }
+
+    /// Tells the manager something it answers with the configuration, and installs that.
+    /// Failures are logged; the caller's tick reports again.
+    async fn report(&self, req: Request, what: &str) {
         match self.pool.call(&self.options.manager, req, Duration::from_secs(2)).await {
             Ok(Response::Config(c)) => {
                 if let Err(e) = self.install(c).await {
                     error!(error = %e, "cannot install configuration");
                 }
             }
-            Ok(other) => warn!(?other, "manager did not accept the tail's readiness; will retry"),
-            Err(e) => warn!(error = %e, "cannot report the tail's readiness; will retry"),
+            Ok(other) => warn!(?other, what, "manager did not accept the report; will retry"),
+            Err(e) => warn!(error = %e, what, "cannot report to the manager; will retry"),
         }
     }
 
@@ -904,6 +1021,10 @@ impl Backend {
             if surplus && r.readable() {
                 self.report_tail_ready(r.range).await;
             }
+            if r.ready_to_split().await {
+                let req = Request::SplitReady { node: self.options.node, range: r.range };
+                self.report(req, "a drained range ready to split").await;
+            }
             r.tick(&links).await;
             if let Some((_, _, true)) = r.sync_status().await {
                 if r.route().await.is_syncing() {
@@ -912,6 +1033,18 @@ impl Backend {
             }
         }
     }
+}
+
+/// Whether `part` lies inside `whole` (a part of it after a split, or all of it).
+fn within(part: &Range, whole: &Range) -> bool {
+    whole.is_full()
+        || (whole.contains(part.end_inclusive)
+            && (part.start_exclusive == whole.start_exclusive || whole.contains(part.start_exclusive)))
+}
+
+/// The datastore key filter of `range`'s keys.
+fn range_filter(range: Range) -> fawn_ds::KeyFilter {
+    Arc::new(move |key: &[u8]| range.contains(key_id(key)))
 }
 
 /// A role refusal to a sender that routed by an older configuration says so, so that it fetches
@@ -1252,7 +1385,7 @@ mod copy_rate_tests {
         let range = Range::full();
         let config = |chain: Vec<u32>| ClusterConfig {
             replicas: 3,
-            ranges: vec![RangeConfig { range, chain, syncing: vec![9] }],
+            ranges: vec![RangeConfig { range, chain, syncing: vec![9], splitting: None }],
             ..ClusterConfig::default()
         };
         assert_eq!(copy_rate_for(&config(vec![1, 2]), &range, &options), 32, "re-replication");

@@ -20,7 +20,7 @@ use fawn_proto::native::{
     ChainMsg, Epoch, Origin, RangeConfig, RecordMark, ReplEffect, ReqId, SnapshotItem, WireError,
 };
 use fawn_proto::op::{decide, Effect, Item, Mutation, Outcome, Update};
-use fawn_ring::{NodeId, Range};
+use fawn_ring::{key_id, NodeId, Range};
 use parking_lot::Mutex;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, oneshot};
@@ -218,6 +218,39 @@ impl RangeReplica {
         RangeReplica::build(Arc::new(store), route, writes_block, None)
     }
 
+    /// A replica of one part of a split range (`RangeConfig::splitting`) over `store`: the
+    /// part's own datastore, or the split range's (kept by the part with its end). It
+    /// remembers `parent`'s recent requests, so a retry of an update ordered before the
+    /// split is answered, not applied twice.
+    pub async fn split_part(
+        store: Arc<DataStore>,
+        route: Route,
+        writes_block: bool,
+        parent: &RangeReplica,
+    ) -> RangeReplica {
+        let part = RangeReplica::build(store, route, writes_block, None);
+        let from = parent.state.lock().await;
+        let mut st = part.state.lock().await;
+        st.recent.clone_from(&from.recent);
+        st.recent_order.clone_from(&from.recent_order);
+        st.last_seq = st.last_seq.max(from.last_seq);
+        drop(st);
+        part.acked.fetch_max(parent.acked.load(Ordering::Acquire), Ordering::AcqRel);
+        part
+    }
+
+    /// Head of a range being split: nothing it ordered is unacknowledged, and it orders
+    /// nothing new (`order_update` refuses), so every in-sync replica holds the same contents
+    /// and the manager may split the range (`Request::SplitReady`).
+    pub async fn ready_to_split(&self) -> bool {
+        let st = self.state.lock().await;
+        st.route.is_head()
+            && st.route.rc.splitting.is_some()
+            && st.route.rc.syncing.is_empty()
+            && st.held_back.is_none()
+            && self.unacked.lock().is_empty()
+    }
+
     /// A syncing replica that keeps `store` (its datastore from before it failed, whose last
     /// record `plan` names) and asks its source for the suffix after it.
     pub fn rejoining(
@@ -339,6 +372,9 @@ impl RangeReplica {
         }
         if let Some((seq, outcome)) = st.recent.get(&req) {
             return Ok(Ordered::AwaitAck { seq: *seq, outcome: outcome.clone() });
+        }
+        if st.route.rc.splitting.is_some() {
+            return Err(WireError::Unavailable("the range is being split (a node joined)".into()));
         }
         if self.unacked.lock().len() >= UNACKED_UPDATES_MAX {
             return Err(WireError::Unavailable(
@@ -1217,9 +1253,11 @@ async fn stream_records(
             warn!(range = %range.id_string(), what, "read failed; the receiver will ask again");
             return;
         };
-        let wanted = selection.as_ref().is_none_or(|(after, latest)| {
-            record.meta.seq > *after && latest.get(&record.key) == Some(&record.meta.seq)
-        });
+        // A split range's datastore holds the other part's keys until it is compacted.
+        let wanted = range.contains(key_id(&record.key))
+            && selection.as_ref().is_none_or(|(after, latest)| {
+                record.meta.seq > *after && latest.get(&record.key) == Some(&record.meta.seq)
+            });
         if wanted {
             batch_bytes += record.key.len() + record.value.len();
             let effect = effect_of(record.kind, record.value, record.meta);
@@ -1434,7 +1472,12 @@ mod tests {
         Route {
             epoch,
             me,
-            rc: RangeConfig { range: Range::full(), chain: chain.to_vec(), syncing: syncing.to_vec() },
+            rc: RangeConfig {
+                range: Range::full(),
+                chain: chain.to_vec(),
+                syncing: syncing.to_vec(),
+                splitting: None,
+            },
         }
     }
 

@@ -9,7 +9,7 @@
 use std::collections::BTreeSet;
 
 use fawn_proto::native::{BackendInfo, ClusterConfig, FrontendInfo, NodeState, RangeConfig};
-use fawn_ring::{NodeId, Range, Ring};
+use fawn_ring::{KeyId, NodeId, Range, Ring};
 
 /// Largest replication factor accepted.
 pub const REPLICAS_MAX: u32 = 7;
@@ -117,6 +117,7 @@ fn form(config: &mut ClusterConfig) {
             range,
             chain: ring.chain_for_range(&owner).nodes,
             syncing: Vec::new(),
+            splitting: None,
         })
         .collect();
     config.ranges.sort_by_key(|r| r.range.end_inclusive);
@@ -155,13 +156,14 @@ fn shed_unpreferred(rc: &mut RangeConfig, ring: &Ring, replicas: u32, keep: Opti
 /// ring's preferred node syncs and that one is shed as for a join. A join or a leave's
 /// replacement (the chain holds R already) waits until the cut is over.
 fn rebalance(config: &mut ClusterConfig, cuts: &LinkCuts) {
+    plan_splits(config);
     let ring = alive_ring(config);
     let want = (config.replicas as usize).min(ring.nodes().len());
     // Every alive node, in each range's order of preference (the preferred R first).
     let everyone = Ring::new(ring.nodes(), config.vnodes, ring.nodes().len() as u32);
     let fallback = |range: &Range| preferred(&everyone, range);
     for rc in &mut config.ranges {
-        if !rc.syncing.is_empty() || rc.chain.is_empty() {
+        if !rc.syncing.is_empty() || rc.chain.is_empty() || rc.splitting.is_some() {
             continue;
         }
         let preferred = preferred(&ring, &rc.range);
@@ -177,6 +179,70 @@ fn rebalance(config: &mut ClusterConfig, cuts: &LinkCuts) {
         }
     }
     settle_leavers(config);
+}
+
+/// Keeps the ranges the ring's: a range is `(previous virtual id, virtual id]`, so a joined
+/// node's virtual ids split the ranges they fall in (paper §3.4.4: the joiner's range is split
+/// off its successor's). A range is marked [`RangeConfig::splitting`] at the first alive virtual
+/// id inside it only while it is quiet and whole — no syncing replica, its chain at R and all
+/// alive — so that re-replication after a failure comes first and no snapshot stream crosses a
+/// split; further ids inside it are split after this one ([`split_ready`]). Virtual ids of
+/// nodes that failed or left split nothing, and ranges never merge back (a boundary at a
+/// departed node's id costs nothing but a range).
+fn plan_splits(config: &mut ClusterConfig) {
+    let ring = alive_ring(config);
+    if ring.is_empty() {
+        return;
+    }
+    let want = (config.replicas as usize).min(ring.nodes().len());
+    for rc in &mut config.ranges {
+        let quiet = rc.syncing.is_empty()
+            && rc.chain.len() >= want
+            && rc.chain.iter().all(|n| ring.nodes().contains(n));
+        if rc.splitting.is_none() && quiet {
+            rc.splitting = first_vid_inside(&ring, &rc.range);
+        }
+    }
+}
+
+/// The virtual id of `ring` strictly inside `range` (not its end) nearest after its start.
+fn first_vid_inside(ring: &Ring, range: &Range) -> Option<KeyId> {
+    ring.vids()
+        .iter()
+        .map(|v| v.id)
+        .filter(|id| *id != range.end_inclusive && range.contains(*id))
+        .min_by_key(|id| id.0.wrapping_sub(range.start_exclusive.0))
+}
+
+/// The head `node` of `range`, marked [`RangeConfig::splitting`], has every update it ordered
+/// acknowledged and orders none: every in-sync replica holds the same, final contents, so the
+/// range becomes two, `(start, at]` and `(at, end]`, with the same chain; each replica splits its
+/// datastore when it installs this configuration. The lower half keeps nothing of the range's
+/// name (a range's directory is named by its end), the upper half keeps the datastore. `None`
+/// when the range is no longer marked or `node` is not its head (an old report).
+pub fn split_ready(
+    config: &ClusterConfig,
+    node: NodeId,
+    range: Range,
+    cuts: &LinkCuts,
+) -> Result<Option<ClusterConfig>, Refused> {
+    let mut next = config.clone();
+    let Some(upper) = next.ranges.iter_mut().find(|r| r.range == range && r.head() == Some(node)) else {
+        return Ok(None);
+    };
+    let Some(at) = upper.splitting.take() else { return Ok(None) };
+    let lower = RangeConfig {
+        range: Range::new(range.start_exclusive, at),
+        chain: upper.chain.clone(),
+        syncing: Vec::new(),
+        splitting: None,
+    };
+    upper.range = Range::new(at, range.end_inclusive);
+    next.ranges.push(lower);
+    next.ranges.sort_by_key(|r| r.range.end_inclusive);
+    rebalance(&mut next, cuts);
+    next.epoch += 1;
+    Ok(Some(next))
 }
 
 /// A leaving node in no chain has left.
@@ -207,6 +273,10 @@ pub fn fail_node(
     }
     b.state = NodeState::Failed;
     for rc in &mut next.ranges {
+        if rc.path().any(|n| n == node) {
+            // A split waits for a whole chain again (`plan_splits`).
+            rc.splitting = None;
+        }
         if rc.chain != [node] {
             rc.chain.retain(|n| *n != node);
         }
@@ -327,6 +397,7 @@ pub fn cut_link(
     let mut changed = false;
     for rc in &mut next.ranges {
         let Some(victim) = cut_victim(rc, node, peer) else { continue };
+        rc.splitting = None;
         rc.chain.retain(|n| *n != victim);
         rc.syncing.retain(|n| *n != victim);
         changed = true;
@@ -415,6 +486,81 @@ mod tests {
             c = register_backend(&c, n as usize, node, &format!("a:{node}"), &none()).unwrap().unwrap();
         }
         c
+    }
+
+    /// Drives every split, sync and tail hand-over the configuration asks for to completion.
+    fn converge(mut c: ClusterConfig) -> ClusterConfig {
+        for _ in 0..1000 {
+            let split = c.ranges.iter().find(|r| r.splitting.is_some()).map(|r| (r.head().unwrap(), r.range));
+            let synced = c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range)));
+            c = match (split, synced) {
+                (Some((head, range)), _) => split_ready(&c, head, range, &none()).unwrap().unwrap(),
+                (None, Some((node, range))) => {
+                    let c = sync_done(&c, node, range, &none()).unwrap().unwrap();
+                    tail_ready(&c, node, range, &none()).unwrap().unwrap_or(c)
+                }
+                (None, None) => return c,
+            };
+        }
+        panic!("splits and syncs do not converge: {c:?}");
+    }
+
+    #[test]
+    fn a_join_splits_the_ranges_its_virtual_ids_fall_in() {
+        let c = formed(4);
+        let before = c.ranges.len();
+        let joined = register_backend(&c, 4, 4, "a:4", &none()).unwrap().unwrap();
+        let marked: Vec<_> = joined.ranges.iter().filter(|r| r.splitting.is_some()).collect();
+        assert!(!marked.is_empty(), "no range marked for the joiner's ids");
+        for rc in &marked {
+            assert!(rc.syncing.is_empty(), "a sync started into a range being split: {rc:?}");
+        }
+        // Not the head: an old or foreign report changes nothing.
+        let rc = marked[0];
+        let not_head = rc.chain.iter().copied().find(|n| Some(*n) != rc.head()).unwrap();
+        assert!(split_ready(&joined, not_head, rc.range, &none()).unwrap().is_none());
+        let split = split_ready(&joined, rc.head().unwrap(), rc.range, &none()).unwrap().unwrap();
+        let at = rc.splitting.unwrap();
+        let lower =
+            split.ranges.iter().find(|r| r.range == Range::new(rc.range.start_exclusive, at)).unwrap();
+        let upper = split.ranges.iter().find(|r| r.range == Range::new(at, rc.range.end_inclusive)).unwrap();
+        assert!(lower.chain == rc.chain || !lower.syncing.is_empty(), "{lower:?}");
+        assert_eq!(upper.chain, rc.chain);
+        assert!(split.ranges.windows(2).all(|w| w[0].range.end_inclusive < w[1].range.end_inclusive));
+
+        let c = converge(joined);
+        let ring = alive_ring(&c);
+        let mut want: Vec<Range> = ring.ranges().into_iter().map(|(r, _)| r).collect();
+        want.sort_by_key(|r| r.end_inclusive);
+        let have: Vec<Range> = c.ranges.iter().map(|r| r.range).collect();
+        assert_eq!(have, want, "the ranges are not the ring's after the join");
+        assert_eq!(c.ranges.len(), before + 2, "two virtual ids, two splits");
+        for r in &c.ranges {
+            let (mut have, mut want) = (r.chain.clone(), preferred(&ring, &r.range));
+            have.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(have, want, "the chain is not the ring's preferred: {r:?}");
+        }
+        for vid in ring.vids_of(4) {
+            let rc = c.ranges.iter().find(|r| r.range.end_inclusive == vid.id).unwrap();
+            // A new replica enters a chain at its tail (chain order is not ring order).
+            assert!(rc.chain.contains(&4), "the joiner does not hold its own range: {rc:?}");
+        }
+    }
+
+    #[test]
+    fn a_failure_in_a_range_being_split_calls_the_split_off_until_the_chain_is_whole() {
+        let c = register_backend(&formed(4), 4, 4, "a:4", &none()).unwrap().unwrap();
+        let rc = c.ranges.iter().find(|r| r.splitting.is_some()).unwrap().clone();
+        let victim = *rc.chain.last().unwrap();
+        let c = fail_node(&c, victim, &none()).unwrap().unwrap();
+        let after = c.ranges.iter().find(|r| r.range == rc.range).unwrap();
+        assert_eq!(after.splitting, None, "{after:?}");
+        assert_eq!(after.syncing.len(), 1, "re-replication comes first: {after:?}");
+        // The old head's report is ignored; the split is planned again once the chain is whole.
+        assert!(split_ready(&c, rc.head().unwrap(), rc.range, &none()).unwrap().is_none());
+        let c = converge(c);
+        assert!(c.ranges.iter().all(|r| r.splitting.is_none() && r.chain.len() == 3));
     }
 
     #[test]
@@ -712,7 +858,7 @@ mod tests {
             let mut cut = LinkCuts::default();
             for step in 0..40 {
                 let ctx = format!("seed {seed} step {step}");
-                match rng.gen_range(0..5) {
+                match rng.gen_range(0..6) {
                     0 | 1 => {
                         let rc = &c.ranges[rng.gen_range(0..c.ranges.len())];
                         let path: Vec<NodeId> = rc.path().collect();
@@ -736,14 +882,24 @@ mod tests {
                         }
                     }
                     3 => {
-                        let node = rng.gen_range(0..n);
-                        let next = if rng.gen_bool(0.5) {
+                        // Nodes n and n + 1 join (their virtual ids split ranges).
+                        let node = rng.gen_range(0..n + 2);
+                        let known = c.backends.iter().any(|b| b.node == node);
+                        let next = if known && rng.gen_bool(0.5) {
                             fail_node(&c, node, &cut).unwrap()
                         } else {
                             register_backend(&c, n as usize, node, &format!("a:{node}"), &cut).unwrap()
                         };
                         if let Some(next) = next {
                             c = next;
+                        }
+                    }
+                    4 => {
+                        let marked = c.ranges.iter().find(|r| r.splitting.is_some());
+                        if let Some((head, range)) = marked.and_then(|r| Some((r.head()?, r.range))) {
+                            if let Some(next) = split_ready(&c, head, range, &cut).unwrap() {
+                                c = next;
+                            }
                         }
                     }
                     _ => {
@@ -754,6 +910,17 @@ mod tests {
                     }
                 }
                 assert!(c.ranges.iter().all(|r| !r.chain.is_empty()), "{ctx}: empty chain {c:?}");
+                // The ranges stay sorted and tile the ring, however they were split.
+                let tiled = c.ranges.windows(2).all(|w| {
+                    w[0].range.end_inclusive < w[1].range.end_inclusive
+                        && w[0].range.end_inclusive == w[1].range.start_exclusive
+                });
+                let wraps = c.ranges.len() < 2
+                    || c.ranges[0].range.start_exclusive == c.ranges[c.ranges.len() - 1].range.end_inclusive;
+                assert!(tiled && wraps, "{ctx}: ranges do not tile the ring: {:?}", c.ranges);
+                for r in c.ranges.iter().filter(|r| r.splitting.is_some()) {
+                    assert!(r.syncing.is_empty(), "{ctx}: a sync into a range being split: {r:?}");
+                }
             }
         }
     }
