@@ -1,0 +1,106 @@
+//! Guards ranges split on join (issue 6, "local split of the affected ranges"): a fifth
+//! back-end joins a 4-back-end cluster (R = 3); each of its virtual ids must end a range of
+//! its own that it replicates, and every acknowledged write must read back. Then a split cut
+//! short by a crash: a replica of a split-off part is killed with kill -9 and left with the
+//! on-disk state such a crash leaves (the part's directory missing, an unfinished
+//! `.split-tmp` beside it, the directory of the range it was split from intact) and
+//! restarted at once. It must rebuild the part from that directory rather than serve it
+//! empty: every key reads back and every replica's digest matches.
+
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::procs::{ProcShape, Procs};
+use fawn_client::ClientOptions;
+use fawn_proto::native::{ClusterConfig, NodeState};
+use fawn_ring::{key_id, Ring};
+
+const JOINER: u32 = 4;
+const KEYS: u32 = 1500;
+
+fn settled(c: &ClusterConfig) -> bool {
+    c.backends.iter().all(|b| b.state == NodeState::Alive)
+        && c.ranges.iter().all(|r| r.syncing.is_empty() && r.splitting.is_none() && r.chain.len() == 3)
+}
+
+#[test]
+fn join_splits_ranges_and_a_split_cut_short_is_finished_after_a_crash() {
+    let mut procs = Procs::start(ProcShape {
+        backends: 4,
+        replicas: 3,
+        vnodes: 2,
+        sync: "always".into(),
+        ..ProcShape::default()
+    });
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
+    let client = rt.block_on(procs.client(ClientOptions::default()));
+    let mut want: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    rt.block_on(async {
+        for i in 0..KEYS {
+            let (k, v) = (format!("k-{i}").into_bytes(), common::padded_value("v", i, 200));
+            client.put(&k, &v).await.expect("put");
+            want.insert(k, v);
+        }
+    });
+    let before = procs.config().expect("config").ranges.len();
+
+    procs.start_new_backend(JOINER);
+    let c = procs.wait_config("the join splits and settles", |c| {
+        settled(c) && c.backends.iter().any(|b| b.node == JOINER)
+    });
+    let ring = Ring::new(&[0, 1, 2, 3, JOINER], c.vnodes, c.replicas);
+    let parts: Vec<_> = ring
+        .vids_of(JOINER)
+        .into_iter()
+        .map(|vid| c.ranges.iter().find(|r| r.range.end_inclusive == vid.id).cloned())
+        .collect();
+    assert!(
+        parts.iter().all(|p| p.as_ref().is_some_and(|p| p.chain.contains(&JOINER))),
+        "each of the joiner's virtual ids ends a range it replicates: {c:?}"
+    );
+    assert_eq!(c.ranges.len(), before + 2, "two virtual ids, two splits: {c:?}");
+
+    // A part (other than the joiner's copy) and an old replica of it that also replicates
+    // the part above it, whose directory is the one the part was split from.
+    let (part, victim, above) = parts
+        .iter()
+        .flatten()
+        .find_map(|p| {
+            let above = c.ranges.iter().find(|r| r.range.start_exclusive == p.range.end_inclusive)?;
+            let victim = p.chain.iter().copied().find(|n| *n != JOINER && above.chain.contains(n))?;
+            Some((p.range, victim, above.range))
+        })
+        .expect("a replica of a split-off part that also holds the range above it");
+    procs.kill9(victim);
+    let ranges_dir = procs.dir.join(format!("backend-{victim}")).join("ranges");
+    let part_dir = ranges_dir.join(part.id_string());
+    std::fs::remove_dir_all(&part_dir).expect("remove the part's directory");
+    std::fs::create_dir_all(ranges_dir.join(format!("{}.split-tmp", part.id_string()))).expect("split-tmp");
+    assert!(
+        ranges_dir.join(above.id_string()).join("REPLICA").exists(),
+        "the range above is a whole replica"
+    );
+    procs.restart_backend(victim);
+    let after = procs.wait_config("the victim is back", settled);
+
+    rt.block_on(async {
+        for (k, v) in &want {
+            let got = client.get(k).await.expect("get").map(|it| it.value);
+            assert_eq!(got.as_ref(), Some(v), "{}", String::from_utf8_lossy(k));
+        }
+        for (range, digest) in common::agreed_digests(&after).await {
+            let keys = want.keys().filter(|k| range.contains(key_id(k))).count();
+            let held = digest.keys().filter(|k| !k.starts_with(b"__")).count();
+            assert_eq!(held, keys, "range {} holds every key", range.id_string());
+        }
+    });
+    // Unless the victim was declared failed meanwhile (it then copies the part from the
+    // tail), it finished the split from the range above.
+    let declared_failed = after.epoch != c.epoch;
+    let logs = procs.logs(400);
+    let recovered = logs.contains("finishing the split that made it");
+    eprintln!("victim {victim}, part {}: finished the split after the crash: {recovered}", part.id_string());
+    assert!(recovered || declared_failed, "{logs}");
+    procs.kill_all();
+}
