@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use common::procs::{ProcShape, Procs};
 use fawn_client::ClientOptions;
 use fawn_proto::native::{ClusterConfig, NodeState};
-use fawn_ring::{key_id, Range};
+use fawn_ring::Range;
 
 const VICTIM: u32 = 1;
 const PRELOAD_KEYS: u32 = 600;
@@ -124,17 +124,6 @@ fn backend_killed_mid_suffix_copies_that_range_in_full() {
         "the ranges whose suffix was cut short ({names:?}) are copied in full\n{}",
         procs.logs(80)
     );
-    rt.block_on(async {
-        for (k, v) in &want {
-            let got = client.get(k).await.expect("get").map(|it| it.value);
-            assert_eq!(got.as_ref(), Some(v), "{}", String::from_utf8_lossy(k));
-        }
-        for (range, digest) in common::agreed_digests(&after).await {
-            let keys = want.keys().filter(|k| range.contains(key_id(k))).count();
-            // (Not counting the harness's `__probe` key.)
-            let held = digest.keys().filter(|k| !k.starts_with(b"__")).count();
-            assert_eq!(held, keys, "range {} holds every key", range.id_string());
-        }
-    });
+    rt.block_on(common::assert_every_write_held(&client, &want, &after));
     procs.kill_all();
 }

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use common::procs::{ProcShape, Procs};
 use fawn_client::ClientOptions;
 use fawn_proto::native::{ClusterConfig, NodeState};
-use fawn_ring::{key_id, Ring};
+use fawn_ring::Ring;
 
 const JOINER: u32 = 4;
 const KEYS: u32 = 1500;
@@ -84,17 +84,7 @@ fn join_splits_ranges_and_a_split_cut_short_is_finished_after_a_crash() {
     procs.restart_backend(victim);
     let after = procs.wait_config("the victim is back", settled);
 
-    rt.block_on(async {
-        for (k, v) in &want {
-            let got = client.get(k).await.expect("get").map(|it| it.value);
-            assert_eq!(got.as_ref(), Some(v), "{}", String::from_utf8_lossy(k));
-        }
-        for (range, digest) in common::agreed_digests(&after).await {
-            let keys = want.keys().filter(|k| range.contains(key_id(k))).count();
-            let held = digest.keys().filter(|k| !k.starts_with(b"__")).count();
-            assert_eq!(held, keys, "range {} holds every key", range.id_string());
-        }
-    });
+    rt.block_on(common::assert_every_write_held(&client, &want, &after));
     // Unless the victim was declared failed meanwhile (it then copies the part from the
     // tail), it finished the split from the range above.
     let declared_failed = after.epoch != c.epoch;

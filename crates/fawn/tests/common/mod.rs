@@ -324,6 +324,25 @@ pub async fn agreed_digests(
     out
 }
 
+/// Every key of `want` reads back with its value through `client`, every chain's replicas
+/// agree ([`agreed_digests`]), and each range holds exactly `want`'s keys in it (not
+/// counting the harness's `__` keys).
+pub async fn assert_every_write_held(
+    client: &Client,
+    want: &std::collections::BTreeMap<Vec<u8>, Vec<u8>>,
+    config: &ClusterConfig,
+) {
+    for (k, v) in want {
+        let got = client.get(k).await.expect("get").map(|it| it.value);
+        assert_eq!(got.as_ref(), Some(v), "{}", String::from_utf8_lossy(k));
+    }
+    for (range, digest) in agreed_digests(config).await {
+        let keys = want.keys().filter(|k| range.contains(fawn_ring::key_id(k))).count();
+        let held = digest.keys().filter(|k| !k.starts_with(b"__")).count();
+        assert_eq!(held, keys, "range {} holds every key", range.id_string());
+    }
+}
+
 /// A value of `len` bytes that names its key: `<tag>-<i>-` padded with dots.
 pub fn padded_value(tag: &str, i: u32, len: usize) -> Vec<u8> {
     let mut v = format!("{tag}-{i}-").into_bytes();
