@@ -245,7 +245,7 @@ impl Backend {
         let epoch = config.epoch;
         let sizing = expected_keys_by_range(self.options.expected_keys, me, &config);
         self.split_ranges(&config).await?;
-        self.recover_split_parts(&config).await?;
+        self.recover_split_parts(&config)?;
         // Replicas of ranges gone from the configuration (a split this node had no part in).
         let mut dropped: Vec<Range> = self
             .replicas
@@ -354,7 +354,7 @@ impl Backend {
     /// range's end, the end of the first part above it that has a directory. The part is
     /// copied out of it before any replica opens (and filters) that datastore. Only a
     /// directory marked a whole replica is used.
-    async fn recover_split_parts(&self, config: &ClusterConfig) -> anyhow::Result<()> {
+    fn recover_split_parts(&self, config: &ClusterConfig) -> anyhow::Result<()> {
         let me = self.options.node;
         let n = config.ranges.len();
         for (i, rc) in config.ranges.iter().enumerate() {
@@ -362,11 +362,8 @@ impl Backend {
             if !rc.chain.contains(&me) || !missing(&rc.range) {
                 continue;
             }
-            // The ranges above it, in ring order, up to the first with a directory.
-            let above = (1..n).map(|k| &config.ranges[(i + k) % n]);
-            let Some(parent) = above
-                .take_while(|r| r.range.end_inclusive != rc.range.end_inclusive)
-                .find(|r| !missing(&r.range))
+            // The first range above it, in ring order, with a directory.
+            let Some(parent) = (1..n).map(|k| &config.ranges[(i + k) % n]).find(|r| !missing(&r.range))
             else {
                 continue;
             };
@@ -375,11 +372,13 @@ impl Backend {
                 continue;
             }
             let whole = Range::new(rc.range.start_exclusive, parent.range.end_inclusive);
-            let store =
-                match self.replicas.read().values().find(|r| r.range.end_inclusive == whole.end_inclusive) {
-                    Some(r) => Arc::clone(&r.store),
-                    None => Arc::new(self.open_store(&parent.range, false, 0)?),
-                };
+            // Looked up first: the replicas' lock is not held while a datastore opens.
+            let held =
+                self.replicas.read().values().find(|r| r.range.end_inclusive == whole.end_inclusive).cloned();
+            let store = match held {
+                Some(r) => Arc::clone(&r.store),
+                None => Arc::new(self.open_store(&parent.range, false, 0)?),
+            };
             warn!(range = %rc.range.id_string(), from = %parent.range.id_string(),
                 "no datastore for a range this node replicates: finishing the split that made it");
             self.split_part(&store, &whole, &rc.range)?;
