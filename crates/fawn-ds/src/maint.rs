@@ -680,7 +680,12 @@ struct Sides<'a> {
 /// (cold, then hot) goes into a new log — a new cold log with `Options::hot_cold`, else the
 /// new hot log — and what is appended meanwhile into the new hot log; then the swap. The
 /// caller holds the maintenance locks of both.
-fn rewrite(shared: &Shared, other: Option<&Shared>) -> Result<MaintenanceReport, Error> {
+/// `other_keys`: which of `other`'s keys are carried (`None`: all).
+fn rewrite(
+    shared: &Shared,
+    other: Option<&Shared>,
+    other_keys: Option<KeyFilter>,
+) -> Result<MaintenanceReport, Error> {
     let t0 = Instant::now();
     let kind = if other.is_some() { MaintenanceKind::Merge } else { MaintenanceKind::Compact };
     let old = shared.current();
@@ -707,7 +712,7 @@ fn rewrite(shared: &Shared, other: Option<&Shared>) -> Result<MaintenanceReport,
         old: Arc::clone(&old),
         keep_self: compact_keep(shared),
         other: other.zip(other_inner),
-        keep_other: Keep::Carry { filter: None },
+        keep_other: Keep::Carry { filter: other_keys },
     };
     let mut c = Copier {
         dst: &new,
@@ -1179,7 +1184,7 @@ impl DataStore {
     pub fn compact(&self) -> Result<MaintenanceReport, Error> {
         let shared = self.shared();
         let _m = shared.maint.lock();
-        rewrite(shared, None)
+        rewrite(shared, None, None)
     }
 
     /// Hot compaction (needs `Options::hot_cold`, else `Error::InvalidRequest`): append the
@@ -1223,8 +1228,34 @@ impl DataStore {
         if append_merge_is_cheaper(a) {
             compact_hot(a, Some(b))
         } else {
-            rewrite(a, Some(b))
+            rewrite(a, Some(b), None)
         }
+    }
+
+    /// Merge the store of an adjacent key range into this one: `other`'s live put and
+    /// unsuperseded deletes of every key `other_keys` selects are written with this store's
+    /// survivors into a new log, always by a full rewrite of this store, whose own records
+    /// pass through its key filter. So neither side's leftovers of keys outside its range (a
+    /// split leaves the split-off keys in the store that kept the log until it is compacted)
+    /// survive: set this store's key filter to its own range before, and to the union after.
+    /// Atomic and concurrent with other operations as `merge`; `other` is left unchanged.
+    pub fn merge_range(&self, other: &DataStore, other_keys: KeyFilter) -> Result<MaintenanceReport, Error> {
+        let (a, b) = (self.shared(), other.shared());
+        if Arc::ptr_eq(a, b) {
+            return Err(Error::InvalidRequest("a datastore cannot be merged into itself".into()));
+        }
+        let _g = MERGE_LOCK.lock();
+        let _ma = a.maint.lock();
+        let _mb = b.maint.lock();
+        rewrite(a, Some(b), Some(other_keys))
+    }
+
+    /// Raises `dropped_seq_max` to at least `seq`, durably before it returns. For a caller
+    /// that made this store's history more than a sequence of its own updates (a merge of
+    /// another range's records): an older copy of this store with records up to a seq below
+    /// `seq` then no longer counts as a prefix of it.
+    pub fn raise_dropped_seq_max(&self, seq: u64) -> Result<(), Error> {
+        raise_drop_floor(self.shared(), seq)
     }
 
     /// Split: write every record this store holds for the keys where `belongs` is true —
@@ -1350,7 +1381,7 @@ fn clean(shared: &Shared) -> Result<MaintenanceReport, Error> {
     if shared.opts.hot_cold && hot_garbage > 0 && hot_garbage * all_live >= all_garbage * hot_live {
         compact_hot(shared, None)
     } else {
-        rewrite(shared, None)
+        rewrite(shared, None, None)
     }
 }
 

@@ -20,7 +20,8 @@ use fawn_ring::{KeyId, NodeId, Range};
 /// 2: snapshot streams carry stream ids and batch indexes (`SnapshotBegin`, `SnapshotBatch`,
 /// `SnapshotEnd` changed fields), so version-1 nodes cannot join a version-2 cluster.
 /// 3: ranges split on join (`RangeConfig::splitting`, `Request::SplitReady`).
-pub const PROTOCOL_VERSION: u8 = 3;
+/// 4: ranges merge after a leave (`RangeConfig::merging`, `Request::MergeReady`).
+pub const PROTOCOL_VERSION: u8 = 4;
 /// Largest frame body accepted (a 1 MiB value plus key and headers fits many times over).
 pub const FRAME_BYTES_MAX: usize = 8 << 20;
 /// Bytes before the body: length (4) + version (1) + request id (8).
@@ -102,6 +103,11 @@ pub enum Request {
     /// update since and has every update it ordered acknowledged: the range may be split (to
     /// the manager; answered with `Config`). Re-sent while the range is marked.
     SplitReady { node: NodeId, range: Range },
+    /// Back-end `node`, head of `range` and of the range above it, which the configuration
+    /// marks `merging` at `range`'s end, ordered no update in either since and has every
+    /// update it ordered in both acknowledged: the two may become one (to the manager;
+    /// answered with `Config`). Re-sent while they are marked.
+    MergeReady { node: NodeId, range: Range },
 }
 
 /// Answers, one per request, with the request's id.
@@ -279,6 +285,13 @@ pub struct RangeConfig {
     /// `(start, at]` and `(at, end]`, each with this chain, split locally by every replica.
     #[serde(default)]
     pub splitting: Option<KeyId>,
+    /// Set on two adjacent ranges with the same chain while they are being merged into one:
+    /// the boundary between them (the lower one's end), a virtual id of a node that left.
+    /// The head orders no new updates in either (`Unavailable`, retried); once every update
+    /// it ordered in both is acknowledged it reports `MergeReady` for the lower one; the next
+    /// configuration holds their union with this chain, merged locally by every replica.
+    #[serde(default)]
+    pub merging: Option<KeyId>,
 }
 
 impl RangeConfig {
