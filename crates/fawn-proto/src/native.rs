@@ -103,10 +103,9 @@ pub enum Request {
     /// update since and has every update it ordered acknowledged: the range may be split (to
     /// the manager; answered with `Config`). Re-sent while the range is marked.
     SplitReady { node: NodeId, range: Range },
-    /// Back-end `node`, head of `range` and of the range above it, which the configuration
-    /// marks `merging` at `range`'s end, ordered no update in either since and has every
-    /// update it ordered in both acknowledged: the two may become one (to the manager;
-    /// answered with `Config`). Re-sent while they are marked.
+    /// Back-end `node`, head of `range`, which the configuration marks `merging`, ordered no
+    /// update since and has every update it ordered acknowledged (to the manager; answered
+    /// with `Config`). Re-sent while the range is marked and not yet `merge_drained`.
     MergeReady { node: NodeId, range: Range },
 }
 
@@ -285,13 +284,17 @@ pub struct RangeConfig {
     /// `(start, at]` and `(at, end]`, each with this chain, split locally by every replica.
     #[serde(default)]
     pub splitting: Option<KeyId>,
-    /// Set on two adjacent ranges with the same chain while they are being merged into one:
-    /// the boundary between them (the lower one's end), a virtual id of a node that left.
-    /// The head orders no new updates in either (`Unavailable`, retried); once every update
-    /// it ordered in both is acknowledged it reports `MergeReady` for the lower one; the next
-    /// configuration holds their union with this chain, merged locally by every replica.
+    /// Set on two adjacent ranges replicated by the same nodes while they are being merged
+    /// into one: the boundary between them (the lower one's end), a virtual id of a node that
+    /// left. Their heads order no new updates (`Unavailable`, retried); once every update it
+    /// ordered is acknowledged, each head reports `MergeReady` for its range. Once both did,
+    /// the next configuration holds their union with the upper one's chain, merged locally by
+    /// every replica.
     #[serde(default)]
     pub merging: Option<KeyId>,
+    /// The head of this range (marked `merging`) reported it drained (`MergeReady`).
+    #[serde(default)]
+    pub merge_drained: bool,
 }
 
 impl RangeConfig {

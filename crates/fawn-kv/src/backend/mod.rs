@@ -1384,7 +1384,14 @@ mod copy_rate_tests {
         let range = Range::full();
         let config = |chain: Vec<u32>| ClusterConfig {
             replicas: 3,
-            ranges: vec![RangeConfig { range, chain, syncing: vec![9], splitting: None }],
+            ranges: vec![RangeConfig {
+                range,
+                chain,
+                syncing: vec![9],
+                splitting: None,
+                merging: None,
+                merge_drained: false,
+            }],
             ..ClusterConfig::default()
         };
         assert_eq!(copy_rate_for(&config(vec![1, 2]), &range, &options), 32, "re-replication");

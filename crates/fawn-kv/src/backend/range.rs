@@ -1477,6 +1477,8 @@ mod tests {
                 chain: chain.to_vec(),
                 syncing: syncing.to_vec(),
                 splitting: None,
+                merging: None,
+                merge_drained: false,
             },
         }
     }

@@ -235,6 +235,10 @@ impl Handler for Manager {
                 let cuts = self.link_cuts();
                 self.apply(|c| state::split_ready(c, node, range, &cuts))
             }
+            Request::MergeReady { node, range } => {
+                let cuts = self.link_cuts();
+                self.apply(|c| state::merge_ready(c, node, range, &cuts))
+            }
             Request::SetFlush { at_micros } => {
                 self.apply(|c| Ok::<_, std::convert::Infallible>(Some(state::set_flush(c, at_micros))))
             }

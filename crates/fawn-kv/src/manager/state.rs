@@ -118,6 +118,8 @@ fn form(config: &mut ClusterConfig) {
             chain: ring.chain_for_range(&owner).nodes,
             syncing: Vec::new(),
             splitting: None,
+            merging: None,
+            merge_drained: false,
         })
         .collect();
     config.ranges.sort_by_key(|r| r.range.end_inclusive);
@@ -156,6 +158,7 @@ fn shed_unpreferred(rc: &mut RangeConfig, ring: &Ring, replicas: u32, keep: Opti
 /// ring's preferred node syncs and that one is shed as for a join. A join or a leave's
 /// replacement (the chain holds R already) waits until the cut is over.
 fn rebalance(config: &mut ClusterConfig, cuts: &LinkCuts) {
+    unmark_broken_merges(config);
     plan_splits(config);
     let ring = alive_ring(config);
     let want = (config.replicas as usize).min(ring.nodes().len());
@@ -163,7 +166,7 @@ fn rebalance(config: &mut ClusterConfig, cuts: &LinkCuts) {
     let everyone = Ring::new(ring.nodes(), config.vnodes, ring.nodes().len() as u32);
     let fallback = |range: &Range| preferred(&everyone, range);
     for rc in &mut config.ranges {
-        if !rc.syncing.is_empty() || rc.chain.is_empty() || rc.splitting.is_some() {
+        if !rc.syncing.is_empty() || rc.chain.is_empty() || rc.splitting.is_some() || rc.merging.is_some() {
             continue;
         }
         let preferred = preferred(&ring, &rc.range);
@@ -179,6 +182,7 @@ fn rebalance(config: &mut ClusterConfig, cuts: &LinkCuts) {
         }
     }
     settle_leavers(config);
+    plan_merges(config);
 }
 
 /// Keeps the ranges the ring's: a range is `(previous virtual id, virtual id]`, so a joined
@@ -187,8 +191,8 @@ fn rebalance(config: &mut ClusterConfig, cuts: &LinkCuts) {
 /// id inside it only while it is quiet and whole — no syncing replica, its chain at R and all
 /// alive — so that re-replication after a failure comes first and no snapshot stream crosses a
 /// split; further ids inside it are split after this one ([`split_ready`]). Virtual ids of
-/// nodes that failed or left split nothing, and ranges never merge back (a boundary at a
-/// departed node's id costs nothing but a range).
+/// nodes that failed or left split nothing; the boundaries at ids of nodes that left are
+/// merged away ([`plan_merges`]).
 fn plan_splits(config: &mut ClusterConfig) {
     let ring = alive_ring(config);
     if ring.is_empty() {
@@ -196,12 +200,89 @@ fn plan_splits(config: &mut ClusterConfig) {
     }
     let want = (config.replicas as usize).min(ring.nodes().len());
     for rc in &mut config.ranges {
-        let quiet = rc.syncing.is_empty()
-            && rc.chain.len() >= want
-            && rc.chain.iter().all(|n| ring.nodes().contains(n));
-        if rc.splitting.is_none() && quiet {
+        if rc.splitting.is_none() && rc.merging.is_none() && quiet_and_whole(rc, &ring, want) {
             rc.splitting = first_vid_inside(&ring, &rc.range);
         }
+    }
+}
+
+/// No replica syncing, the chain at R (`want`) and every member alive.
+fn quiet_and_whole(rc: &RangeConfig, ring: &Ring, want: usize) -> bool {
+    rc.syncing.is_empty() && rc.chain.len() >= want && rc.chain.iter().all(|n| ring.nodes().contains(n))
+}
+
+/// Merges the ranges back where a boundary is no longer a virtual id (paper §3.4.4: a leaving
+/// node's range merges into its successor's): two adjacent ranges whose boundary belongs to
+/// no node but ones that left (a failed node may come back, so its ids stay boundaries) are
+/// both marked [`RangeConfig::merging`] at it once both are quiet and whole and have the same
+/// nodes — the ring prefers the same nodes for both once the leaver's replacements are in,
+/// which re-replication brings about first. A range takes part in one merge at a time; a
+/// marked pair that no longer qualifies (a failure, a cut, the node came back) is unmarked
+/// before anything is planned, so no head keeps refusing puts for a merge that cannot end.
+fn plan_merges(config: &mut ClusterConfig) {
+    let n = config.ranges.len();
+    for i in 0..n {
+        let (lower, upper) = (&config.ranges[i], &config.ranges[(i + 1) % n]);
+        if lower.merging.is_none() && upper.merging.is_none() && mergeable(config, lower, upper) {
+            let at = lower.range.end_inclusive;
+            config.ranges[i].merging = Some(at);
+            config.ranges[(i + 1) % n].merging = Some(at);
+        }
+    }
+}
+
+/// Whether `lower` and the range above it, `upper`, may be merged now (see [`plan_merges`]).
+fn mergeable(config: &ClusterConfig, lower: &RangeConfig, upper: &RangeConfig) -> bool {
+    let ring = alive_ring(config);
+    let want = (config.replicas as usize).min(ring.nodes().len());
+    let at = lower.range.end_inclusive;
+    let present: Vec<NodeId> =
+        config.backends.iter().filter(|b| b.state != NodeState::Left).map(|b| b.node).collect();
+    let is_boundary = Ring::new(&present, config.vnodes, config.replicas).vids().iter().any(|v| v.id == at);
+    config.ranges.len() > 1
+        && at == upper.range.start_exclusive
+        && !is_boundary
+        && lower.splitting.is_none()
+        && upper.splitting.is_none()
+        && !lower.chain.is_empty()
+        && same_nodes(&lower.chain, &upper.chain)
+        && quiet_and_whole(lower, &ring, want)
+        && quiet_and_whole(upper, &ring, want)
+}
+
+/// Whether two chains consist of the same nodes (in any order).
+fn same_nodes(a: &[NodeId], b: &[NodeId]) -> bool {
+    let mut a = a.to_vec();
+    let mut b = b.to_vec();
+    a.sort_unstable();
+    b.sort_unstable();
+    a == b
+}
+
+/// Unmarks every range marked [`RangeConfig::merging`] whose pair no longer qualifies (a
+/// failure, a cut or a sync in either, the boundary's node came back) or whose partner is not
+/// marked at the same boundary. Run first in every transition, so that a pair broken by it is
+/// repaired (re-replicated) at once like any other range.
+fn unmark_broken_merges(config: &mut ClusterConfig) {
+    let n = config.ranges.len();
+    let broken: Vec<usize> = (0..n)
+        .filter(|&i| {
+            let rc = &config.ranges[i];
+            let Some(at) = rc.merging else { return false };
+            let (lower, upper) = if at == rc.range.end_inclusive {
+                (i, (i + 1) % n)
+            } else if at == rc.range.start_exclusive {
+                ((i + n - 1) % n, i)
+            } else {
+                return true;
+            };
+            let (lower, upper) = (&config.ranges[lower], &config.ranges[upper]);
+            lower.merging != Some(at) || upper.merging != Some(at) || !mergeable(config, lower, upper)
+        })
+        .collect();
+    for i in broken {
+        config.ranges[i].merging = None;
+        config.ranges[i].merge_drained = false;
     }
 }
 
@@ -236,10 +317,52 @@ pub fn split_ready(
         chain: upper.chain.clone(),
         syncing: Vec::new(),
         splitting: None,
+        merging: None,
+        merge_drained: false,
     };
     upper.range = Range::new(at, range.end_inclusive);
     next.ranges.push(lower);
     next.ranges.sort_by_key(|r| r.range.end_inclusive);
+    rebalance(&mut next, cuts);
+    next.epoch += 1;
+    Ok(Some(next))
+}
+
+/// The head `node` of `range`, marked [`RangeConfig::merging`], has every update it ordered
+/// acknowledged and orders none: every replica holds the range's final contents. Once the
+/// heads of both ranges of the pair said so, the two become one, `(lower's start, upper's
+/// end]`, with the upper one's chain (the same nodes; all hold the same contents, so any order
+/// is safe); each replica merges the lower range's datastore into the upper's when it installs
+/// this configuration. `None` when the range is no longer marked, `node` is not its head (an
+/// old report) or it was already recorded.
+pub fn merge_ready(
+    config: &ClusterConfig,
+    node: NodeId,
+    range: Range,
+    cuts: &LinkCuts,
+) -> Result<Option<ClusterConfig>, Refused> {
+    let mut next = config.clone();
+    let n = next.ranges.len();
+    let Some(i) = next.ranges.iter().position(|r| r.range == range && r.head() == Some(node)) else {
+        return Ok(None);
+    };
+    let rc = &mut next.ranges[i];
+    let Some(at) = rc.merging else { return Ok(None) };
+    if rc.merge_drained {
+        return Ok(None);
+    }
+    rc.merge_drained = true;
+    let (lower, upper) = if at == range.end_inclusive { (i, (i + 1) % n) } else { ((i + n - 1) % n, i) };
+    let both =
+        [lower, upper].iter().all(|&k| next.ranges[k].merging == Some(at) && next.ranges[k].merge_drained);
+    if n > 1 && both {
+        let start = next.ranges[lower].range.start_exclusive;
+        let up = &mut next.ranges[upper];
+        up.range = Range::new(start, up.range.end_inclusive);
+        up.merging = None;
+        up.merge_drained = false;
+        next.ranges.remove(lower);
+    }
     rebalance(&mut next, cuts);
     next.epoch += 1;
     Ok(Some(next))
@@ -488,21 +611,119 @@ mod tests {
         c
     }
 
-    /// Drives every split, sync and tail hand-over the configuration asks for to completion.
+    /// A range marked for a merge whose head has not reported it drained, and that head.
+    fn marked_merge(c: &ClusterConfig) -> Option<(NodeId, Range)> {
+        let r = c.ranges.iter().find(|r| r.merging.is_some() && !r.merge_drained)?;
+        Some((r.head()?, r.range))
+    }
+
+    /// Drives every split, merge, sync and tail hand-over the configuration asks for to
+    /// completion.
     fn converge(mut c: ClusterConfig) -> ClusterConfig {
         for _ in 0..1000 {
             let split = c.ranges.iter().find(|r| r.splitting.is_some()).map(|r| (r.head().unwrap(), r.range));
             let synced = c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range)));
-            c = match (split, synced) {
-                (Some((head, range)), _) => split_ready(&c, head, range, &none()).unwrap().unwrap(),
-                (None, Some((node, range))) => {
+            c = match (split, marked_merge(&c), synced) {
+                (Some((head, range)), _, _) => split_ready(&c, head, range, &none()).unwrap().unwrap(),
+                (None, Some((head, range)), _) => merge_ready(&c, head, range, &none()).unwrap().unwrap(),
+                (None, None, Some((node, range))) => {
                     let c = sync_done(&c, node, range, &none()).unwrap().unwrap();
                     tail_ready(&c, node, range, &none()).unwrap().unwrap_or(c)
                 }
-                (None, None) => return c,
+                (None, None, None) => return c,
             };
         }
-        panic!("splits and syncs do not converge: {c:?}");
+        panic!("splits, merges and syncs do not converge: {c:?}");
+    }
+
+    /// After convergence the configuration's ranges are exactly the alive ring's, each with
+    /// the ring's preferred chain.
+    fn assert_ranges_are_the_rings(c: &ClusterConfig) {
+        let ring = alive_ring(c);
+        let ends: Vec<KeyId> = c.ranges.iter().map(|r| r.range.end_inclusive).collect();
+        let mut vids: Vec<KeyId> = ring.vids().iter().map(|v| v.id).collect();
+        vids.sort();
+        assert_eq!(ends, vids, "the ranges are not the ring's: {:?}", c.ranges);
+        for rc in &c.ranges {
+            assert!(same_nodes(&rc.chain, &preferred(&ring, &rc.range)), "{rc:?}");
+            assert!(rc.merging.is_none() && rc.splitting.is_none(), "{rc:?}");
+        }
+    }
+
+    #[test]
+    fn a_leave_merges_the_ranges_back_into_the_rings() {
+        let c = converge(register_backend(&formed(4), 4, 4, "a:4", &none()).unwrap().unwrap());
+        assert_ranges_are_the_rings(&c);
+        let joined = c.ranges.len();
+        let c = leave(&c, 4, &none()).unwrap().unwrap();
+        // Nothing merges while the leaver is still in chains: its replacements sync first.
+        assert!(c.ranges.iter().all(|r| r.merging.is_none() || !r.path().any(|n| n == 4)));
+        let c = converge(c);
+        assert_eq!(c.backends[4].state, NodeState::Left);
+        assert_ranges_are_the_rings(&c);
+        assert_eq!(c.ranges.len(), joined - 2, "the leaver's two virtual ids are boundaries no more");
+    }
+
+    #[test]
+    fn a_merge_reports_only_from_the_head_of_a_marked_pair() {
+        let c = converge(register_backend(&formed(4), 4, 4, "a:4", &none()).unwrap().unwrap());
+        let mut c = leave(&c, 4, &none()).unwrap().unwrap();
+        while marked_merge(&c).is_none() {
+            let (node, range) =
+                c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range))).unwrap();
+            c = sync_done(&c, node, range, &none()).unwrap().unwrap();
+            c = tail_ready(&c, node, range, &none()).unwrap().unwrap_or(c);
+        }
+        let (_, first) = marked_merge(&c).unwrap();
+        let at = c.ranges.iter().find(|r| r.range == first).unwrap().merging.unwrap();
+        let lower = c.ranges.iter().find(|r| r.range.end_inclusive == at).unwrap().clone();
+        let upper = c.ranges.iter().find(|r| r.range.start_exclusive == at).unwrap().clone();
+        assert_eq!(upper.merging, Some(at), "both ranges of the pair are marked");
+        assert!(same_nodes(&lower.chain, &upper.chain));
+        // Not the head: an old or foreign report changes nothing.
+        assert_eq!(merge_ready(&c, lower.chain[1], lower.range, &none()).unwrap(), None);
+        let half = merge_ready(&c, lower.chain[0], lower.range, &none()).unwrap().unwrap();
+        assert_eq!(half.ranges.len(), c.ranges.len(), "one head's report does not merge");
+        assert_eq!(merge_ready(&half, lower.chain[0], lower.range, &none()).unwrap(), None, "said twice");
+        let merged = merge_ready(&half, upper.chain[0], upper.range, &none()).unwrap().unwrap();
+        assert_eq!(merged.ranges.len(), c.ranges.len() - 1);
+        let m = merged.ranges.iter().find(|r| r.range.end_inclusive == upper.range.end_inclusive).unwrap();
+        assert_eq!(m.range, Range::new(lower.range.start_exclusive, upper.range.end_inclusive));
+        assert_eq!(m.chain, upper.chain, "the merged range keeps the upper one's chain");
+        assert!(m.merging.is_none() && !m.merge_drained);
+        // An old report for the merged pair changes nothing.
+        assert_eq!(merge_ready(&merged, lower.chain[0], lower.range, &none()).unwrap(), None);
+    }
+
+    #[test]
+    fn a_failure_in_a_pair_being_merged_calls_the_merge_off_and_a_failed_nodes_ids_stay() {
+        let c = converge(register_backend(&formed(4), 4, 4, "a:4", &none()).unwrap().unwrap());
+        let mut c = leave(&c, 4, &none()).unwrap().unwrap();
+        while marked_merge(&c).is_none() {
+            let (node, range) =
+                c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range))).unwrap();
+            c = sync_done(&c, node, range, &none()).unwrap().unwrap();
+            c = tail_ready(&c, node, range, &none()).unwrap().unwrap_or(c);
+        }
+        let (head, marked) = marked_merge(&c).unwrap();
+        let c = merge_ready(&c, head, marked, &none()).unwrap().unwrap();
+        let victim = c.ranges.iter().find(|r| r.range == marked).unwrap().chain[1];
+        let failed = fail_node(&c, victim, &none()).unwrap().unwrap();
+        for rc in failed.ranges.iter().filter(|r| r.path().any(|n| n == victim) || r.chain.len() < 3) {
+            assert!(
+                rc.merging.is_none() && !rc.merge_drained,
+                "a pair short of a replica is still marked: {rc:?}"
+            );
+        }
+        assert_eq!(merge_ready(&failed, head, marked, &none()).unwrap(), None);
+        // Re-replication first, then the merges; the failed node's ids stay boundaries.
+        let c = converge(failed);
+        let ring = alive_ring(&c);
+        let present = Ring::new(&[0, 1, 2, 3, victim], c.vnodes, c.replicas);
+        assert_eq!(c.ranges.len(), present.vids().len());
+        for rc in &c.ranges {
+            assert!(same_nodes(&rc.chain, &preferred(&ring, &rc.range)), "{rc:?}");
+        }
     }
 
     #[test]
@@ -886,7 +1107,11 @@ mod tests {
                         let node = rng.gen_range(0..n + 2);
                         let known = c.backends.iter().any(|b| b.node == node);
                         let next = if known && rng.gen_bool(0.5) {
-                            fail_node(&c, node, &cut).unwrap()
+                            if rng.gen_bool(0.5) {
+                                fail_node(&c, node, &cut).unwrap()
+                            } else {
+                                leave(&c, node, &cut).unwrap()
+                            }
                         } else {
                             register_backend(&c, n as usize, node, &format!("a:{node}"), &cut).unwrap()
                         };
@@ -898,6 +1123,11 @@ mod tests {
                         let marked = c.ranges.iter().find(|r| r.splitting.is_some());
                         if let Some((head, range)) = marked.and_then(|r| Some((r.head()?, r.range))) {
                             if let Some(next) = split_ready(&c, head, range, &cut).unwrap() {
+                                c = next;
+                            }
+                        }
+                        if let Some((head, range)) = marked_merge(&c) {
+                            if let Some(next) = merge_ready(&c, head, range, &cut).unwrap() {
                                 c = next;
                             }
                         }
@@ -920,6 +1150,22 @@ mod tests {
                 assert!(tiled && wraps, "{ctx}: ranges do not tile the ring: {:?}", c.ranges);
                 for r in c.ranges.iter().filter(|r| r.splitting.is_some()) {
                     assert!(r.syncing.is_empty(), "{ctx}: a sync into a range being split: {r:?}");
+                }
+                // A range being merged is quiet, unsplit and paired with its neighbour.
+                let k = c.ranges.len();
+                for (i, r) in c.ranges.iter().enumerate() {
+                    let Some(at) = r.merging else { continue };
+                    assert!(r.syncing.is_empty() && r.splitting.is_none(), "{ctx}: {r:?}");
+                    let partner = if at == r.range.end_inclusive {
+                        &c.ranges[(i + 1) % k]
+                    } else {
+                        assert_eq!(at, r.range.start_exclusive, "{ctx}: {r:?}");
+                        &c.ranges[(i + k - 1) % k]
+                    };
+                    assert!(
+                        partner.merging == Some(at) && same_nodes(&partner.chain, &r.chain),
+                        "{ctx}: {r:?} / {partner:?}"
+                    );
                 }
             }
         }
