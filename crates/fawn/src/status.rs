@@ -59,7 +59,7 @@ fn print_chains(config: &ClusterConfig) {
         println!("\nranges: none yet (waiting for back-ends to register)");
         return;
     }
-    println!("\nranges (start, end] -> chain head ... tail [syncing] [splitting]:");
+    println!("\nranges (start, end] -> chain head ... tail [syncing] [splitting] [merging]:");
     for rc in &config.ranges {
         let chain: Vec<String> = rc.chain.iter().map(|n| format!("backend-{n}")).collect();
         let syncing: Vec<String> = rc.syncing.iter().map(|n| format!("backend-{n}")).collect();
@@ -70,8 +70,16 @@ fn print_chains(config: &ClusterConfig) {
             Some(at) => format!("   [splitting at {:032x}: puts wait for the chain to drain]", at.0),
             None => String::new(),
         };
+        let merge = match (rc.merging, rc.merge_drained) {
+            (Some(at), drained) => format!(
+                "   [merging at {:032x}: puts wait; {}]",
+                at.0,
+                if drained { "drained" } else { "draining" }
+            ),
+            (None, _) => String::new(),
+        };
         println!(
-            "  ({:032x}, {:032x}]  {}{extra}{short}{split}",
+            "  ({:032x}, {:032x}]  {}{extra}{short}{split}{merge}",
             rc.range.start_exclusive.0,
             rc.range.end_inclusive.0,
             chain.join(" -> ")

@@ -2,6 +2,7 @@
 //! syncing replica of each range's chain (paper §3.4.3–3.4.4).
 
 mod link;
+mod merge;
 mod range;
 
 use std::collections::{BTreeMap, HashMap};
@@ -245,8 +246,11 @@ impl Backend {
         let epoch = config.epoch;
         let sizing = expected_keys_by_range(self.options.expected_keys, me, &config);
         self.split_ranges(&config).await?;
+        self.merge_ranges(&config).await?;
+        self.recover_merges(&config)?;
         self.recover_split_parts(&config)?;
-        // Replicas of ranges gone from the configuration (a split this node had no part in).
+        // Replicas of ranges gone from the configuration (a split or merge this node had no
+        // part in).
         let mut dropped: Vec<Range> = self
             .replicas
             .read()
@@ -286,7 +290,10 @@ impl Backend {
     /// datastore: the part with the range's end keeps the range's (a directory is named by
     /// the range's end; its key filter lets compaction drop the other parts' keys), the others
     /// are copied out of it (`DataStore::split`, a sequential scan). A replica that was still
-    /// syncing splits nothing: its parts sync afresh.
+    /// syncing splits nothing: its parts sync afresh. A part is where a range of `config`
+    /// overlaps the held one: a range of `config` that also covers a neighbour of the held one
+    /// (it was merged after the split, or before this node installed that) gets it as a piece
+    /// that `merge_ranges` merges next.
     async fn split_ranges(&self, config: &ClusterConfig) -> anyhow::Result<()> {
         let me = self.options.node;
         let held: Vec<Arc<RangeReplica>> = self.replicas.read().values().cloned().collect();
@@ -294,12 +301,17 @@ impl Backend {
             if config.ranges.iter().any(|rc| rc.range == old.range) || old.route().await.is_syncing() {
                 continue;
             }
-            let parts: Vec<&RangeConfig> = config
+            let parts: Vec<RangeConfig> = config
                 .ranges
                 .iter()
-                .filter(|rc| within(&rc.range, &old.range) && rc.chain.contains(&me))
+                .filter(|rc| rc.chain.contains(&me))
+                .filter_map(|rc| {
+                    let piece = overlap(&rc.range, &old.range)?;
+                    Some(RangeConfig { range: piece, ..rc.clone() })
+                })
                 .collect();
-            if parts.is_empty() {
+            // Inside a single range of `config`: a merge, not a split.
+            if parts.is_empty() || parts.iter().any(|p| p.range == old.range) {
                 continue;
             }
             old.retire().await;
@@ -307,7 +319,7 @@ impl Backend {
             let mut replicas = Vec::new();
             for rc in &parts {
                 let store = self.split_part(&old.store, &old.range, &rc.range)?;
-                let route = Route { epoch: config.epoch, me, rc: (*rc).clone() };
+                let route = Route { epoch: config.epoch, me, rc: rc.clone() };
                 let part = RangeReplica::split_part(store, route, self.writes_block(), &old).await;
                 replicas.push(Arc::new(part));
             }
@@ -1024,6 +1036,10 @@ impl Backend {
                 let req = Request::SplitReady { node: self.options.node, range: r.range };
                 self.report(req, "a drained range ready to split").await;
             }
+            if r.ready_to_merge().await {
+                let req = Request::MergeReady { node: self.options.node, range: r.range };
+                self.report(req, "a drained range ready to merge").await;
+            }
             r.tick(&links).await;
             if let Some((_, _, true)) = r.sync_status().await {
                 if r.route().await.is_syncing() {
@@ -1039,6 +1055,32 @@ fn within(part: &Range, whole: &Range) -> bool {
     whole.is_full()
         || (whole.contains(part.end_inclusive)
             && (part.start_exclusive == whole.start_exclusive || whole.contains(part.start_exclusive)))
+}
+
+/// Where two ranges overlap, when that is one range (`None` when they do not overlap; two
+/// ranges that each wrap past the other's end overlap twice, which ranges tiling the ring
+/// never do with one of each other's tiles but for a ring of one or two ids).
+fn overlap(a: &Range, b: &Range) -> Option<Range> {
+    if a.is_full() {
+        return Some(*b);
+    }
+    if b.is_full() {
+        return Some(*a);
+    }
+    let end = if a.contains(b.end_inclusive) {
+        b.end_inclusive
+    } else if b.contains(a.end_inclusive) {
+        a.end_inclusive
+    } else {
+        return None;
+    };
+    let start = if b.contains(a.start_exclusive) && a.start_exclusive != end {
+        a.start_exclusive
+    } else {
+        b.start_exclusive
+    };
+    let piece = Range::new(start, end);
+    (within(&piece, a) && within(&piece, b)).then_some(piece)
 }
 
 /// The datastore key filter of `range`'s keys.
@@ -1354,6 +1396,37 @@ mod tests {
         assert_eq!(apportion_expected_keys(10, &skewed), vec![0, 10]);
         assert_eq!(apportion_expected_keys(5, &[Range::full()]), vec![5]);
         assert!(apportion_expected_keys(5, &[]).is_empty());
+    }
+}
+
+/// Guards `overlap`, which cuts a held range where the configuration's boundaries fall inside
+/// it (a split, or a merge after a split this node had not installed yet).
+#[cfg(test)]
+mod overlap_tests {
+    use super::overlap;
+    use fawn_ring::{KeyId, Range};
+
+    fn r(s: u128, e: u128) -> Range {
+        Range::new(KeyId(s), KeyId(e))
+    }
+
+    #[test]
+    fn overlaps_are_the_common_piece_in_either_order() {
+        let cases = [
+            (r(0, 10), r(5, 20), Some(r(5, 10))),
+            (r(0, 20), r(5, 10), Some(r(5, 10))),
+            (r(0, 10), r(0, 10), Some(r(0, 10))),
+            (r(0, 10), r(10, 20), None),
+            (r(0, 10), r(20, 30), None),
+            // Wrapping past the top of the id space.
+            (r(100, 5), r(3, 50), Some(r(3, 5))),
+            (r(100, 5), r(90, 110), Some(r(100, 110))),
+            (r(100, 5), Range::full(), Some(r(100, 5))),
+        ];
+        for (a, b, want) in cases {
+            assert_eq!(super::overlap(&a, &b), want, "{a} ∩ {b}");
+            assert_eq!(overlap(&b, &a), want, "{b} ∩ {a}");
+        }
     }
 }
 

@@ -244,11 +244,47 @@ impl RangeReplica {
     /// and the manager may split the range (`Request::SplitReady`).
     pub async fn ready_to_split(&self) -> bool {
         let st = self.state.lock().await;
+        st.route.rc.splitting.is_some() && self.drained_head(&st)
+    }
+
+    /// Head of a range being merged (`RangeConfig::merging`) that has not said so yet, drained
+    /// as for [`RangeReplica::ready_to_split`] (`Request::MergeReady`).
+    pub async fn ready_to_merge(&self) -> bool {
+        let st = self.state.lock().await;
+        st.route.rc.merging.is_some() && !st.route.rc.merge_drained && self.drained_head(&st)
+    }
+
+    /// The head, with nothing it ordered unacknowledged or held back and no replica syncing.
+    fn drained_head(&self, st: &WriteState) -> bool {
         st.route.is_head()
-            && st.route.rc.splitting.is_some()
             && st.route.rc.syncing.is_empty()
             && st.held_back.is_none()
             && self.unacked.lock().is_empty()
+    }
+
+    /// The replica of a range made of `parts` (adjacent ranges merged, `RangeConfig::merging`)
+    /// over `store`, into which their datastores were merged. It remembers the parts' recent
+    /// requests and continues above their highest seq.
+    pub async fn merged(
+        store: Arc<DataStore>,
+        route: Route,
+        writes_block: bool,
+        parts: &[Arc<RangeReplica>],
+    ) -> RangeReplica {
+        let whole = RangeReplica::build(store, route, writes_block, None);
+        let mut st = whole.state.lock().await;
+        for part in parts {
+            let from = part.state.lock().await;
+            for req in &from.recent_order {
+                if let Some((seq, outcome)) = from.recent.get(req) {
+                    st.remember(*req, *seq, outcome.clone());
+                }
+            }
+            st.last_seq = st.last_seq.max(from.last_seq);
+            whole.acked.fetch_max(part.acked.load(Ordering::Acquire), Ordering::AcqRel);
+        }
+        drop(st);
+        whole
     }
 
     /// A syncing replica that keeps `store` (its datastore from before it failed, whose last
@@ -375,6 +411,9 @@ impl RangeReplica {
         }
         if st.route.rc.splitting.is_some() {
             return Err(WireError::Unavailable("the range is being split (a node joined)".into()));
+        }
+        if st.route.rc.merging.is_some() {
+            return Err(WireError::Unavailable("the range is being merged (a node left)".into()));
         }
         if self.unacked.lock().len() >= UNACKED_UPDATES_MAX {
             return Err(WireError::Unavailable(

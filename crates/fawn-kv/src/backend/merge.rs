@@ -1,0 +1,231 @@
+//! Local merges of adjacent ranges into one (`RangeConfig::merging`,
+//! `manager::state::merge_ready`): when a node left, the configuration replaces the two ranges
+//! around each of its virtual ids by their union, and every replica merges its datastores.
+//!
+//! The part with the merged range's end keeps its datastore (a range's directory is named by
+//! its end); every other part's records are merged into it (`DataStore::merge_range`: a full
+//! rewrite in which each side keeps only its own keys, so leftovers of an earlier split do
+//! not come back). Crash safety: before a part is merged in, a `MERGE_INTO` file in its
+//! directory names the merge; the directory is renamed away only once the merge is durable,
+//! and the merged replica serves only after that. A back-end that restarts and finds a
+//! directory with that file redoes the merge (it is idempotent: the part takes no writes once
+//! its range is gone from the configuration) before any replica opens the target.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use fawn_ds::DataStore;
+use fawn_proto::native::{ClusterConfig, RangeConfig};
+use fawn_ring::{KeyId, Range};
+use tracing::{info, warn};
+
+use super::range::{blocking, RangeReplica, Route};
+use super::{range_filter, within, Backend};
+
+/// A file in the directory of a range being merged into another: `<merged start> <merged
+/// end> <part start> <part end>` (hex key ids). See the module comment.
+const MERGE_MARKER: &str = "MERGE_INTO";
+/// Prefix of a merged-in part's directory on its way out (renamed, then removed).
+const TRASH_PREFIX: &str = ".merged-";
+
+impl Backend {
+    /// Merges this node's replicas of ranges that `config` merged. Runs when a configuration
+    /// is installed, after `split_ranges` (which cut any held range that a configuration
+    /// boundary falls inside, so each range of `config` is tiled by held parts when this node
+    /// replicated all of them in sync).
+    pub(super) async fn merge_ranges(&self, config: &ClusterConfig) -> anyhow::Result<()> {
+        let me = self.options.node;
+        for rc in &config.ranges {
+            if !rc.chain.contains(&me) || self.replicas.read().contains_key(&rc.range) {
+                continue;
+            }
+            let inside: Vec<Arc<RangeReplica>> = self
+                .replicas
+                .read()
+                .values()
+                .filter(|r| r.range != rc.range && within(&r.range, &rc.range))
+                .cloned()
+                .collect();
+            let mut parts = Vec::new();
+            for r in inside {
+                if !r.route().await.is_syncing() {
+                    parts.push(r);
+                }
+            }
+            if parts.is_empty() {
+                continue;
+            }
+            let target = parts.iter().find(|r| r.range.end_inclusive == rc.range.end_inclusive).cloned();
+            let (Some(target), true) = (target, tiles(&parts, &rc.range)) else {
+                warn!(range = %rc.range.id_string(), parts = parts.len(),
+                    "the held parts of a merged range do not cover it; not merging them");
+                continue;
+            };
+            self.merge_parts(config, rc, &target, &parts).await?;
+        }
+        Ok(())
+    }
+
+    async fn merge_parts(
+        &self,
+        config: &ClusterConfig,
+        rc: &RangeConfig,
+        target: &Arc<RangeReplica>,
+        parts: &[Arc<RangeReplica>],
+    ) -> anyhow::Result<()> {
+        let t0 = Instant::now();
+        for p in parts {
+            p.retire().await;
+        }
+        let mut bytes = 0;
+        for p in parts.iter().filter(|p| p.range != target.range) {
+            bytes += self.merge_part_into(&target.store, rc.range, p.range, &p.store)?;
+        }
+        let sources: Vec<Range> = parts.iter().map(|p| p.range).filter(|r| *r != target.range).collect();
+        self.finish_merge(&target.store, rc.range, &sources)?;
+        let route = Route { epoch: config.epoch, me: self.options.node, rc: rc.clone() };
+        let whole = RangeReplica::merged(Arc::clone(&target.store), route, self.writes_block(), parts).await;
+        let mut map = self.replicas.write();
+        for p in parts {
+            map.remove(&p.range);
+        }
+        map.insert(rc.range, Arc::new(whole));
+        info!(range = %rc.range.id_string(), parts = parts.len(), bytes, ms = t0.elapsed().as_millis() as u64,
+            "ranges merged");
+        Ok(())
+    }
+
+    /// Merges the datastore of `part` (a range inside `merged`, its directory marked first)
+    /// into `target`'s. Returns the bytes written.
+    fn merge_part_into(
+        &self,
+        target: &DataStore,
+        merged: Range,
+        part: Range,
+        part_store: &DataStore,
+    ) -> anyhow::Result<u64> {
+        let dir = self.range_dir(&part);
+        write_marker(&dir, merged, part)
+            .map_err(|e| anyhow::anyhow!("marking {} merged: {e}", dir.display()))?;
+        // The target keeps its keys of the merged range but none of the part's: any it holds
+        // are leftovers of a split, older than the part's.
+        target.set_key_filter(Some(Arc::new(move |key: &[u8]| {
+            let id = fawn_ring::key_id(key);
+            merged.contains(id) && !part.contains(id)
+        })));
+        let report = blocking(true, || target.merge_range(part_store, range_filter(part)))
+            .map_err(|e| anyhow::anyhow!("merging {} into {}: {e}", part, merged))?;
+        info!(range = %merged.id_string(), part = %part.id_string(), records = report.records_written,
+            bytes = report.bytes_written, "merged a range's datastore into its neighbour's");
+        Ok(report.bytes_written)
+    }
+
+    /// After every part is merged into `target`: a copy of one part from before the merge is
+    /// no prefix of the merged range (`raise_dropped_seq_max` above every merged record, so a
+    /// rejoining replica of a part copies the merged range in full), the filter becomes the
+    /// merged range's, the store is durable, and only then the parts' directories go.
+    fn finish_merge(&self, target: &DataStore, merged: Range, parts: &[Range]) -> anyhow::Result<()> {
+        let done = blocking(true, || {
+            target.raise_dropped_seq_max(target.max_seq() + 1)?;
+            target.set_key_filter(Some(range_filter(merged)));
+            target.sync()
+        });
+        done.map_err(|e| anyhow::anyhow!("finishing the merge into {merged}: {e}"))?;
+        for part in parts {
+            let dir = self.range_dir(part);
+            discard(&dir).map_err(|e| anyhow::anyhow!("removing merged-in {}: {e}", dir.display()))?;
+        }
+        Ok(())
+    }
+
+    /// A merge cut short by a crash: a directory still marked `MERGE_INTO` is merged again
+    /// into the merged range's datastore, if this node is in that range's chain (and holds no
+    /// replica of it yet), before any replica opens that datastore. A marked directory of a
+    /// range this node no longer replicates is removed. Also removes what a crash left of
+    /// directories on their way out.
+    pub(super) fn recover_merges(&self, config: &ClusterConfig) -> anyhow::Result<()> {
+        let root = self.options.data_dir.join("ranges");
+        let Ok(entries) = std::fs::read_dir(&root) else { return Ok(()) };
+        for entry in entries.flatten() {
+            let dir = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if name.starts_with(TRASH_PREFIX) {
+                let _ = std::fs::remove_dir_all(&dir);
+                continue;
+            }
+            let Some((merged, part)) = read_marker(&dir) else { continue };
+            let me = self.options.node;
+            let replicated = config.ranges.iter().any(|rc| rc.range == merged && rc.chain.contains(&me));
+            if !replicated || self.replicas.read().contains_key(&merged) {
+                warn!(part = %part, merged = %merged, "an unfinished merge of a range this node no longer replicates; dropping the part");
+                discard(&dir).map_err(|e| anyhow::anyhow!("removing {}: {e}", dir.display()))?;
+                continue;
+            }
+            warn!(part = %part, merged = %merged, "finishing a merge cut short");
+            let target = self.open_store(&merged, false, 0)?;
+            let source = DataStore::open(
+                &dir,
+                fawn_ds::Options { auto_compact: false, ..fawn_ds::Options::default() },
+            )
+            .map_err(|e| anyhow::anyhow!("opening merged-in {}: {e}", dir.display()))?;
+            self.merge_part_into(&target, merged, part, &source)?;
+            drop(source);
+            self.finish_merge(&target, merged, &[part])?;
+            target.close().map_err(|e| anyhow::anyhow!("closing {}: {e}", merged))?;
+        }
+        Ok(())
+    }
+}
+
+/// Whether `parts` cover `whole` exactly, end to end.
+fn tiles(parts: &[Arc<RangeReplica>], whole: &Range) -> bool {
+    let mut at = whole.start_exclusive;
+    for _ in 0..parts.len() {
+        let Some(next) = parts.iter().find(|p| p.range.start_exclusive == at) else { return false };
+        at = next.range.end_inclusive;
+        if at == whole.end_inclusive {
+            return true;
+        }
+    }
+    false
+}
+
+fn write_marker(dir: &Path, merged: Range, part: Range) -> std::io::Result<()> {
+    let text = format!(
+        "{:032x} {:032x} {:032x} {:032x}\n",
+        merged.start_exclusive.0, merged.end_inclusive.0, part.start_exclusive.0, part.end_inclusive.0
+    );
+    let path = dir.join(MERGE_MARKER);
+    std::fs::write(&path, text)?;
+    std::fs::File::open(&path)?.sync_all()?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// The merged range and the part a marker names; `None` without a (readable) marker.
+fn read_marker(dir: &Path) -> Option<(Range, Range)> {
+    let text = std::fs::read_to_string(dir.join(MERGE_MARKER)).ok()?;
+    let ids: Vec<KeyId> = text
+        .split_whitespace()
+        .map(|h| u128::from_str_radix(h, 16).map(KeyId))
+        .collect::<Result<_, _>>()
+        .ok()?;
+    match ids[..] {
+        [ms, me, ps, pe] => Some((Range::new(ms, me), Range::new(ps, pe))),
+        _ => None,
+    }
+}
+
+/// Removes a directory so that a crash never leaves part of it under its own name: renamed
+/// (durably) out of the way first, then removed.
+fn discard(dir: &Path) -> std::io::Result<()> {
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name()) else { return Ok(()) };
+    let trash: PathBuf = parent.join(format!("{TRASH_PREFIX}{}", name.to_string_lossy()));
+    match std::fs::rename(dir, &trash) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e),
+    }
+    std::fs::File::open(parent)?.sync_all()?;
+    std::fs::remove_dir_all(&trash)
+}
