@@ -29,6 +29,15 @@ const MERGE_MARKER: &str = "MERGE_INTO";
 /// Prefix of a merged-in part's directory on its way out (renamed, then removed).
 const TRASH_PREFIX: &str = ".merged-";
 
+/// Fault injection for the crash tests: a back-end whose `FAWN_CRASH_AT` environment variable
+/// names `point` aborts there, as a kill -9 would stop it (`cluster_merge_resume`).
+fn crash_point(point: &str) {
+    if std::env::var("FAWN_CRASH_AT").is_ok_and(|p| p == point) {
+        tracing::error!(point, "FAWN_CRASH_AT: aborting here (fault injection)");
+        std::process::abort();
+    }
+}
+
 impl Backend {
     /// Merges this node's replicas of ranges that `config` merged. Runs when a configuration
     /// is installed, after `split_ranges` (which cut any held range that a configuration
@@ -108,6 +117,7 @@ impl Backend {
         let dir = self.range_dir(&part);
         write_marker(&dir, merged, part)
             .map_err(|e| anyhow::anyhow!("marking {} merged: {e}", dir.display()))?;
+        crash_point("merge-marked");
         // The target keeps its keys of the merged range but none of the part's: any it holds
         // are leftovers of a split, older than the part's.
         target.set_key_filter(Some(Arc::new(move |key: &[u8]| {
@@ -132,6 +142,7 @@ impl Backend {
             target.sync()
         });
         done.map_err(|e| anyhow::anyhow!("finishing the merge into {merged}: {e}"))?;
+        crash_point("merge-merged");
         for part in parts {
             let dir = self.range_dir(part);
             discard(&dir).map_err(|e| anyhow::anyhow!("removing merged-in {}: {e}", dir.display()))?;

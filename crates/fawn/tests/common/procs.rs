@@ -67,6 +67,8 @@ struct Proc {
     /// Arguments of `ip` placed before the `fawn` command (`netns exec <ns>`), if any.
     prefix: Vec<String>,
     args: Vec<String>,
+    /// Extra environment variables of this start (cleared by `restart_backend`).
+    env: Vec<(String, String)>,
     child: Option<Child>,
     paused: bool,
 }
@@ -171,6 +173,7 @@ impl Procs {
                 "--vnodes".into(),
                 shape.vnodes.to_string(),
             ],
+            env: Vec::new(),
             child: None,
             paused: false,
         };
@@ -209,8 +212,14 @@ impl Procs {
                 "1500".into(),
             ];
             args.extend(shape.frontend_args.iter().cloned());
-            let mut p =
-                Proc { name: format!("frontend-{i}"), prefix: Vec::new(), args, child: None, paused: false };
+            let mut p = Proc {
+                name: format!("frontend-{i}"),
+                prefix: Vec::new(),
+                args,
+                env: Vec::new(),
+                child: None,
+                paused: false,
+            };
             procs.spawn(&mut p);
             procs.frontends.push(p);
         }
@@ -236,6 +245,7 @@ impl Procs {
                 "--sync".into(),
                 self.shape.sync.clone(),
             ],
+            env: Vec::new(),
             child: None,
             paused: false,
         };
@@ -265,6 +275,7 @@ impl Procs {
         let child = cmd
             .args(&p.args)
             .env("FAWN_LOG", std::env::var("FAWN_TEST_LOG").unwrap_or_else(|_| "info".into()))
+            .envs(p.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("log"))
             .stderr(log)
@@ -450,10 +461,32 @@ impl Procs {
 
     /// Starts a killed back-end again on its old data directory and address.
     pub fn restart_backend(&mut self, node: u32) {
+        self.restart_backend_with_env(node, &[]);
+    }
+
+    /// `restart_backend` with extra environment variables (e.g. `FAWN_CRASH_AT`).
+    pub fn restart_backend_with_env(&mut self, node: u32, env: &[(&str, &str)]) {
         let mut p = std::mem::replace(self.backend(node), placeholder());
         p.kill9();
+        p.env = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         self.spawn(&mut p);
         self.backends.insert(node, p);
+    }
+
+    /// Waits up to `secs` for a back-end to exit on its own (a `FAWN_CRASH_AT` abort).
+    pub fn wait_exit(&mut self, node: u32, secs: u64) -> bool {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+        while std::time::Instant::now() < deadline {
+            let p = self.backend(node);
+            if let Some(child) = p.child.as_mut() {
+                if let Ok(Some(_)) = child.try_wait() {
+                    p.child = None;
+                    return true;
+                }
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        false
     }
 
     /// Starts a back-end with a node id never used before, on a fresh data directory and a
@@ -588,7 +621,14 @@ pub fn utc_now() -> String {
 }
 
 fn placeholder() -> Proc {
-    Proc { name: String::new(), prefix: Vec::new(), args: Vec::new(), child: None, paused: false }
+    Proc {
+        name: String::new(),
+        prefix: Vec::new(),
+        args: Vec::new(),
+        env: Vec::new(),
+        child: None,
+        paused: false,
+    }
 }
 
 impl Drop for Procs {
