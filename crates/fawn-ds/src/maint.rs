@@ -1218,6 +1218,22 @@ impl DataStore {
     /// key ranges are expected to be disjoint; for a key in both, `other`'s version wins
     /// over this store's versions written before the merge began.
     pub fn merge(&self, other: &DataStore) -> Result<MaintenanceReport, Error> {
+        self.merge_locked(other, |a, b| {
+            if append_merge_is_cheaper(a) {
+                compact_hot(a, Some(b))
+            } else {
+                rewrite(a, Some(b), None)
+            }
+        })
+    }
+
+    /// Runs a merge of `other` into this store under both maintenance locks (and the global
+    /// merge lock); refuses a store merged into itself.
+    fn merge_locked(
+        &self,
+        other: &DataStore,
+        run: impl FnOnce(&Shared, &Shared) -> Result<MaintenanceReport, Error>,
+    ) -> Result<MaintenanceReport, Error> {
         let (a, b) = (self.shared(), other.shared());
         if Arc::ptr_eq(a, b) {
             return Err(Error::InvalidRequest("a datastore cannot be merged into itself".into()));
@@ -1225,11 +1241,7 @@ impl DataStore {
         let _g = MERGE_LOCK.lock();
         let _ma = a.maint.lock();
         let _mb = b.maint.lock();
-        if append_merge_is_cheaper(a) {
-            compact_hot(a, Some(b))
-        } else {
-            rewrite(a, Some(b), None)
-        }
+        run(a, b)
     }
 
     /// Merge the store of an adjacent key range into this one: `other`'s live put and
@@ -1240,14 +1252,7 @@ impl DataStore {
     /// survive: set this store's key filter to its own range before, and to the union after.
     /// Atomic and concurrent with other operations as `merge`; `other` is left unchanged.
     pub fn merge_range(&self, other: &DataStore, other_keys: KeyFilter) -> Result<MaintenanceReport, Error> {
-        let (a, b) = (self.shared(), other.shared());
-        if Arc::ptr_eq(a, b) {
-            return Err(Error::InvalidRequest("a datastore cannot be merged into itself".into()));
-        }
-        let _g = MERGE_LOCK.lock();
-        let _ma = a.maint.lock();
-        let _mb = b.maint.lock();
-        rewrite(a, Some(b), Some(other_keys))
+        self.merge_locked(other, |a, b| rewrite(a, Some(b), Some(other_keys)))
     }
 
     /// Raises `dropped_seq_max` to at least `seq`, durably before it returns. For a caller

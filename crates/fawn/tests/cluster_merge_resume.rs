@@ -10,7 +10,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::procs::{ProcShape, Procs};
@@ -64,14 +63,7 @@ fn a_merge_cut_short_by_crashes_is_finished_after_each_restart() {
     });
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
     let client = rt.block_on(procs.client(ClientOptions::default()));
-    let mut want: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-    rt.block_on(async {
-        for i in 0..KEYS {
-            let (k, v) = (format!("k-{i}").into_bytes(), common::padded_value("v", i, 200));
-            client.put(&k, &v).await.expect("put");
-            want.insert(k, v);
-        }
-    });
+    let want = rt.block_on(common::put_padded_keys(&client, KEYS));
     procs.restart_backend_with_env(VICTIM, &[("FAWN_CRASH_AT", "merge-marked")]);
     let c = procs.wait_config("the victim is back", settled);
     let before = c.epoch;

@@ -9,8 +9,6 @@
 
 mod common;
 
-use std::collections::BTreeMap;
-
 use common::procs::{ProcShape, Procs};
 use fawn_client::ClientOptions;
 use fawn_proto::native::{ClusterConfig, NodeState};
@@ -35,14 +33,7 @@ fn join_splits_ranges_and_a_split_cut_short_is_finished_after_a_crash() {
     });
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
     let client = rt.block_on(procs.client(ClientOptions::default()));
-    let mut want: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-    rt.block_on(async {
-        for i in 0..KEYS {
-            let (k, v) = (format!("k-{i}").into_bytes(), common::padded_value("v", i, 200));
-            client.put(&k, &v).await.expect("put");
-            want.insert(k, v);
-        }
-    });
+    let want = rt.block_on(common::put_padded_keys(&client, KEYS));
     let before = procs.config().expect("config").ranges.len();
 
     procs.start_new_backend(JOINER);

@@ -664,8 +664,9 @@ mod tests {
         assert_eq!(c.ranges.len(), joined - 2, "the leaver's two virtual ids are boundaries no more");
     }
 
-    #[test]
-    fn a_merge_reports_only_from_the_head_of_a_marked_pair() {
+    /// Node 4 joins a formed 4-node cluster, everything converges, then it leaves: the
+    /// configuration once its replacements are in and the first pair is marked for a merge.
+    fn joined_then_leaving_until_a_merge_is_marked() -> ClusterConfig {
         let c = converge(register_backend(&formed(4), 4, 4, "a:4", &none()).unwrap().unwrap());
         let mut c = leave(&c, 4, &none()).unwrap().unwrap();
         while marked_merge(&c).is_none() {
@@ -674,6 +675,12 @@ mod tests {
             c = sync_done(&c, node, range, &none()).unwrap().unwrap();
             c = tail_ready(&c, node, range, &none()).unwrap().unwrap_or(c);
         }
+        c
+    }
+
+    #[test]
+    fn a_merge_reports_only_from_the_head_of_a_marked_pair() {
+        let c = joined_then_leaving_until_a_merge_is_marked();
         let (_, first) = marked_merge(&c).unwrap();
         let at = c.ranges.iter().find(|r| r.range == first).unwrap().merging.unwrap();
         let lower = c.ranges.iter().find(|r| r.range.end_inclusive == at).unwrap().clone();
@@ -697,14 +704,7 @@ mod tests {
 
     #[test]
     fn a_failure_in_a_pair_being_merged_calls_the_merge_off_and_a_failed_nodes_ids_stay() {
-        let c = converge(register_backend(&formed(4), 4, 4, "a:4", &none()).unwrap().unwrap());
-        let mut c = leave(&c, 4, &none()).unwrap().unwrap();
-        while marked_merge(&c).is_none() {
-            let (node, range) =
-                c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range))).unwrap();
-            c = sync_done(&c, node, range, &none()).unwrap().unwrap();
-            c = tail_ready(&c, node, range, &none()).unwrap().unwrap_or(c);
-        }
+        let c = joined_then_leaving_until_a_merge_is_marked();
         let (head, marked) = marked_merge(&c).unwrap();
         let c = merge_ready(&c, head, marked, &none()).unwrap().unwrap();
         let victim = c.ranges.iter().find(|r| r.range == marked).unwrap().chain[1];

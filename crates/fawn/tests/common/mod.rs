@@ -343,6 +343,18 @@ pub async fn assert_every_write_held(
     }
 }
 
+/// Puts `k-0` .. `k-{keys-1}` with 200-byte values (`padded_value("v", i, 200)`); what was
+/// written.
+pub async fn put_padded_keys(client: &Client, keys: u32) -> std::collections::BTreeMap<Vec<u8>, Vec<u8>> {
+    let mut want = std::collections::BTreeMap::new();
+    for i in 0..keys {
+        let (k, v) = (format!("k-{i}").into_bytes(), padded_value("v", i, 200));
+        client.put(&k, &v).await.expect("put");
+        want.insert(k, v);
+    }
+    want
+}
+
 /// A value of `len` bytes that names its key: `<tag>-<i>-` padded with dots.
 pub fn padded_value(tag: &str, i: u32, len: usize) -> Vec<u8> {
     let mut v = format!("{tag}-{i}-").into_bytes();
