@@ -298,6 +298,18 @@ pub struct RangeConfig {
 }
 
 impl RangeConfig {
+    /// A range served by `chain`, with nothing syncing, splitting or merging.
+    pub fn new(range: Range, chain: Vec<NodeId>) -> RangeConfig {
+        RangeConfig {
+            range,
+            chain,
+            syncing: Vec::new(),
+            splitting: None,
+            merging: None,
+            merge_drained: false,
+        }
+    }
+
     /// The forwarding path: chain then syncing replicas.
     pub fn path(&self) -> impl Iterator<Item = NodeId> + '_ {
         self.chain.iter().chain(self.syncing.iter()).copied()

@@ -12,9 +12,8 @@ mod common;
 
 use std::time::Duration;
 
-use common::procs::{ProcShape, Procs};
+use common::procs::{start_filled, ProcShape, Procs};
 use fawn_client::pool::Pool;
-use fawn_client::ClientOptions;
 use fawn_proto::native::{ClusterConfig, NodeState, Request, Response};
 use fawn_ring::{KeyId, Ring};
 
@@ -54,16 +53,9 @@ fn crash_and_restart(procs: &mut Procs, point: &str, next: Option<&str>) {
 
 #[test]
 fn a_merge_cut_short_by_crashes_is_finished_after_each_restart() {
-    let mut procs = Procs::start(ProcShape {
-        backends: 4,
-        replicas: 3,
-        vnodes: 2,
-        sync: "always".into(),
-        ..ProcShape::default()
-    });
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
-    let client = rt.block_on(procs.client(ClientOptions::default()));
-    let want = rt.block_on(common::put_padded_keys(&client, KEYS));
+    let shape =
+        ProcShape { backends: 4, replicas: 3, vnodes: 2, sync: "always".into(), ..ProcShape::default() };
+    let (mut procs, rt, client, want) = start_filled(shape, KEYS);
     procs.restart_backend_with_env(VICTIM, &[("FAWN_CRASH_AT", "merge-marked")]);
     let c = procs.wait_config("the victim is back", settled);
     let before = c.epoch;

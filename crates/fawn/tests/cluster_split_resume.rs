@@ -9,8 +9,7 @@
 
 mod common;
 
-use common::procs::{ProcShape, Procs};
-use fawn_client::ClientOptions;
+use common::procs::{start_filled, ProcShape};
 use fawn_proto::native::{ClusterConfig, NodeState};
 use fawn_ring::Ring;
 
@@ -24,16 +23,9 @@ fn settled(c: &ClusterConfig) -> bool {
 
 #[test]
 fn join_splits_ranges_and_a_split_cut_short_is_finished_after_a_crash() {
-    let mut procs = Procs::start(ProcShape {
-        backends: 4,
-        replicas: 3,
-        vnodes: 2,
-        sync: "always".into(),
-        ..ProcShape::default()
-    });
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
-    let client = rt.block_on(procs.client(ClientOptions::default()));
-    let want = rt.block_on(common::put_padded_keys(&client, KEYS));
+    let shape =
+        ProcShape { backends: 4, replicas: 3, vnodes: 2, sync: "always".into(), ..ProcShape::default() };
+    let (mut procs, rt, client, want) = start_filled(shape, KEYS);
     let before = procs.config().expect("config").ranges.len();
 
     procs.start_new_backend(JOINER);

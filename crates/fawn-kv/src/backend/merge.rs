@@ -94,7 +94,9 @@ impl Backend {
         let sources: Vec<Range> = parts.iter().map(|p| p.range).filter(|r| *r != target.range).collect();
         self.finish_merge(&target.store, rc.range, &sources)?;
         let route = Route { epoch: config.epoch, me: self.options.node, rc: rc.clone() };
-        let whole = RangeReplica::merged(Arc::clone(&target.store), route, self.writes_block(), parts).await;
+        let parents: Vec<&RangeReplica> = parts.iter().map(|p| &**p).collect();
+        let whole =
+            RangeReplica::inheriting(Arc::clone(&target.store), route, self.writes_block(), &parents).await;
         let mut map = self.replicas.write();
         for p in parts {
             map.remove(&p.range);

@@ -320,7 +320,7 @@ impl Backend {
             for rc in &parts {
                 let store = self.split_part(&old.store, &old.range, &rc.range)?;
                 let route = Route { epoch: config.epoch, me, rc: rc.clone() };
-                let part = RangeReplica::split_part(store, route, self.writes_block(), &old).await;
+                let part = RangeReplica::inheriting(store, route, self.writes_block(), &[&old]).await;
                 replicas.push(Arc::new(part));
             }
             info!(range = %old.range.id_string(), parts = parts.len(), ms = t0.elapsed().as_millis() as u64,
@@ -1457,14 +1457,7 @@ mod copy_rate_tests {
         let range = Range::full();
         let config = |chain: Vec<u32>| ClusterConfig {
             replicas: 3,
-            ranges: vec![RangeConfig {
-                range,
-                chain,
-                syncing: vec![9],
-                splitting: None,
-                merging: None,
-                merge_drained: false,
-            }],
+            ranges: vec![RangeConfig { syncing: vec![9], ..RangeConfig::new(range, chain) }],
             ..ClusterConfig::default()
         };
         assert_eq!(copy_rate_for(&config(vec![1, 2]), &range, &options), 32, "re-replication");

@@ -218,25 +218,32 @@ impl RangeReplica {
         RangeReplica::build(Arc::new(store), route, writes_block, None)
     }
 
-    /// A replica of one part of a split range (`RangeConfig::splitting`) over `store`: the
-    /// part's own datastore, or the split range's (kept by the part with its end). It
-    /// remembers `parent`'s recent requests, so a retry of an update ordered before the
-    /// split is answered, not applied twice.
-    pub async fn split_part(
+    /// A replica that takes over from `parents` over `store`: a part of a split range
+    /// (`RangeConfig::splitting`; one parent, whose datastore is `store` for the part with its
+    /// end) or a range merged from adjacent ones (`RangeConfig::merging`; `store` is the one
+    /// they were merged into). It remembers the parents' recent requests, so a retry of an
+    /// update ordered before is answered, not applied twice, and continues above their
+    /// highest seq.
+    pub async fn inheriting(
         store: Arc<DataStore>,
         route: Route,
         writes_block: bool,
-        parent: &RangeReplica,
+        parents: &[&RangeReplica],
     ) -> RangeReplica {
-        let part = RangeReplica::build(store, route, writes_block, None);
-        let from = parent.state.lock().await;
-        let mut st = part.state.lock().await;
-        st.recent.clone_from(&from.recent);
-        st.recent_order.clone_from(&from.recent_order);
-        st.last_seq = st.last_seq.max(from.last_seq);
+        let heir = RangeReplica::build(store, route, writes_block, None);
+        let mut st = heir.state.lock().await;
+        for parent in parents {
+            let from = parent.state.lock().await;
+            for req in &from.recent_order {
+                if let Some((seq, outcome)) = from.recent.get(req) {
+                    st.remember(*req, *seq, outcome.clone());
+                }
+            }
+            st.last_seq = st.last_seq.max(from.last_seq);
+            heir.acked.fetch_max(parent.acked.load(Ordering::Acquire), Ordering::AcqRel);
+        }
         drop(st);
-        part.acked.fetch_max(parent.acked.load(Ordering::Acquire), Ordering::AcqRel);
-        part
+        heir
     }
 
     /// Head of a range being split: nothing it ordered is unacknowledged, and it orders
@@ -260,31 +267,6 @@ impl RangeReplica {
             && st.route.rc.syncing.is_empty()
             && st.held_back.is_none()
             && self.unacked.lock().is_empty()
-    }
-
-    /// The replica of a range made of `parts` (adjacent ranges merged, `RangeConfig::merging`)
-    /// over `store`, into which their datastores were merged. It remembers the parts' recent
-    /// requests and continues above their highest seq.
-    pub async fn merged(
-        store: Arc<DataStore>,
-        route: Route,
-        writes_block: bool,
-        parts: &[Arc<RangeReplica>],
-    ) -> RangeReplica {
-        let whole = RangeReplica::build(store, route, writes_block, None);
-        let mut st = whole.state.lock().await;
-        for part in parts {
-            let from = part.state.lock().await;
-            for req in &from.recent_order {
-                if let Some((seq, outcome)) = from.recent.get(req) {
-                    st.remember(*req, *seq, outcome.clone());
-                }
-            }
-            st.last_seq = st.last_seq.max(from.last_seq);
-            whole.acked.fetch_max(part.acked.load(Ordering::Acquire), Ordering::AcqRel);
-        }
-        drop(st);
-        whole
     }
 
     /// A syncing replica that keeps `store` (its datastore from before it failed, whose last
@@ -1511,14 +1493,7 @@ mod tests {
         Route {
             epoch,
             me,
-            rc: RangeConfig {
-                range: Range::full(),
-                chain: chain.to_vec(),
-                syncing: syncing.to_vec(),
-                splitting: None,
-                merging: None,
-                merge_drained: false,
-            },
+            rc: RangeConfig { syncing: syncing.to_vec(), ..RangeConfig::new(Range::full(), chain.to_vec()) },
         }
     }
 

@@ -113,14 +113,7 @@ fn form(config: &mut ClusterConfig) {
     config.ranges = ring
         .ranges()
         .into_iter()
-        .map(|(range, owner)| RangeConfig {
-            range,
-            chain: ring.chain_for_range(&owner).nodes,
-            syncing: Vec::new(),
-            splitting: None,
-            merging: None,
-            merge_drained: false,
-        })
+        .map(|(range, owner)| RangeConfig::new(range, ring.chain_for_range(&owner).nodes))
         .collect();
     config.ranges.sort_by_key(|r| r.range.end_inclusive);
     config.formed = true;
@@ -220,10 +213,11 @@ fn quiet_and_whole(rc: &RangeConfig, ring: &Ring, want: usize) -> bool {
 /// marked pair that no longer qualifies (a failure, a cut, the node came back) is unmarked
 /// before anything is planned, so no head keeps refusing puts for a merge that cannot end.
 fn plan_merges(config: &mut ClusterConfig) {
+    let rule = MergeRule::of(config);
     let n = config.ranges.len();
     for i in 0..n {
         let (lower, upper) = (&config.ranges[i], &config.ranges[(i + 1) % n]);
-        if lower.merging.is_none() && upper.merging.is_none() && mergeable(config, lower, upper) {
+        if lower.merging.is_none() && upper.merging.is_none() && rule.allows(lower, upper) {
             let at = lower.range.end_inclusive;
             config.ranges[i].merging = Some(at);
             config.ranges[(i + 1) % n].merging = Some(at);
@@ -231,23 +225,54 @@ fn plan_merges(config: &mut ClusterConfig) {
     }
 }
 
-/// Whether `lower` and the range above it, `upper`, may be merged now (see [`plan_merges`]).
-fn mergeable(config: &ClusterConfig, lower: &RangeConfig, upper: &RangeConfig) -> bool {
-    let ring = alive_ring(config);
-    let want = (config.replicas as usize).min(ring.nodes().len());
-    let at = lower.range.end_inclusive;
-    let present: Vec<NodeId> =
-        config.backends.iter().filter(|b| b.state != NodeState::Left).map(|b| b.node).collect();
-    let is_boundary = Ring::new(&present, config.vnodes, config.replicas).vids().iter().any(|v| v.id == at);
-    config.ranges.len() > 1
-        && at == upper.range.start_exclusive
-        && !is_boundary
-        && lower.splitting.is_none()
-        && upper.splitting.is_none()
-        && !lower.chain.is_empty()
-        && same_nodes(&lower.chain, &upper.chain)
-        && quiet_and_whole(lower, &ring, want)
-        && quiet_and_whole(upper, &ring, want)
+/// When two adjacent ranges may be merged (see [`plan_merges`]), for one configuration: its
+/// rings are built once, not per pair.
+struct MergeRule {
+    ring: Ring,
+    want: usize,
+    /// The virtual ids of every node that has not left.
+    boundaries: BTreeSet<KeyId>,
+    ranges: usize,
+}
+
+impl MergeRule {
+    fn of(config: &ClusterConfig) -> MergeRule {
+        let ring = alive_ring(config);
+        let want = (config.replicas as usize).min(ring.nodes().len());
+        let present: Vec<NodeId> =
+            config.backends.iter().filter(|b| b.state != NodeState::Left).map(|b| b.node).collect();
+        let boundaries =
+            Ring::new(&present, config.vnodes, config.replicas).vids().iter().map(|v| v.id).collect();
+        MergeRule { ring, want, boundaries, ranges: config.ranges.len() }
+    }
+
+    /// Whether `lower` and the range above it, `upper`, may be merged now.
+    fn allows(&self, lower: &RangeConfig, upper: &RangeConfig) -> bool {
+        let at = lower.range.end_inclusive;
+        self.ranges > 1
+            && at == upper.range.start_exclusive
+            && !self.boundaries.contains(&at)
+            && lower.splitting.is_none()
+            && upper.splitting.is_none()
+            && !lower.chain.is_empty()
+            && same_nodes(&lower.chain, &upper.chain)
+            && quiet_and_whole(lower, &self.ring, self.want)
+            && quiet_and_whole(upper, &self.ring, self.want)
+    }
+}
+
+/// The indexes of the pair (lower, upper) that range `i`, marked merging at `at`, belongs to:
+/// `at` is its end or its start. `None` for a mark at neither (never set so).
+fn merge_pair(ranges: &[RangeConfig], i: usize, at: KeyId) -> Option<(usize, usize)> {
+    let n = ranges.len();
+    let range = &ranges[i].range;
+    if at == range.end_inclusive {
+        Some((i, (i + 1) % n))
+    } else if at == range.start_exclusive {
+        Some(((i + n - 1) % n, i))
+    } else {
+        None
+    }
 }
 
 /// Whether two chains consist of the same nodes (in any order).
@@ -264,20 +289,13 @@ fn same_nodes(a: &[NodeId], b: &[NodeId]) -> bool {
 /// marked at the same boundary. Run first in every transition, so that a pair broken by it is
 /// repaired (re-replicated) at once like any other range.
 fn unmark_broken_merges(config: &mut ClusterConfig) {
-    let n = config.ranges.len();
-    let broken: Vec<usize> = (0..n)
+    let rule = MergeRule::of(config);
+    let broken: Vec<usize> = (0..config.ranges.len())
         .filter(|&i| {
-            let rc = &config.ranges[i];
-            let Some(at) = rc.merging else { return false };
-            let (lower, upper) = if at == rc.range.end_inclusive {
-                (i, (i + 1) % n)
-            } else if at == rc.range.start_exclusive {
-                ((i + n - 1) % n, i)
-            } else {
-                return true;
-            };
+            let Some(at) = config.ranges[i].merging else { return false };
+            let Some((lower, upper)) = merge_pair(&config.ranges, i, at) else { return true };
             let (lower, upper) = (&config.ranges[lower], &config.ranges[upper]);
-            lower.merging != Some(at) || upper.merging != Some(at) || !mergeable(config, lower, upper)
+            lower.merging != Some(at) || upper.merging != Some(at) || !rule.allows(lower, upper)
         })
         .collect();
     for i in broken {
@@ -312,20 +330,11 @@ pub fn split_ready(
         return Ok(None);
     };
     let Some(at) = upper.splitting.take() else { return Ok(None) };
-    let lower = RangeConfig {
-        range: Range::new(range.start_exclusive, at),
-        chain: upper.chain.clone(),
-        syncing: Vec::new(),
-        splitting: None,
-        merging: None,
-        merge_drained: false,
-    };
+    let lower = RangeConfig::new(Range::new(range.start_exclusive, at), upper.chain.clone());
     upper.range = Range::new(at, range.end_inclusive);
     next.ranges.push(lower);
     next.ranges.sort_by_key(|r| r.range.end_inclusive);
-    rebalance(&mut next, cuts);
-    next.epoch += 1;
-    Ok(Some(next))
+    Ok(Some(rebalanced(next, cuts)))
 }
 
 /// The head `node` of `range`, marked [`RangeConfig::merging`], has every update it ordered
@@ -342,7 +351,6 @@ pub fn merge_ready(
     cuts: &LinkCuts,
 ) -> Result<Option<ClusterConfig>, Refused> {
     let mut next = config.clone();
-    let n = next.ranges.len();
     let Some(i) = next.ranges.iter().position(|r| r.range == range && r.head() == Some(node)) else {
         return Ok(None);
     };
@@ -352,10 +360,10 @@ pub fn merge_ready(
         return Ok(None);
     }
     rc.merge_drained = true;
-    let (lower, upper) = if at == range.end_inclusive { (i, (i + 1) % n) } else { ((i + n - 1) % n, i) };
+    let Some((lower, upper)) = merge_pair(&next.ranges, i, at) else { return Ok(None) };
     let both =
         [lower, upper].iter().all(|&k| next.ranges[k].merging == Some(at) && next.ranges[k].merge_drained);
-    if n > 1 && both {
+    if next.ranges.len() > 1 && both {
         let start = next.ranges[lower].range.start_exclusive;
         let up = &mut next.ranges[upper];
         up.range = Range::new(start, up.range.end_inclusive);
@@ -363,9 +371,14 @@ pub fn merge_ready(
         up.merge_drained = false;
         next.ranges.remove(lower);
     }
+    Ok(Some(rebalanced(next, cuts)))
+}
+
+/// The end of a transition that changed `next`: rebalance and bump the epoch.
+fn rebalanced(mut next: ClusterConfig, cuts: &LinkCuts) -> ClusterConfig {
     rebalance(&mut next, cuts);
     next.epoch += 1;
-    Ok(Some(next))
+    next
 }
 
 /// A leaving node in no chain has left.
@@ -405,9 +418,7 @@ pub fn fail_node(
         }
         rc.syncing.retain(|n| *n != node);
     }
-    rebalance(&mut next, cuts);
-    next.epoch += 1;
-    Ok(Some(next))
+    Ok(Some(rebalanced(next, cuts)))
 }
 
 /// Graceful leave: replacements sync first; the node leaves each chain once they are in.
@@ -422,9 +433,7 @@ pub fn leave(
         return Ok(None);
     }
     b.state = NodeState::Leaving;
-    rebalance(&mut next, cuts);
-    next.epoch += 1;
-    Ok(Some(next))
+    Ok(Some(rebalanced(next, cuts)))
 }
 
 /// A syncing replica caught up: it joins the chain as the new tail, and the chain sheds any
@@ -452,9 +461,7 @@ pub fn sync_done(
     rc.syncing.retain(|n| *n != node);
     rc.chain.push(node);
     shed_unpreferred(rc, &ring, replicas, old_tail);
-    rebalance(&mut next, cuts);
-    next.epoch += 1;
-    Ok(Some(next))
+    Ok(Some(rebalanced(next, cuts)))
 }
 
 /// The tail `node` of `range` serves gets: its predecessor confirmed it caught up, which a
@@ -476,9 +483,7 @@ pub fn tail_ready(
     if !shed_unpreferred(rc, &ring, replicas, Some(node)) {
         return Ok(None);
     }
-    rebalance(&mut next, cuts);
-    next.epoch += 1;
-    Ok(Some(next))
+    Ok(Some(rebalanced(next, cuts)))
 }
 
 /// Back-end `node` reports that its chain link to `peer` is cut while both still reach the
@@ -528,9 +533,7 @@ pub fn cut_link(
     if !changed {
         return Ok(None);
     }
-    rebalance(&mut next, cuts);
-    next.epoch += 1;
-    Ok(Some(next))
+    Ok(Some(rebalanced(next, cuts)))
 }
 
 /// The node that leaves `rc`'s forwarding path when the link between `a` and `b` is cut:

@@ -111,6 +111,19 @@ pub struct Procs {
     _tmp: tempfile::TempDir,
 }
 
+/// What `start_filled` returns: the cluster, a runtime, a client, and the keys written.
+pub type Filled = (Procs, tokio::runtime::Runtime, Arc<Client>, BTreeMap<Vec<u8>, Vec<u8>>);
+
+/// A started cluster of `shape` processes, a runtime and a client of it, and the `keys`
+/// keys written through it (`put_padded_keys`).
+pub fn start_filled(shape: ProcShape, keys: u32) -> Filled {
+    let procs = Procs::start(shape);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
+    let client = rt.block_on(procs.client(ClientOptions::default()));
+    let want = rt.block_on(super::put_padded_keys(&client, keys));
+    (procs, rt, client, want)
+}
+
 /// `n` distinct free loopback ports (all held until every one is chosen), below Linux's
 /// ephemeral range (32768+) so that no outgoing connection takes one before its role binds it.
 pub fn free_ports(n: usize) -> Vec<u16> {
