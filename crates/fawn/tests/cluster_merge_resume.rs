@@ -6,7 +6,10 @@
 //! removed), aborts again, and is restarted clean. It must finish the merge from the marked
 //! directory each time rather than serve the merged range without the part: every write reads
 //! back, all replicas' digests and key counts agree, the ranges end up exactly those of the
-//! remaining nodes' ring, and no marked directory is left.
+//! remaining nodes' ring, and no marked directory is left. While it is down, the other pair's
+//! merge may complete without it (it is still in the chain): it must then merge that pair's
+//! parts at restart (`recover_unstarted_merges`) rather than open the upper part alone — the
+//! case that made this test fail about one run in three before.
 
 mod common;
 
@@ -82,7 +85,8 @@ fn a_merge_cut_short_by_crashes_is_finished_after_each_restart() {
     let logs = procs.logs(600);
     let finished = logs.matches("finishing a merge cut short").count();
     let dropped = logs.contains("dropping the part");
-    eprintln!("merges finished after a crash: {finished}; a part dropped instead: {dropped}");
+    let unstarted = logs.matches("a merge this node never installed").count();
+    eprintln!("merges finished after a crash: {finished}; never installed, merged at restart: {unstarted}; a part dropped instead: {dropped}");
     assert!(finished >= 1 || dropped, "{logs}");
     procs.kill_all();
 }

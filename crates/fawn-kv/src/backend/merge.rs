@@ -17,11 +17,11 @@ use std::time::Instant;
 
 use fawn_ds::DataStore;
 use fawn_proto::native::{ClusterConfig, RangeConfig};
-use fawn_ring::{KeyId, Range};
+use fawn_ring::Range;
 use tracing::{info, warn};
 
 use super::range::{blocking, RangeReplica, Route};
-use super::{range_filter, within, Backend};
+use super::{marked_range, parse_ranges, range_filter, ranges_text, within, Backend};
 
 /// A file in the directory of a range being merged into another: `<merged start> <merged
 /// end> <part start> <part end>` (hex key ids). See the module comment.
@@ -66,7 +66,8 @@ impl Backend {
                 continue;
             }
             let target = parts.iter().find(|r| r.range.end_inclusive == rc.range.end_inclusive).cloned();
-            let (Some(target), true) = (target, tiles(&parts, &rc.range)) else {
+            let ranges: Vec<Range> = parts.iter().map(|p| p.range).collect();
+            let (Some(target), true) = (target, tiles(&ranges, &rc.range)) else {
                 warn!(range = %rc.range.id_string(), parts = parts.len(),
                     "the held parts of a merged range do not cover it; not merging them");
                 continue;
@@ -144,6 +145,7 @@ impl Backend {
             target.sync()
         });
         done.map_err(|e| anyhow::anyhow!("finishing the merge into {merged}: {e}"))?;
+        self.mark_complete(&merged, target);
         crash_point("merge-merged");
         for part in parts {
             let dir = self.range_dir(part);
@@ -176,27 +178,61 @@ impl Backend {
                 continue;
             }
             warn!(part = %part, merged = %merged, "finishing a merge cut short");
-            let target = self.open_store(&merged, false, 0)?;
-            let source = DataStore::open(
-                &dir,
-                fawn_ds::Options { auto_compact: false, ..fawn_ds::Options::default() },
-            )
-            .map_err(|e| anyhow::anyhow!("opening merged-in {}: {e}", dir.display()))?;
-            self.merge_part_into(&target, merged, part, &source)?;
-            drop(source);
-            self.finish_merge(&target, merged, &[part])?;
-            target.close().map_err(|e| anyhow::anyhow!("closing {}: {e}", merged))?;
+            self.redo_merge(merged, &[part])?;
         }
         Ok(())
+    }
+
+    /// A merge this node never installed: it was an in-sync replica of every part, was killed
+    /// before the merge and restarted quickly enough to stay in the chain, so the configuration
+    /// it fetches holds the merged range while its disk holds the parts, each directory marked a
+    /// whole replica of its part. Those parts (only a set of them that tiles the merged range,
+    /// with the one holding its end) are merged before any replica opens the range.
+    pub(super) fn recover_unstarted_merges(&self, config: &ClusterConfig) -> anyhow::Result<()> {
+        let root = self.options.data_dir.join("ranges");
+        let Ok(entries) = std::fs::read_dir(&root) else { return Ok(()) };
+        let marked: Vec<Range> = entries.flatten().filter_map(|e| marked_range(&e.path())).collect();
+        let me = self.options.node;
+        for rc in &config.ranges {
+            if !rc.chain.contains(&me) || self.replicas.read().contains_key(&rc.range) {
+                continue;
+            }
+            let inside: Vec<Range> =
+                marked.iter().filter(|r| **r != rc.range && within(r, &rc.range)).copied().collect();
+            let holds_end = inside.iter().any(|r| r.end_inclusive == rc.range.end_inclusive);
+            if !holds_end || !tiles(&inside, &rc.range) {
+                continue;
+            }
+            let parts: Vec<Range> =
+                inside.into_iter().filter(|r| r.end_inclusive != rc.range.end_inclusive).collect();
+            warn!(merged = %rc.range, parts = parts.len(), "a merge this node never installed: merging the parts first");
+            self.redo_merge(rc.range, &parts)?;
+        }
+        Ok(())
+    }
+
+    /// Merges the parts' directories into the merged range's, with the datastores opened here
+    /// (no replica holds them).
+    fn redo_merge(&self, merged: Range, parts: &[Range]) -> anyhow::Result<()> {
+        let target = self.open_store(&merged, false, 0)?;
+        for part in parts {
+            let dir = self.range_dir(part);
+            let options = fawn_ds::Options { auto_compact: false, ..fawn_ds::Options::default() };
+            let source = DataStore::open(&dir, options)
+                .map_err(|e| anyhow::anyhow!("opening merged-in {}: {e}", dir.display()))?;
+            self.merge_part_into(&target, merged, *part, &source)?;
+        }
+        self.finish_merge(&target, merged, parts)?;
+        target.close().map_err(|e| anyhow::anyhow!("closing {merged}: {e}"))
     }
 }
 
 /// Whether `parts` cover `whole` exactly, end to end.
-fn tiles(parts: &[Arc<RangeReplica>], whole: &Range) -> bool {
+fn tiles(parts: &[Range], whole: &Range) -> bool {
     let mut at = whole.start_exclusive;
     for _ in 0..parts.len() {
-        let Some(next) = parts.iter().find(|p| p.range.start_exclusive == at) else { return false };
-        at = next.range.end_inclusive;
+        let Some(next) = parts.iter().find(|p| p.start_exclusive == at) else { return false };
+        at = next.end_inclusive;
         if at == whole.end_inclusive {
             return true;
         }
@@ -205,12 +241,8 @@ fn tiles(parts: &[Arc<RangeReplica>], whole: &Range) -> bool {
 }
 
 fn write_marker(dir: &Path, merged: Range, part: Range) -> std::io::Result<()> {
-    let text = format!(
-        "{:032x} {:032x} {:032x} {:032x}\n",
-        merged.start_exclusive.0, merged.end_inclusive.0, part.start_exclusive.0, part.end_inclusive.0
-    );
     let path = dir.join(MERGE_MARKER);
-    std::fs::write(&path, text)?;
+    std::fs::write(&path, ranges_text(&[merged, part]))?;
     std::fs::File::open(&path)?.sync_all()?;
     std::fs::File::open(dir)?.sync_all()
 }
@@ -218,13 +250,8 @@ fn write_marker(dir: &Path, merged: Range, part: Range) -> std::io::Result<()> {
 /// The merged range and the part a marker names; `None` without a (readable) marker.
 fn read_marker(dir: &Path) -> Option<(Range, Range)> {
     let text = std::fs::read_to_string(dir.join(MERGE_MARKER)).ok()?;
-    let ids: Vec<KeyId> = text
-        .split_whitespace()
-        .map(|h| u128::from_str_radix(h, 16).map(KeyId))
-        .collect::<Result<_, _>>()
-        .ok()?;
-    match ids[..] {
-        [ms, me, ps, pe] => Some((Range::new(ms, me), Range::new(ps, pe))),
+    match parse_ranges(&text)?[..] {
+        [merged, part] => Some((merged, part)),
         _ => None,
     }
 }

@@ -18,7 +18,7 @@ use fawn_proto::native::{
     Response, WireError, DIGEST_PAGE_ENTRIES_MAX,
 };
 use fawn_proto::op::{Outcome, Update};
-use fawn_ring::{key_id, NodeId, Range};
+use fawn_ring::{key_id, KeyId, NodeId, Range};
 use parking_lot::RwLock;
 use tokio::sync::{mpsc, watch};
 use tracing::{error, info, warn};
@@ -57,7 +57,11 @@ pub const LINK_CUT_REPORT_INTERVAL: Duration = Duration::from_millis(1000);
 /// A file in a range's datastore directory that says the datastore was a whole replica of the
 /// range: created when a replica starts in the chain or finishes a sync, gone with the
 /// directory when a fresh copy starts. Only such a datastore may rejoin by a suffix (a
-/// snapshot cut off half-way holds no prefix of the range's history).
+/// snapshot cut off half-way holds no prefix of the range's history). It names the range
+/// (`<start> <end>`, hex key ids; rewritten when a split or merge changes the range the
+/// directory holds), so that after a restart the directories of a merge this node never
+/// installed can be told from leftovers of older layouts (`Backend::recover_unstarted_merges`).
+/// An empty marker (written before markers named ranges) names none.
 const REPLICA_MARKER: &str = "REPLICA";
 /// How long a replica being replaced may stay in use by in-flight work before its datastore
 /// directory is emptied anyway.
@@ -248,6 +252,7 @@ impl Backend {
         self.split_ranges(&config).await?;
         self.merge_ranges(&config).await?;
         self.recover_merges(&config)?;
+        self.recover_unstarted_merges(&config)?;
         self.recover_split_parts(&config)?;
         // Replicas of ranges gone from the configuration (a split or merge this node had no
         // part in).
@@ -345,6 +350,7 @@ impl Backend {
     ) -> anyhow::Result<Arc<DataStore>> {
         if part.end_inclusive == parent.end_inclusive {
             store.set_key_filter(Some(range_filter(*part)));
+            self.mark_complete(part, store);
             return Ok(Arc::clone(store));
         }
         let dir = self.range_dir(part);
@@ -494,16 +500,16 @@ impl Backend {
     /// inside the live updates, which are in update order).
     fn mark_complete(&self, range: &Range, store: &DataStore) {
         let dir = self.range_dir(range);
-        let path = dir.join(REPLICA_MARKER);
-        if path.exists() {
+        if marked_range(&dir) == Some(*range) {
             return;
         }
         let written = blocking(true, || {
             store.sync().map_err(std::io::Error::other)?;
-            std::fs::File::create(&path)
-                .and_then(|f| f.sync_all())
-                .and_then(|()| std::fs::File::open(&dir))
-                .and_then(|d| d.sync_all())
+            let tmp = dir.join(format!("{REPLICA_MARKER}.tmp"));
+            std::fs::write(&tmp, ranges_text(&[*range]))?;
+            std::fs::File::open(&tmp)?.sync_all()?;
+            std::fs::rename(&tmp, dir.join(REPLICA_MARKER))?;
+            std::fs::File::open(&dir)?.sync_all()
         });
         if let Err(e) = written {
             warn!(range = %range.id_string(), error = %e, "cannot mark the datastore as a whole replica");
@@ -1081,6 +1087,38 @@ fn overlap(a: &Range, b: &Range) -> Option<Range> {
     };
     let piece = Range::new(start, end);
     (within(&piece, a) && within(&piece, b)).then_some(piece)
+}
+
+/// Ranges as a line of hex key ids, `<start> <end>` per range.
+fn ranges_text(ranges: &[Range]) -> String {
+    let ids: Vec<String> = ranges
+        .iter()
+        .flat_map(|r| [r.start_exclusive, r.end_inclusive])
+        .map(|id| format!("{:032x}", id.0))
+        .collect();
+    ids.join(" ") + "\n"
+}
+
+/// The ranges `ranges_text` wrote; `None` for anything else (an empty marker too).
+fn parse_ranges(text: &str) -> Option<Vec<Range>> {
+    let ids: Vec<KeyId> = text
+        .split_whitespace()
+        .map(|h| u128::from_str_radix(h, 16).map(KeyId))
+        .collect::<Result<_, _>>()
+        .ok()?;
+    if ids.is_empty() || !ids.len().is_multiple_of(2) {
+        return None;
+    }
+    Some(ids.chunks(2).map(|p| Range::new(p[0], p[1])).collect())
+}
+
+/// The range a directory's `REPLICA` marker names.
+fn marked_range(dir: &std::path::Path) -> Option<Range> {
+    let text = std::fs::read_to_string(dir.join(REPLICA_MARKER)).ok()?;
+    match parse_ranges(&text)?[..] {
+        [range] => Some(range),
+        _ => None,
+    }
 }
 
 /// The datastore key filter of `range`'s keys.
