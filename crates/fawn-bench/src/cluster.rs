@@ -130,8 +130,11 @@ impl Env {
         let bin = launch::find_fawn_bin(bin)?;
         let parent = dir.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
         std::fs::create_dir_all(&parent).with_context(|| format!("creating {}", parent.display()))?;
+        // FAWN_BENCH_KEEP=1 keeps the clusters' directories (their logs) for a post-mortem.
+        let keep = std::env::var_os("FAWN_BENCH_KEEP").is_some();
         let work = tempfile::Builder::new()
             .prefix("fawn-bench-cluster-")
+            .disable_cleanup(keep)
             .tempdir_in(&parent)
             .with_context(|| format!("creating a work directory in {}", parent.display()))?;
         Ok(Env { bin, work, next: 0, base_port, quiet })

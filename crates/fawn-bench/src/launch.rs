@@ -319,6 +319,12 @@ pub fn fully_replicated(cfg: &ClusterConfig, r: usize) -> bool {
     !cfg.ranges.is_empty() && cfg.ranges.iter().all(|rc| rc.chain.len() == r && rc.syncing.is_empty())
 }
 
+/// Back-end `node` has left gracefully and is in no chain.
+pub fn has_left(cfg: &ClusterConfig, node: u32) -> bool {
+    cfg.backends.iter().any(|b| b.node == node && b.state == NodeState::Left)
+        && cfg.ranges.iter().all(|rc| !rc.path().any(|n| n == node))
+}
+
 /// Some range lists `node` in its chain (in sync), and nothing is syncing.
 pub fn joined(cfg: &ClusterConfig, node: u32) -> bool {
     cfg.ranges.iter().any(|rc| rc.chain.contains(&node)) && cfg.ranges.iter().all(|rc| rc.syncing.is_empty())

@@ -51,8 +51,8 @@ pub struct PaperArgs {
     /// when the datastore outgrows the page cache (needs a writable /sys/fs/cgroup: root).
     #[arg(long)]
     pub memcap: Option<String>,
-    /// Skip these parts: device, table2, files, fig10, fig11, join, failure, table3, distance,
-    /// cluster.
+    /// Skip these parts: device, table2, files, fig10, fig11, join, failure, resize, table3,
+    /// distance, cluster.
     #[arg(long, value_delimiter = ',')]
     pub skip: Vec<String>,
     /// The `fawn` binary (default: this one, `fawn` next to it, $FAWN_BIN, or on the PATH).
@@ -170,7 +170,7 @@ pub fn run(args: &PaperArgs, quiet: bool) -> Result<()> {
     let scratch = env.work.path().to_path_buf();
     let started = Instant::now();
     let mut failed = Vec::new();
-    let parts: [(&str, Part); 10] = [
+    let parts: [(&str, Part); 11] = [
         ("device", table1),
         ("table2", table2),
         ("files", fig9),
@@ -178,6 +178,7 @@ pub fn run(args: &PaperArgs, quiet: bool) -> Result<()> {
         ("fig11", fig11),
         ("join", join),
         ("failure", failure),
+        ("resize", resize),
         ("table3", table3),
         ("distance", distance_part),
         ("cluster", cluster_part),
@@ -901,6 +902,104 @@ fn failure(c: &mut Ctx) -> Result<()> {
             Scale::Linear,
         ),
     )
+}
+
+/// Puts while a back-end joins (its virtual ids split ranges) and then leaves (the ranges merge
+/// back), against a steady run: a range refuses puts from the moment its head learns of the
+/// split or merge until the new ranges are installed, and the front-end retries meanwhile, so
+/// the slowest put of a phase is the longest stall a client saw.
+fn resize(c: &mut Ctx) -> Result<()> {
+    let mut cl = c.env.start(|s| s.backends = 4)?;
+    let newcomer = 4;
+    let mut series = Vec::new();
+    for phase in ["steady", "join", "leave"] {
+        let sc = format!("resize/{phase}");
+        let mut e = c.timing();
+        e.extend([
+            s("--get-ratio"),
+            s(0),
+            s("--rate"),
+            s(2000),
+            s("--connections"),
+            s(16),
+            s("--duration"),
+            s(c.z.join_s / 2.0),
+            s("--warmup"),
+            s(1),
+            s("--timeout"),
+            s(30),
+            s("--scenario"),
+            sc.clone(),
+        ]);
+        if phase != "steady" {
+            e.push(s("--no-preload"));
+        }
+        let w = workload(&e)?;
+        if phase == "steady" {
+            let rt = crate::runtime(1)?;
+            rt.block_on(crate::loadgen::preload(cl.spec.memcached_addr(0), Protocol::Memcached, &w))?;
+        }
+        let bytes_before = cl.backend_bytes();
+        let limit = Duration::from_secs_f64(c.z.join_s / 2.0);
+        let (st, (t_start, t_done)) = under_load(&mut cl, &w, c.quiet, |cl, t0| {
+            std::thread::sleep(Duration::from_secs(3));
+            let t_start = t0.elapsed().as_secs_f64();
+            let done = match phase {
+                "join" => {
+                    cl.add_backend(newcomer)?;
+                    wait_config(cl, t0, limit, |cfg| {
+                        launch::joined(cfg, newcomer) && cfg.ranges.iter().all(|r| r.splitting.is_none())
+                    })?
+                }
+                "leave" => {
+                    ask_to_leave(cl.spec.manager_addr(), newcomer)?;
+                    wait_config(cl, t0, limit, |cfg| {
+                        launch::has_left(cfg, newcomer)
+                            && launch::fully_replicated(cfg, 3)
+                            && cfg.ranges.iter().all(|r| r.merging.is_none())
+                    })?
+                }
+                _ => Some(t_start),
+            };
+            Ok((t_start, done))
+        })?;
+        netbench::report(c.rep, &w, "fawn", &st)?;
+        let p = w.params();
+        c.rep.metric(&sc, "fawn", "ranges_bytes_before", bytes_before as f64, "B", &p)?;
+        if phase != "steady" {
+            c.rep.metric(&sc, "fawn", &format!("{phase}_started_at_s"), t_start, "s", &p)?;
+            match t_done {
+                Some(t) => c.rep.metric(&sc, "fawn", &format!("{phase}_duration_s"), t - t_start, "s", &p)?,
+                None => c.rep.metric(&sc, "fawn", &format!("{phase}_unfinished"), 1.0, "bool", &p)?,
+            }
+        }
+        let pts = timeline(c, &sc, "fawn", &st, &p)?;
+        series.push(Series::new(format!("{phase} (event at {t_start:.1} s)"), pts));
+    }
+    c.write(
+        "resize_puts.svg",
+        plot::line_chart(
+            "Puts (2000/s offered) while a 5th back-end joins, then leaves",
+            "time (s)",
+            "puts/s",
+            &series,
+            Scale::Linear,
+            Scale::Linear,
+        ),
+    )
+}
+
+/// Asks the manager to take `node` out of the cluster gracefully (its ranges merge back).
+fn ask_to_leave(manager: SocketAddr, node: u32) -> Result<()> {
+    use fawn_proto::native::{Request, Response};
+    let rt = launch::small_runtime()?;
+    rt.block_on(async {
+        let pool = fawn_client::pool::Pool::new(Duration::from_secs(2));
+        match pool.call(&manager.to_string(), Request::Leave { node }, Duration::from_secs(2)).await {
+            Ok(Response::Config(_)) => Ok(()),
+            other => bail!("the manager refused the leave of back-end {node}: {other:?}"),
+        }
+    })
 }
 
 fn rel(t: Option<f64>, t0: f64) -> String {

@@ -329,6 +329,12 @@ impl RangeConfig {
         path.get(i + 1).copied()
     }
 
+    /// Being split or merged: the head orders no new updates until the new ranges are
+    /// installed.
+    pub fn is_reshaping(&self) -> bool {
+        self.splitting.is_some() || self.merging.is_some()
+    }
+
     pub fn head(&self) -> Option<NodeId> {
         self.chain.first().copied()
     }

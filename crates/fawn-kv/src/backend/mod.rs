@@ -1,6 +1,7 @@
 //! The back-end: hosts one datastore per range it replicates and plays head, middle, tail or
 //! syncing replica of each range's chain (paper §3.4.3–3.4.4).
 
+mod drain;
 mod link;
 mod merge;
 mod range;
@@ -167,6 +168,12 @@ pub struct Backend {
     link_probes: parking_lot::Mutex<HashMap<NodeId, LinkProbe>>,
     /// Peers reported to the manager as cut off, with the time of the latest report.
     reported_cuts: parking_lot::Mutex<HashMap<NodeId, Instant>>,
+    /// Ranges being split or merged whose drain this node (their head) is watching
+    /// (`drain.rs`).
+    drain_watch: parking_lot::Mutex<std::collections::HashSet<Range>>,
+    /// The epoch of the installed configuration, for puts parked until it changes
+    /// (`drain.rs`).
+    installed_epoch: watch::Sender<Epoch>,
     counters: Counters,
     me: Weak<Backend>,
 }
@@ -189,6 +196,8 @@ impl Backend {
             stalled_links: parking_lot::Mutex::new(HashMap::new()),
             link_probes: parking_lot::Mutex::new(HashMap::new()),
             reported_cuts: parking_lot::Mutex::new(HashMap::new()),
+            drain_watch: parking_lot::Mutex::new(std::collections::HashSet::new()),
+            installed_epoch: watch::Sender::new(0),
             counters: Counters::default(),
             me: me.clone(),
         });
@@ -273,6 +282,8 @@ impl Backend {
         }
         info!(epoch, "configuration installed");
         *self.view.write() = Arc::new(View::new(config));
+        self.installed_epoch.send_replace(epoch);
+        self.watch_drains();
         // Freed only after the new view is in place: a request still routed by the old one
         // then hears "stale epoch" (and retries at once), not "no replica here".
         for range in dropped {
@@ -611,11 +622,7 @@ impl Backend {
         if self.current().config.epoch >= epoch {
             return;
         }
-        if let Ok(config) = fetch_config(&self.pool, &self.options.manager).await {
-            if let Err(e) = self.install(config).await {
-                error!(error = %e, "cannot install configuration");
-            }
-        }
+        self.fetch_and_install().await;
     }
 
     fn replica(&self, range: &Range) -> Option<Arc<RangeReplica>> {
@@ -672,10 +679,13 @@ impl Backend {
             self.replica_for_key(&view, &update.key).map_err(|e| for_sender(e, epoch, &view))?;
         self.counters.updates.fetch_add(1, Ordering::Relaxed);
         let links = self.linker();
-        let ordered = replica
-            .order_update(req, &update, reply_to, view.config.flush_at_micros, &links)
-            .await
-            .map_err(|e| for_sender(e, epoch, &view))?;
+        let ordered =
+            match replica.order_update(req, &update, reply_to, view.config.flush_at_micros, &links).await {
+                Err(WireError::Unavailable(why)) if replica.route().await.rc.is_reshaping() => {
+                    return Err(self.park_until_reshaped(view.config.epoch, why).await);
+                }
+                ordered => ordered.map_err(|e| for_sender(e, epoch, &view))?,
+            };
         match ordered {
             Ordered::Reply(outcome) => Ok(Response::Update(outcome)),
             Ordered::AwaitAck { seq, outcome } => {
