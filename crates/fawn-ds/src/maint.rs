@@ -1343,6 +1343,9 @@ impl DataStore {
         c.copy_all(&src, end, &keep, false)?;
         split.pos = c.catch_up(&src, end, &keep)?;
         split.rep = c.rep;
+        // Durable now, so that the finish (which a caller may run with writes stopped) syncs
+        // only what it appends.
+        split.built()?.sync()?;
         Ok(split)
     }
 

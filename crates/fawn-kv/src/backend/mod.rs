@@ -4,6 +4,7 @@
 mod drain;
 mod link;
 mod merge;
+mod presplit;
 mod range;
 
 use std::collections::{BTreeMap, HashMap};
@@ -22,7 +23,7 @@ use fawn_proto::op::{Outcome, Update};
 use fawn_ring::{key_id, KeyId, NodeId, Range};
 use parking_lot::RwLock;
 use tokio::sync::{mpsc, watch};
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::metrics::{self, Exposition, Histogram};
 use crate::server::{self, Handler};
@@ -174,6 +175,8 @@ pub struct Backend {
     /// The epoch of the installed configuration, for puts parked until it changes
     /// (`drain.rs`).
     installed_epoch: watch::Sender<Epoch>,
+    /// Bulk copies of parts being split off, by (range, part) (`presplit.rs`).
+    pre_splits: parking_lot::Mutex<HashMap<(Range, Range), presplit::PreSplit>>,
     counters: Counters,
     me: Weak<Backend>,
 }
@@ -198,6 +201,7 @@ impl Backend {
             reported_cuts: parking_lot::Mutex::new(HashMap::new()),
             drain_watch: parking_lot::Mutex::new(std::collections::HashSet::new()),
             installed_epoch: watch::Sender::new(0),
+            pre_splits: parking_lot::Mutex::new(HashMap::new()),
             counters: Counters::default(),
             me: me.clone(),
         });
@@ -283,6 +287,7 @@ impl Backend {
         info!(epoch, "configuration installed");
         *self.view.write() = Arc::new(View::new(config));
         self.installed_epoch.send_replace(epoch);
+        self.start_pre_splits(&self.current().config);
         self.watch_drains();
         // Freed only after the new view is in place: a request still routed by the old one
         // then hears "stale epoch" (and retries at once), not "no replica here".
@@ -334,7 +339,11 @@ impl Backend {
             let t0 = Instant::now();
             let mut replicas = Vec::new();
             for rc in &parts {
-                let store = self.split_part(&old.store, &old.range, &rc.range)?;
+                let t_part = Instant::now();
+                let begun = self.take_pre_split(&old.range, &rc.range).await;
+                let waited_ms = t_part.elapsed().as_millis() as u64;
+                let store = self.split_part(&old.store, &old.range, &rc.range, begun)?;
+                debug!(range = %rc.range.id_string(), waited_ms, ms = t_part.elapsed().as_millis() as u64, "split part ready");
                 let route = Route { epoch: config.epoch, me, rc: rc.clone() };
                 let part = RangeReplica::inheriting(store, route, self.writes_block(), &[&old]).await;
                 replicas.push(Arc::new(part));
@@ -353,11 +362,14 @@ impl Backend {
     /// The datastore of `part`, a part of `parent` whose datastore is `store`: `store` itself
     /// for the part with `parent`'s end (now filtered to the part's keys), else a copy of the
     /// part's keys in the part's own directory, marked a whole replica.
+    /// `begun`: the bulk copy of the part made while the range still took puts, if any
+    /// (`presplit.rs`); only what was appended since is copied then.
     fn split_part(
         &self,
         store: &Arc<DataStore>,
         parent: &Range,
         part: &Range,
+        begun: Option<fawn_ds::SplitInProgress>,
     ) -> anyhow::Result<Arc<DataStore>> {
         if part.end_inclusive == parent.end_inclusive {
             store.set_key_filter(Some(range_filter(*part)));
@@ -365,13 +377,17 @@ impl Backend {
             return Ok(Arc::clone(store));
         }
         let dir = self.range_dir(part);
-        if dir.exists() {
+        let begun = begun.filter(|b| b.target() == dir.as_path() && !dir.exists());
+        if begun.is_none() && dir.exists() {
             // Left by an older life of this range or an interrupted split: the parent is whole.
             std::fs::remove_dir_all(&dir).map_err(|e| anyhow::anyhow!("emptying {}: {e}", dir.display()))?;
         }
-        let options = DsOptions { sync: self.options.sync, ..DsOptions::default() };
-        let (copy, report) = blocking(true, || store.split(range_filter(*part), &dir, options))
-            .map_err(|e| anyhow::anyhow!("splitting into {}: {e}", dir.display()))?;
+        let options = self.split_options(store, parent, part);
+        let (copy, report) = blocking(true, || match begun {
+            Some(b) => store.split_finish(b),
+            None => store.split(range_filter(*part), &dir, options),
+        })
+        .map_err(|e| anyhow::anyhow!("splitting into {}: {e}", dir.display()))?;
         info!(range = %part.id_string(), from = %parent.id_string(), records = report.records_written,
             bytes = report.bytes_written, "split off a range's datastore");
         self.mark_complete(part, &copy);
@@ -410,7 +426,7 @@ impl Backend {
             };
             warn!(range = %rc.range.id_string(), from = %parent.range.id_string(),
                 "no datastore for a range this node replicates: finishing the split that made it");
-            self.split_part(&store, &whole, &rc.range)?;
+            self.split_part(&store, &whole, &rc.range, None)?;
         }
         Ok(())
     }

@@ -194,6 +194,9 @@ pub struct RangeReplica {
     writes_block: bool,
     pub range: Range,
     pub store: Arc<DataStore>,
+    /// The bulk copy of this range's split-off part runs (`presplit.rs`): while it does, the
+    /// head of a range marked `splitting` still orders updates.
+    pub split_copy_pending: AtomicBool,
     state: tokio::sync::Mutex<WriteState>,
     acked: AtomicU64,
     /// The snapshot stream this replica is sending (0: none). A new `SyncRequest` replaces the
@@ -251,7 +254,9 @@ impl RangeReplica {
     /// and the manager may split the range (`Request::SplitReady`).
     pub async fn ready_to_split(&self) -> bool {
         let st = self.state.lock().await;
-        st.route.rc.splitting.is_some() && self.drained_head(&st)
+        st.route.rc.splitting.is_some()
+            && !self.split_copy_pending.load(Ordering::Acquire)
+            && self.drained_head(&st)
     }
 
     /// Head of a range being merged (`RangeConfig::merging`) that has not said so yet, drained
@@ -298,6 +303,7 @@ impl RangeReplica {
             range: route.rc.range,
             store,
             readable: AtomicBool::new(!route.is_syncing()),
+            split_copy_pending: AtomicBool::new(false),
             became_readable: tokio::sync::Notify::new(),
             state: tokio::sync::Mutex::new(WriteState {
                 route,
@@ -391,7 +397,9 @@ impl RangeReplica {
         if let Some((seq, outcome)) = st.recent.get(&req) {
             return Ok(Ordered::AwaitAck { seq: *seq, outcome: outcome.clone() });
         }
-        if st.route.rc.splitting.is_some() {
+        // Until the bulk of the split-off part is copied, updates go on; the copy then only
+        // has to catch up with them once they stop.
+        if st.route.rc.splitting.is_some() && !self.split_copy_pending.load(Ordering::Acquire) {
             return Err(WireError::Unavailable("the range is being split (a node joined)".into()));
         }
         if st.route.rc.merging.is_some() {
