@@ -139,10 +139,22 @@ async fn join_then_leave_under_writes() {
             let addr = c.backend_addr(*node).expect("addr").to_string();
             digests.push(common::live_digest(&pool, &addr, rc.range).await);
         }
+        let differing: Vec<String> = digests[0]
+            .keys()
+            .chain(digests.iter().skip(1).flat_map(|d| d.keys()))
+            .filter(|k| digests.iter().any(|d| d.get(*k) != digests[0].get(*k)))
+            .take(5)
+            .map(|k| {
+                let per_node: Vec<_> = digests.iter().map(|d| d.get(k)).collect();
+                format!("{}: {per_node:?}", String::from_utf8_lossy(k))
+            })
+            .collect();
         assert!(
-            digests.windows(2).all(|w| w[0] == w[1]),
-            "replicas differ for range {}",
-            rc.range.id_string()
+            differing.is_empty(),
+            "replicas {:?} differ for range {} (sizes {:?}), e.g. {differing:#?}",
+            rc.chain,
+            rc.range.id_string(),
+            digests.iter().map(|d| d.len()).collect::<Vec<_>>()
         );
     }
     let _ = joiner.kill();

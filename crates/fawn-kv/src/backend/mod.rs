@@ -177,6 +177,8 @@ pub struct Backend {
     installed_epoch: watch::Sender<Epoch>,
     /// Bulk copies of parts being split off, by (range, part) (`presplit.rs`).
     pre_splits: parking_lot::Mutex<HashMap<(Range, Range), presplit::PreSplit>>,
+    /// (range, sender) pairs for which a resend is being asked (`resend_after_catch_up`).
+    resend_asks: parking_lot::Mutex<std::collections::HashSet<(Range, NodeId)>>,
     counters: Counters,
     me: Weak<Backend>,
 }
@@ -202,6 +204,7 @@ impl Backend {
             drain_watch: parking_lot::Mutex::new(std::collections::HashSet::new()),
             installed_epoch: watch::Sender::new(0),
             pre_splits: parking_lot::Mutex::new(HashMap::new()),
+            resend_asks: parking_lot::Mutex::new(std::collections::HashSet::new()),
             counters: Counters::default(),
             me: me.clone(),
         });
@@ -631,6 +634,28 @@ impl Backend {
         Ok(view)
     }
 
+    /// An update from a configuration newer than this node's may arrive before that
+    /// configuration is installed here (its sender installed it first: the head of a range
+    /// just split or merged, a new predecessor). Handled by the old view it is dropped (no
+    /// such range here yet, or another predecessor), and nothing would send it again: an
+    /// update is only resent on a gap, which the next update shows, and there may be no next
+    /// one (a client waiting for this put). So: install the newer configuration, then ask
+    /// the sender for everything after what this replica holds (duplicates are ignored).
+    /// One such request per range and sender at a time.
+    fn resend_after_catch_up(&self, from: NodeId, range: Range, epoch: Epoch) {
+        let Some(b) = self.me.upgrade() else { return };
+        if !self.resend_asks.lock().insert((range, from)) {
+            return;
+        }
+        tokio::spawn(async move {
+            b.catch_up_to(epoch).await;
+            if let Some(replica) = b.replica(&range) {
+                replica.ask_resend(from, &b.linker()).await;
+            }
+            b.resend_asks.lock().remove(&(range, from));
+        });
+    }
+
     /// Fetches and installs the manager's configuration unless one of at least `epoch` got
     /// installed while waiting: a burst of newer-epoch requests costs one fetch, not one each.
     async fn catch_up_to(&self, epoch: Epoch) {
@@ -799,7 +824,11 @@ impl Backend {
         let links = self.linker();
         let Some(range) = chain_range(&msg) else { return Ok(()) };
         if let Some(epoch) = chain_epoch(&msg) {
-            self.maybe_behind(epoch);
+            if matches!(msg, ChainMsg::Replicate { .. }) && epoch > self.current().config.epoch {
+                self.resend_after_catch_up(from, range, epoch);
+            } else {
+                self.maybe_behind(epoch);
+            }
         }
         let Some(replica) = self.replica(&range) else { return Ok(()) };
         match msg {

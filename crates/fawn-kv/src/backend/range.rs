@@ -623,6 +623,17 @@ impl RangeReplica {
     }
 
     /// A downstream replica asks for every update after `after_seq`.
+    /// Asks `pred`, if it is this replica's predecessor, for every update after what the
+    /// datastore holds (`Backend::resend_after_catch_up`).
+    pub async fn ask_resend(&self, pred: NodeId, links: &dyn LinkTo) {
+        let st = self.state.lock().await;
+        if st.route.predecessor() == Some(pred) && st.sync.is_none() {
+            let after_seq = self.store.max_seq();
+            // Dropped if the link is full: the next update shows the gap.
+            queue(links, pred, ChainMsg::Resend { epoch: st.route.epoch, range: self.range, after_seq });
+        }
+    }
+
     pub async fn on_resend(&self, from: NodeId, after_seq: u64, links: &dyn LinkTo) -> Result<(), WireError> {
         let mut st = self.state.lock().await;
         if st.route.successor() != Some(from) {

@@ -64,7 +64,11 @@ impl Cluster {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().join("data");
         let mut c = Cluster::start_in(&dir, shape, None);
-        c._tmp = Some(tmp);
+        if std::env::var_os("FAWN_KEEP").is_some() {
+            eprintln!("FAWN_KEEP: the cluster's directory stays: {}", tmp.keep().display());
+        } else {
+            c._tmp = Some(tmp);
+        }
         c
     }
 
