@@ -38,7 +38,7 @@ use std::time::Duration;
 pub use error::Error;
 pub use iter::Iter;
 pub use log::{FaultInjector, IoOp};
-pub use maint::{LockPhases, MaintenanceKind, MaintenanceReport, SplitInProgress};
+pub use maint::{LockPhases, MaintenanceKind, MaintenanceReport, MergeInProgress, SplitInProgress};
 pub use store::{BatchOp, DataStore, KeyFilter};
 
 /// When appended records are made durable with `fdatasync`.

@@ -658,6 +658,18 @@ fn cold_for(shared: &Shared, old: &Inner, fresh: bool) -> Result<(ColdLog, ColdO
     }
 }
 
+/// The maintenance lock of `shared`, unless a merge of it is half done
+/// (`DataStore::merge_range_begin`): its new log must not be replaced under it.
+fn lock_maint(shared: &Shared) -> Result<parking_lot::MutexGuard<'_, ()>, Error> {
+    let guard = shared.maint.lock();
+    if shared.merge_reserved.load(Ordering::Acquire) {
+        return Err(Error::InvalidRequest(
+            "a merge of this datastore is half done (merge_range_begin): finish or drop it first".into(),
+        ));
+    }
+    Ok(guard)
+}
+
 fn compact_keep(shared: &Shared) -> Keep {
     Keep::Compact {
         watermark: shared.watermark.load(Ordering::Acquire),
@@ -686,6 +698,28 @@ fn rewrite(
     other: Option<&Shared>,
     other_keys: Option<KeyFilter>,
 ) -> Result<MaintenanceReport, Error> {
+    let begun = rewrite_begin(shared, other, other_keys)?;
+    rewrite_finish(shared, other, begun)
+}
+
+/// A full compaction (or merge) whose scans of the source logs up to their ends are done:
+/// the new state and the positions copied up to.
+struct Rewrite {
+    new: Arc<Inner>,
+    old: Arc<Inner>,
+    other_old: Option<Arc<Inner>>,
+    keep_self: Keep,
+    keep_other: Keep,
+    rep: MaintenanceReport,
+    pos: u64,
+    other_pos: u64,
+    cold_out: ColdOut,
+    t0: Instant,
+}
+
+/// Step 1 of `rewrite`: scan every log to its end, unlocked, into the new cold log (or hot
+/// log). On error the new files are removed.
+fn rewrite_begin(shared: &Shared, other: Option<&Shared>, other_keys: Option<KeyFilter>) -> Result<Rewrite, Error> {
     let t0 = Instant::now();
     let kind = if other.is_some() { MaintenanceKind::Merge } else { MaintenanceKind::Compact };
     let old = shared.current();
@@ -707,13 +741,8 @@ fn rewrite(
             return Err(e);
         }
     };
-    let sides = Sides {
-        shared,
-        old: Arc::clone(&old),
-        keep_self: compact_keep(shared),
-        other: other.zip(other_inner),
-        keep_other: Keep::Carry { filter: other_keys },
-    };
+    let keep_self = compact_keep(shared);
+    let keep_other = Keep::Carry { filter: other_keys };
     let mut c = Copier {
         dst: &new,
         rep: MaintenanceReport::new(kind),
@@ -721,15 +750,14 @@ fn rewrite(
         cancel: Some(&shared.cancel),
         pending: Pending::default(),
     };
-    // 1. Scan every log to its end, unlocked, into the new cold log (or hot log).
     let to_cold = new.cold.is_some();
     let scanned = (|| {
         let end = old.applied_end.load(Ordering::Acquire);
-        c.copy_all(&old, end, &sides.keep_self, to_cold)?;
+        c.copy_all(&old, end, &keep_self, to_cold)?;
         let mut other_end = LOG_HEADER_BYTES;
-        if let Some((_, oi)) = &sides.other {
+        if let Some(oi) = &other_inner {
             other_end = oi.applied_end.load(Ordering::Acquire);
-            c.copy_all(oi, other_end, &sides.keep_other, to_cold)?;
+            c.copy_all(oi, other_end, &keep_other, to_cold)?;
         }
         Ok::<_, Error>((end, other_end))
     })();
@@ -739,6 +767,21 @@ fn rewrite(
             abandon(shared, &old, cold_out);
             return Err(e);
         }
+    };
+    let rep = c.rep;
+    Ok(Rewrite { new, old, other_old: other_inner, keep_self, keep_other, rep, pos, other_pos, cold_out, t0 })
+}
+
+/// Steps 2 and on of `rewrite`: catch up, then the brief lock and the swap (`finish`).
+fn rewrite_finish(shared: &Shared, other: Option<&Shared>, begun: Rewrite) -> Result<MaintenanceReport, Error> {
+    let Rewrite { new, old, other_old, keep_self, keep_other, rep, pos, other_pos, cold_out, t0 } = begun;
+    let sides = Sides { shared, old, keep_self, other: other.zip(other_old), keep_other };
+    let c = Copier {
+        dst: &new,
+        rep,
+        limiter: Limiter::new(shared.opts.maintenance_bytes_per_sec),
+        cancel: Some(&shared.cancel),
+        pending: Pending::default(),
     };
     finish(&sides, &new, c, pos, other_pos, cold_out, t0)
 }
@@ -1183,7 +1226,7 @@ impl DataStore {
     /// at any moment leaves the old or the new state.
     pub fn compact(&self) -> Result<MaintenanceReport, Error> {
         let shared = self.shared();
-        let _m = shared.maint.lock();
+        let _m = lock_maint(shared)?;
         rewrite(shared, None, None)
     }
 
@@ -1194,7 +1237,7 @@ impl DataStore {
     /// new state.
     pub fn compact_hot(&self) -> Result<MaintenanceReport, Error> {
         let shared = self.shared();
-        let _m = shared.maint.lock();
+        let _m = lock_maint(shared)?;
         compact_hot(shared, None)
     }
 
@@ -1203,7 +1246,7 @@ impl DataStore {
     /// copies as a full one would, else a full compaction; without, a full compaction.
     pub fn clean(&self) -> Result<MaintenanceReport, Error> {
         let shared = self.shared();
-        let _m = shared.maint.lock();
+        let _m = lock_maint(shared)?;
         clean(shared)
     }
 
@@ -1229,18 +1272,18 @@ impl DataStore {
 
     /// Runs a merge of `other` into this store under both maintenance locks (and the global
     /// merge lock); refuses a store merged into itself.
-    fn merge_locked(
+    fn merge_locked<T>(
         &self,
         other: &DataStore,
-        run: impl FnOnce(&Shared, &Shared) -> Result<MaintenanceReport, Error>,
-    ) -> Result<MaintenanceReport, Error> {
+        run: impl FnOnce(&Shared, &Shared) -> Result<T, Error>,
+    ) -> Result<T, Error> {
         let (a, b) = (self.shared(), other.shared());
         if Arc::ptr_eq(a, b) {
             return Err(Error::InvalidRequest("a datastore cannot be merged into itself".into()));
         }
         let _g = MERGE_LOCK.lock();
-        let _ma = a.maint.lock();
-        let _mb = b.maint.lock();
+        let _ma = lock_maint(a)?;
+        let _mb = lock_maint(b)?;
         run(a, b)
     }
 
@@ -1253,6 +1296,49 @@ impl DataStore {
     /// Atomic and concurrent with other operations as `merge`; `other` is left unchanged.
     pub fn merge_range(&self, other: &DataStore, other_keys: KeyFilter) -> Result<MaintenanceReport, Error> {
         self.merge_locked(other, |a, b| rewrite(a, Some(b), Some(other_keys)))
+    }
+
+    /// The first half of [`DataStore::merge_range`]: the scans of both stores' logs into this
+    /// store's new log, synced, concurrently with everything else. Both stores keep taking
+    /// writes; [`DataStore::merge_range_finish`] copies what they appended meanwhile and
+    /// swaps the new state in, so a caller that must stop writes for the merge (replicated
+    /// ranges being merged) stops them only for that. Until then no other maintenance runs
+    /// on either store (it is refused with `InvalidRequest`; the automatic compactor waits).
+    /// Dropping the returned merge removes its files and lifts that.
+    pub fn merge_range_begin(&self, other: &DataStore, other_keys: KeyFilter) -> Result<MergeInProgress, Error> {
+        let (a, b) = (Arc::clone(self.shared()), Arc::clone(other.shared()));
+        let rewrite = self.merge_locked(other, |a, b| {
+            let begun = rewrite_begin(a, Some(b), Some(other_keys))?;
+            let synced = match &begun.new.cold {
+                Some(cold) => cold.log.sync_data(),
+                None => begun.new.log.sync_data(),
+            };
+            if let Err(e) = synced {
+                abandon(a, &begun.old, begun.cold_out);
+                return Err(Error::io("syncing a merge's new log", e));
+            }
+            a.merge_reserved.store(true, Ordering::Release);
+            b.merge_reserved.store(true, Ordering::Release);
+            Ok(begun)
+        })?;
+        Ok(MergeInProgress { target: a, other: b, rewrite: Some(rewrite) })
+    }
+
+    /// The second half of a merge begun by [`DataStore::merge_range_begin`] on this store
+    /// with `other`: catch up with both stores' appends and swap, as `merge_range`.
+    pub fn merge_range_finish(&self, other: &DataStore, mut begun: MergeInProgress) -> Result<MaintenanceReport, Error> {
+        let (a, b) = (self.shared(), other.shared());
+        if !Arc::ptr_eq(a, &begun.target) || !Arc::ptr_eq(b, &begun.other) {
+            return Err(Error::InvalidRequest("a merge finished on other datastores than it began on".into()));
+        }
+        let rewrite = begun.rewrite.take().ok_or_else(|| Error::InvalidRequest("a merge finished twice".into()))?;
+        let _g = MERGE_LOCK.lock();
+        let _ma = a.maint.lock();
+        let _mb = b.maint.lock();
+        let report = rewrite_finish(a, Some(b), rewrite);
+        a.merge_reserved.store(false, Ordering::Release);
+        b.merge_reserved.store(false, Ordering::Release);
+        report
     }
 
     /// Raises `dropped_seq_max` to at least `seq`, durably before it returns. For a caller
@@ -1299,7 +1385,7 @@ impl DataStore {
         if target.exists() {
             return Err(Error::InvalidRequest(format!("split target {} already exists", target.display())));
         }
-        let _m = self.shared().maint.lock();
+        let _m = lock_maint(self.shared())?;
         self.split_bulk(belongs, target, options, t0)
     }
 
@@ -1356,7 +1442,7 @@ impl DataStore {
     /// split starts over from that log.
     pub fn split_finish(&self, begun: SplitInProgress) -> Result<(DataStore, MaintenanceReport), Error> {
         let shared = self.shared();
-        let _m = shared.maint.lock();
+        let _m = lock_maint(shared)?;
         let mut begun = if Arc::ptr_eq(&shared.current(), &begun.src) {
             begun
         } else {
@@ -1436,6 +1522,27 @@ impl DataStore {
         counters.max_lock_hold_us.fetch_max(rep.lock_hold_us, Ordering::Relaxed);
         *counters.last_lock_phases.lock() = rep.lock.clone();
         Ok((store, rep))
+    }
+}
+
+/// A merge whose scans are done ([`DataStore::merge_range_begin`]), to be finished with
+/// [`DataStore::merge_range_finish`]. Dropped unfinished, it removes the new log and lets
+/// other maintenance run on both stores again.
+pub struct MergeInProgress {
+    target: Arc<Shared>,
+    other: Arc<Shared>,
+    rewrite: Option<Rewrite>,
+}
+
+impl Drop for MergeInProgress {
+    fn drop(&mut self) {
+        if let Some(r) = self.rewrite.take() {
+            let _m = self.target.maint.lock();
+            abandon(&self.target, &r.old, r.cold_out);
+            drop(r);
+            self.target.merge_reserved.store(false, Ordering::Release);
+            self.other.merge_reserved.store(false, Ordering::Release);
+        }
     }
 }
 
@@ -1553,6 +1660,9 @@ pub(crate) fn spawn_auto_compactor(shared: &Arc<Shared>) -> Option<Background> {
             return;
         }
         let Some(_m) = shared.maint.try_lock() else { return };
+        if shared.merge_reserved.load(Ordering::Acquire) {
+            return;
+        }
         if clean(shared).is_err() {
             shared.counters.auto_compact_errors.fetch_add(1, Ordering::Relaxed);
         }

@@ -1253,6 +1253,9 @@ pub(crate) struct Shared {
     pub auto: Mutex<Option<Background>>,
     /// Set when the store closes: running maintenance stops (the old state stands).
     pub cancel: AtomicBool,
+    /// A merge into or out of this store is half done (`DataStore::merge_range_begin`):
+    /// no other maintenance may replace its logs until it is finished or dropped.
+    pub merge_reserved: AtomicBool,
 }
 
 impl std::fmt::Debug for Shared {
@@ -1290,6 +1293,7 @@ impl DataStore {
             drop_floor: AtomicU64::new(drop_floor),
             auto: Mutex::new(None),
             cancel: AtomicBool::new(false),
+            merge_reserved: AtomicBool::new(false),
         });
         let background = match inner.opts.sync {
             SyncPolicy::Interval(every) => Some(spawn_interval_sync(&shared, every)?),

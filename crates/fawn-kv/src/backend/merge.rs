@@ -10,12 +10,24 @@
 //! and the merged replica serves only after that. A back-end that restarts and finds a
 //! directory with that file redoes the merge (it is idempotent: the part takes no writes once
 //! its range is gone from the configuration) before any replica opens the target.
+//!
+//! As for a split (`presplit.rs`), the bulk of the work is done while the ranges still take
+//! puts: a replica that learns that a pair it holds is marked starts the merge of the lower
+//! range's datastore into the upper's (`DataStore::merge_range_begin`), and each head refuses
+//! puts only once that is done on its node; when the merged range is installed, only what
+//! both took meanwhile is copied (`DataStore::merge_range_finish`). While begun, neither
+//! datastore is compacted. A begun merge whose pair is no longer marked (called off) or that
+//! the configuration replaces by other ranges is dropped (its files go) before anything else
+//! is installed.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
 
-use fawn_ds::DataStore;
+use std::collections::HashSet;
+use std::sync::atomic::Ordering;
+
+use fawn_ds::{DataStore, MergeInProgress};
 use fawn_proto::native::{ClusterConfig, RangeConfig};
 use fawn_ring::Range;
 use tracing::{info, warn};
@@ -29,6 +41,25 @@ const MERGE_MARKER: &str = "MERGE_INTO";
 /// Prefix of a merged-in part's directory on its way out (renamed, then removed).
 const TRASH_PREFIX: &str = ".merged-";
 
+/// A background bulk merge of a marked pair (lower range into upper): `None` when it failed
+/// (the merge then copies everything).
+pub(super) type PreMerge = tokio::task::JoinHandle<Option<MergeInProgress>>;
+
+/// The marked pairs `(lower, upper)` of `config` that `me` replicates in sync.
+fn marked_pairs(config: &ClusterConfig, me: fawn_ring::NodeId) -> HashSet<(Range, Range)> {
+    let mut pairs = HashSet::new();
+    for lower in config.ranges.iter().filter(|rc| rc.chain.contains(&me)) {
+        let Some(at) = lower.merging.filter(|at| *at == lower.range.end_inclusive) else { continue };
+        let upper = config.ranges.iter().find(|rc| {
+            rc.range.start_exclusive == at && rc.merging == Some(at) && rc.chain.contains(&me)
+        });
+        if let Some(upper) = upper {
+            pairs.insert((lower.range, upper.range));
+        }
+    }
+    pairs
+}
+
 /// Fault injection for the crash tests: a back-end whose `FAWN_CRASH_AT` environment variable
 /// names `point` aborts there, as a kill -9 would stop it (`cluster_merge_resume`).
 fn crash_point(point: &str) {
@@ -39,6 +70,70 @@ fn crash_point(point: &str) {
 }
 
 impl Backend {
+    /// Starts the bulk merge of every marked pair of `config` this node replicates in sync
+    /// (unless one runs already), and forgets finished ones of pairs no longer marked.
+    pub(super) fn start_pre_merges(&self, config: &ClusterConfig) {
+        let wanted = marked_pairs(config, self.options.node);
+        let mut merges = self.pre_merges.lock();
+        merges.retain(|pair, m| wanted.contains(pair) || !m.is_finished());
+        for (lower, upper) in wanted {
+            if merges.contains_key(&(lower, upper)) {
+                continue;
+            }
+            let (Some(part), Some(target)) = (self.replica(&lower), self.replica(&upper)) else { continue };
+            part.bulk_copy_pending.store(true, Ordering::Release);
+            target.bulk_copy_pending.store(true, Ordering::Release);
+            let merge = tokio::task::spawn_blocking(move || {
+                let t0 = Instant::now();
+                target.store.set_key_filter(Some(range_filter(upper)));
+                let begun = target.store.merge_range_begin(&part.store, range_filter(lower));
+                part.bulk_copy_pending.store(false, Ordering::Release);
+                target.bulk_copy_pending.store(false, Ordering::Release);
+                match begun {
+                    Ok(b) => {
+                        info!(range = %upper.id_string(), part = %lower.id_string(), ms = t0.elapsed().as_millis() as u64,
+                            "copied the bulk of a merge");
+                        Some(b)
+                    }
+                    Err(e) => {
+                        warn!(range = %upper.id_string(), error = %e, "bulk copy of a merge failed; the merge will copy it all");
+                        None
+                    }
+                }
+            });
+            merges.insert((lower, upper), merge);
+        }
+    }
+
+    /// Drops the begun merges that `config` neither keeps marked nor installs as one range,
+    /// before anything else of it is installed: their datastores may be split or merged
+    /// otherwise, which a begun merge would refuse.
+    pub(super) async fn drop_stale_pre_merges(&self, config: &ClusterConfig) {
+        let wanted = marked_pairs(config, self.options.node);
+        let stale: Vec<PreMerge> = {
+            let mut merges = self.pre_merges.lock();
+            let keys: Vec<(Range, Range)> = merges
+                .keys()
+                .filter(|(lower, upper)| {
+                    let merged = Range::new(lower.start_exclusive, upper.end_inclusive);
+                    !wanted.contains(&(*lower, *upper)) && !config.ranges.iter().any(|rc| rc.range == merged)
+                })
+                .copied()
+                .collect();
+            keys.iter().filter_map(|k| merges.remove(k)).collect()
+        };
+        for m in stale {
+            // Dropped on this task once it ends: its files go, the stores compact again.
+            let _ = m.await;
+        }
+    }
+
+    /// The bulk merge of `lower` into `upper`, if one was started; waits for it to end.
+    async fn take_pre_merge(&self, lower: Range, upper: Range) -> Option<MergeInProgress> {
+        let merge = self.pre_merges.lock().remove(&(lower, upper))?;
+        merge.await.ok().flatten()
+    }
+
     /// Merges this node's replicas of ranges that `config` merged. Runs when a configuration
     /// is installed, after `split_ranges` (which cut any held range that a configuration
     /// boundary falls inside, so each range of `config` is tiled by held parts when this node
@@ -90,7 +185,8 @@ impl Backend {
         }
         let mut bytes = 0;
         for p in parts.iter().filter(|p| p.range != target.range) {
-            bytes += self.merge_part_into(&target.store, rc.range, p.range, &p.store)?;
+            let begun = self.take_pre_merge(p.range, target.range).await;
+            bytes += self.merge_part_into(&target.store, rc.range, p.range, &p.store, begun)?;
         }
         let sources: Vec<Range> = parts.iter().map(|p| p.range).filter(|r| *r != target.range).collect();
         self.finish_merge(&target.store, rc.range, &sources)?;
@@ -109,13 +205,15 @@ impl Backend {
     }
 
     /// Merges the datastore of `part` (a range inside `merged`, its directory marked first)
-    /// into `target`'s. Returns the bytes written.
+    /// into `target`'s; `begun`: the bulk of it, done while the ranges took puts. Returns the
+    /// bytes written.
     fn merge_part_into(
         &self,
         target: &DataStore,
         merged: Range,
         part: Range,
         part_store: &DataStore,
+        begun: Option<MergeInProgress>,
     ) -> anyhow::Result<u64> {
         let dir = self.range_dir(&part);
         write_marker(&dir, merged, part)
@@ -127,7 +225,10 @@ impl Backend {
             let id = fawn_ring::key_id(key);
             merged.contains(id) && !part.contains(id)
         })));
-        let report = blocking(true, || target.merge_range(part_store, range_filter(part)))
+        let report = blocking(true, || match begun {
+            Some(b) => target.merge_range_finish(part_store, b),
+            None => target.merge_range(part_store, range_filter(part)),
+        })
             .map_err(|e| anyhow::anyhow!("merging {} into {}: {e}", part, merged))?;
         info!(range = %merged.id_string(), part = %part.id_string(), records = report.records_written,
             bytes = report.bytes_written, "merged a range's datastore into its neighbour's");
@@ -220,7 +321,7 @@ impl Backend {
             let options = fawn_ds::Options { auto_compact: false, ..fawn_ds::Options::default() };
             let source = DataStore::open(&dir, options)
                 .map_err(|e| anyhow::anyhow!("opening merged-in {}: {e}", dir.display()))?;
-            self.merge_part_into(&target, merged, *part, &source)?;
+            self.merge_part_into(&target, merged, *part, &source, None)?;
         }
         self.finish_merge(&target, merged, parts)?;
         target.close().map_err(|e| anyhow::anyhow!("closing {merged}: {e}"))

@@ -177,6 +177,8 @@ pub struct Backend {
     installed_epoch: watch::Sender<Epoch>,
     /// Bulk copies of parts being split off, by (range, part) (`presplit.rs`).
     pre_splits: parking_lot::Mutex<HashMap<(Range, Range), presplit::PreSplit>>,
+    /// Bulk merges of marked pairs, by (lower, upper) (`merge.rs`).
+    pre_merges: parking_lot::Mutex<HashMap<(Range, Range), merge::PreMerge>>,
     /// (range, sender) pairs for which a resend is being asked (`resend_after_catch_up`).
     resend_asks: parking_lot::Mutex<std::collections::HashSet<(Range, NodeId)>>,
     counters: Counters,
@@ -204,6 +206,7 @@ impl Backend {
             drain_watch: parking_lot::Mutex::new(std::collections::HashSet::new()),
             installed_epoch: watch::Sender::new(0),
             pre_splits: parking_lot::Mutex::new(HashMap::new()),
+            pre_merges: parking_lot::Mutex::new(HashMap::new()),
             resend_asks: parking_lot::Mutex::new(std::collections::HashSet::new()),
             counters: Counters::default(),
             me: me.clone(),
@@ -265,6 +268,7 @@ impl Backend {
         let me = self.options.node;
         let epoch = config.epoch;
         let sizing = expected_keys_by_range(self.options.expected_keys, me, &config);
+        self.drop_stale_pre_merges(&config).await;
         self.split_ranges(&config).await?;
         self.merge_ranges(&config).await?;
         self.recover_merges(&config)?;
@@ -291,6 +295,7 @@ impl Backend {
         *self.view.write() = Arc::new(View::new(config));
         self.installed_epoch.send_replace(epoch);
         self.start_pre_splits(&self.current().config);
+        self.start_pre_merges(&self.current().config);
         self.watch_drains();
         // Freed only after the new view is in place: a request still routed by the old one
         // then hears "stale epoch" (and retries at once), not "no replica here".

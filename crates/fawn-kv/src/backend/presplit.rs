@@ -5,7 +5,7 @@
 //! keeps the range's datastore and the lower one gets a copy of its keys
 //! (`Backend::split_part`). As soon as a replica learns of the mark it starts that copy
 //! (`DataStore::split_begin`) in the background, and its head keeps ordering updates until
-//! its own copy is done (`RangeReplica::split_copy_pending`). Only then does the head refuse
+//! its own copy is done (`RangeReplica::bulk_copy_pending`). Only then does the head refuse
 //! puts, drain and report `SplitReady`; when the split configuration arrives each replica
 //! copies just what was appended since (`DataStore::split_finish`). Puts stop for the drain
 //! and that catch-up, not for the whole copy.
@@ -49,7 +49,7 @@ impl Backend {
             let Some(replica) = self.replica(&parent) else { continue };
             let dir = self.range_dir(&part);
             let options = self.split_options(&replica.store, &parent, &part);
-            replica.split_copy_pending.store(true, Ordering::Release);
+            replica.bulk_copy_pending.store(true, Ordering::Release);
             let copy = tokio::task::spawn_blocking(move || {
                 let t0 = std::time::Instant::now();
                 let begun = (|| {
@@ -60,7 +60,7 @@ impl Backend {
                     }
                     Ok::<_, anyhow::Error>(replica.store.split_begin(range_filter(part), &dir, options)?)
                 })();
-                replica.split_copy_pending.store(false, Ordering::Release);
+                replica.bulk_copy_pending.store(false, Ordering::Release);
                 match begun {
                     Ok(b) => {
                         info!(range = %part.id_string(), from = %parent.id_string(), ms = t0.elapsed().as_millis() as u64,

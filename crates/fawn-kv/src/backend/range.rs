@@ -194,9 +194,10 @@ pub struct RangeReplica {
     writes_block: bool,
     pub range: Range,
     pub store: Arc<DataStore>,
-    /// The bulk copy of this range's split-off part runs (`presplit.rs`): while it does, the
-    /// head of a range marked `splitting` still orders updates.
-    pub split_copy_pending: AtomicBool,
+    /// The bulk copy of this range's split-off part, or of its merge with its neighbour, runs
+    /// (`presplit.rs`, `merge.rs`): while it does, the head of a range marked `splitting` or
+    /// `merging` still orders updates.
+    pub bulk_copy_pending: AtomicBool,
     state: tokio::sync::Mutex<WriteState>,
     acked: AtomicU64,
     /// The snapshot stream this replica is sending (0: none). A new `SyncRequest` replaces the
@@ -255,7 +256,7 @@ impl RangeReplica {
     pub async fn ready_to_split(&self) -> bool {
         let st = self.state.lock().await;
         st.route.rc.splitting.is_some()
-            && !self.split_copy_pending.load(Ordering::Acquire)
+            && !self.bulk_copy_pending.load(Ordering::Acquire)
             && self.drained_head(&st)
     }
 
@@ -263,7 +264,10 @@ impl RangeReplica {
     /// as for [`RangeReplica::ready_to_split`] (`Request::MergeReady`).
     pub async fn ready_to_merge(&self) -> bool {
         let st = self.state.lock().await;
-        st.route.rc.merging.is_some() && !st.route.rc.merge_drained && self.drained_head(&st)
+        st.route.rc.merging.is_some()
+            && !st.route.rc.merge_drained
+            && !self.bulk_copy_pending.load(Ordering::Acquire)
+            && self.drained_head(&st)
     }
 
     /// The head, with nothing it ordered unacknowledged or held back and no replica syncing.
@@ -303,7 +307,7 @@ impl RangeReplica {
             range: route.rc.range,
             store,
             readable: AtomicBool::new(!route.is_syncing()),
-            split_copy_pending: AtomicBool::new(false),
+            bulk_copy_pending: AtomicBool::new(false),
             became_readable: tokio::sync::Notify::new(),
             state: tokio::sync::Mutex::new(WriteState {
                 route,
@@ -399,10 +403,10 @@ impl RangeReplica {
         }
         // Until the bulk of the split-off part is copied, updates go on; the copy then only
         // has to catch up with them once they stop.
-        if st.route.rc.splitting.is_some() && !self.split_copy_pending.load(Ordering::Acquire) {
+        if st.route.rc.splitting.is_some() && !self.bulk_copy_pending.load(Ordering::Acquire) {
             return Err(WireError::Unavailable("the range is being split (a node joined)".into()));
         }
-        if st.route.rc.merging.is_some() {
+        if st.route.rc.merging.is_some() && !self.bulk_copy_pending.load(Ordering::Acquire) {
             return Err(WireError::Unavailable("the range is being merged (a node left)".into()));
         }
         if self.unacked.lock().len() >= UNACKED_UPDATES_MAX {
