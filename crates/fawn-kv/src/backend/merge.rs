@@ -30,8 +30,9 @@ use std::sync::atomic::Ordering;
 use fawn_ds::{DataStore, MergeInProgress};
 use fawn_proto::native::{ClusterConfig, RangeConfig};
 use fawn_ring::Range;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
+use super::presplit::release_puts_block;
 use super::range::{blocking, RangeReplica, Route};
 use super::{marked_range, parse_ranges, range_filter, ranges_text, within, Backend};
 
@@ -83,12 +84,12 @@ impl Backend {
             let (Some(part), Some(target)) = (self.replica(&lower), self.replica(&upper)) else { continue };
             part.bulk_copy_pending.store(true, Ordering::Release);
             target.bulk_copy_pending.store(true, Ordering::Release);
+            let rt = tokio::runtime::Handle::current();
             let merge = tokio::task::spawn_blocking(move || {
                 let t0 = Instant::now();
                 target.store.set_key_filter(Some(range_filter(upper)));
                 let begun = target.store.merge_range_begin(&part.store, range_filter(lower));
-                part.bulk_copy_pending.store(false, Ordering::Release);
-                target.bulk_copy_pending.store(false, Ordering::Release);
+                release_puts_block(&rt, t0, begun.is_ok(), vec![Arc::clone(&part), Arc::clone(&target)]);
                 match begun {
                     Ok(b) => {
                         info!(range = %upper.id_string(), part = %lower.id_string(), ms = t0.elapsed().as_millis() as u64,
@@ -189,7 +190,9 @@ impl Backend {
             bytes += self.merge_part_into(&target.store, rc.range, p.range, &p.store, begun)?;
         }
         let sources: Vec<Range> = parts.iter().map(|p| p.range).filter(|r| *r != target.range).collect();
+        let t_finish = Instant::now();
         self.finish_merge(&target.store, rc.range, &sources)?;
+        debug!(range = %rc.range.id_string(), ms = t_finish.elapsed().as_millis() as u64, "merge made durable, parts discarded");
         let route = Route { epoch: config.epoch, me: self.options.node, rc: rc.clone() };
         let parents: Vec<&RangeReplica> = parts.iter().map(|p| &**p).collect();
         let whole =
@@ -225,13 +228,16 @@ impl Backend {
             let id = fawn_ring::key_id(key);
             merged.contains(id) && !part.contains(id)
         })));
+        let t0 = Instant::now();
+        let halves = begun.is_some();
         let report = blocking(true, || match begun {
             Some(b) => target.merge_range_finish(part_store, b),
             None => target.merge_range(part_store, range_filter(part)),
         })
-            .map_err(|e| anyhow::anyhow!("merging {} into {}: {e}", part, merged))?;
+        .map_err(|e| anyhow::anyhow!("merging {} into {}: {e}", part, merged))?;
         info!(range = %merged.id_string(), part = %part.id_string(), records = report.records_written,
-            bytes = report.bytes_written, "merged a range's datastore into its neighbour's");
+            bytes = report.bytes_written, halves, ms = t0.elapsed().as_millis() as u64, lock_us = report.lock_hold_us,
+            "merged a range's datastore into its neighbour's");
         Ok(report.bytes_written)
     }
 

@@ -16,17 +16,47 @@
 
 use std::collections::HashSet;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Instant;
 
 use fawn_ds::{DataStore, Options as DsOptions, SplitInProgress};
 use fawn_proto::native::ClusterConfig;
 use fawn_ring::Range;
-use tracing::{info, warn};
 
-use super::{apportion_expected_keys, range_filter, Backend};
+use tracing::{debug, info, warn};
+
+use super::range::RangeReplica;
+use super::{apportion_expected_keys, range_filter, Backend, CONFIG_POLL_INTERVAL};
 
 /// A background bulk copy of a split-off part: `None` when it failed (the split then copies
 /// everything).
 pub(super) type PreSplit = tokio::task::JoinHandle<Option<SplitInProgress>>;
+
+/// Lets the head of a range marked for a split or merge refuse puts (clears
+/// `bulk_copy_pending` on `replicas`) once this node's bulk copy, started at `t0` when it
+/// learned of the mark, is done — and, if it succeeded, once the other replicas have most
+/// likely done theirs too: they learn of the mark by their own configuration poll, up to
+/// `CONFIG_POLL_INTERVAL` later, and take about as long, and a replica still copying when the
+/// split or merge arrives makes everyone's puts wait for it. Puts flow meanwhile, so the wait
+/// only delays the split or merge; the bulk copy itself is ready for the finish at once.
+pub(super) fn release_puts_block(rt: &tokio::runtime::Handle, t0: Instant, copied: bool, replicas: Vec<Arc<RangeReplica>>) {
+    let release = move || {
+        for r in &replicas {
+            r.bulk_copy_pending.store(false, Ordering::Release);
+        }
+    };
+    if !copied {
+        return release();
+    }
+    let copy = t0.elapsed();
+    let wait = CONFIG_POLL_INTERVAL + copy;
+    debug!(copy_ms = copy.as_millis() as u64, wait_ms = wait.as_millis() as u64,
+        "bulk copy done; the range takes puts until the other replicas' should be done too");
+    rt.spawn(async move {
+        tokio::time::sleep(wait).await;
+        release();
+    });
+}
 
 impl Backend {
     /// Starts the bulk copy of the lower part of every range `config` marks splitting that
@@ -50,8 +80,9 @@ impl Backend {
             let dir = self.range_dir(&part);
             let options = self.split_options(&replica.store, &parent, &part);
             replica.bulk_copy_pending.store(true, Ordering::Release);
+            let rt = tokio::runtime::Handle::current();
             let copy = tokio::task::spawn_blocking(move || {
-                let t0 = std::time::Instant::now();
+                let t0 = Instant::now();
                 let begun = (|| {
                     if dir.exists() {
                         // Left by an older life of this range or an interrupted split.
@@ -60,7 +91,7 @@ impl Backend {
                     }
                     Ok::<_, anyhow::Error>(replica.store.split_begin(range_filter(part), &dir, options)?)
                 })();
-                replica.bulk_copy_pending.store(false, Ordering::Release);
+                release_puts_block(&rt, t0, begun.is_ok(), vec![Arc::clone(&replica)]);
                 match begun {
                     Ok(b) => {
                         info!(range = %part.id_string(), from = %parent.id_string(), ms = t0.elapsed().as_millis() as u64,
