@@ -719,7 +719,11 @@ struct Rewrite {
 
 /// Step 1 of `rewrite`: scan every log to its end, unlocked, into the new cold log (or hot
 /// log). On error the new files are removed.
-fn rewrite_begin(shared: &Shared, other: Option<&Shared>, other_keys: Option<KeyFilter>) -> Result<Rewrite, Error> {
+fn rewrite_begin(
+    shared: &Shared,
+    other: Option<&Shared>,
+    other_keys: Option<KeyFilter>,
+) -> Result<Rewrite, Error> {
     let t0 = Instant::now();
     let kind = if other.is_some() { MaintenanceKind::Merge } else { MaintenanceKind::Compact };
     let old = shared.current();
@@ -773,7 +777,11 @@ fn rewrite_begin(shared: &Shared, other: Option<&Shared>, other_keys: Option<Key
 }
 
 /// Steps 2 and on of `rewrite`: catch up, then the brief lock and the swap (`finish`).
-fn rewrite_finish(shared: &Shared, other: Option<&Shared>, begun: Rewrite) -> Result<MaintenanceReport, Error> {
+fn rewrite_finish(
+    shared: &Shared,
+    other: Option<&Shared>,
+    begun: Rewrite,
+) -> Result<MaintenanceReport, Error> {
     let Rewrite { new, old, other_old, keep_self, keep_other, rep, pos, other_pos, cold_out, t0 } = begun;
     let sides = Sides { shared, old, keep_self, other: other.zip(other_old), keep_other };
     let c = Copier {
@@ -1305,7 +1313,11 @@ impl DataStore {
     /// ranges being merged) stops them only for that. Until then no other maintenance runs
     /// on either store (it is refused with `InvalidRequest`; the automatic compactor waits).
     /// Dropping the returned merge removes its files and lifts that.
-    pub fn merge_range_begin(&self, other: &DataStore, other_keys: KeyFilter) -> Result<MergeInProgress, Error> {
+    pub fn merge_range_begin(
+        &self,
+        other: &DataStore,
+        other_keys: KeyFilter,
+    ) -> Result<MergeInProgress, Error> {
         let (a, b) = (Arc::clone(self.shared()), Arc::clone(other.shared()));
         let rewrite = self.merge_locked(other, |a, b| {
             let begun = rewrite_begin(a, Some(b), Some(other_keys))?;
@@ -1326,12 +1338,19 @@ impl DataStore {
 
     /// The second half of a merge begun by [`DataStore::merge_range_begin`] on this store
     /// with `other`: catch up with both stores' appends and swap, as `merge_range`.
-    pub fn merge_range_finish(&self, other: &DataStore, mut begun: MergeInProgress) -> Result<MaintenanceReport, Error> {
+    pub fn merge_range_finish(
+        &self,
+        other: &DataStore,
+        mut begun: MergeInProgress,
+    ) -> Result<MaintenanceReport, Error> {
         let (a, b) = (self.shared(), other.shared());
         if !Arc::ptr_eq(a, &begun.target) || !Arc::ptr_eq(b, &begun.other) {
-            return Err(Error::InvalidRequest("a merge finished on other datastores than it began on".into()));
+            return Err(Error::InvalidRequest(
+                "a merge finished on other datastores than it began on".into(),
+            ));
         }
-        let rewrite = begun.rewrite.take().ok_or_else(|| Error::InvalidRequest("a merge finished twice".into()))?;
+        let rewrite =
+            begun.rewrite.take().ok_or_else(|| Error::InvalidRequest("a merge finished twice".into()))?;
         let _g = MERGE_LOCK.lock();
         let _ma = a.maint.lock();
         let _mb = b.maint.lock();

@@ -96,10 +96,14 @@ fn a_merge_dropped_unfinished_changes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (mut model, mut seq) = (Model::new(), 0);
     let (upper, lower) = stores(dir.path(), &mut model, &mut seq);
-    let upper_before: Vec<_> = (0..200u64).map(|i| upper.lookup(format!("hi-{i:03}").as_bytes()).unwrap().map(|e| e.value)).collect();
+    let upper_before: Vec<_> = (0..200u64)
+        .map(|i| upper.lookup(format!("hi-{i:03}").as_bytes()).unwrap().map(|e| e.value))
+        .collect();
     let begun = upper.merge_range_begin(&lower, prefix("lo-")).unwrap();
     drop(begun);
-    let upper_after: Vec<_> = (0..200u64).map(|i| upper.lookup(format!("hi-{i:03}").as_bytes()).unwrap().map(|e| e.value)).collect();
+    let upper_after: Vec<_> = (0..200u64)
+        .map(|i| upper.lookup(format!("hi-{i:03}").as_bytes()).unwrap().map(|e| e.value))
+        .collect();
     assert_eq!(upper_before, upper_after);
     upper.compact().expect("the upper store compacts again");
     lower.compact().expect("the lower store compacts again");

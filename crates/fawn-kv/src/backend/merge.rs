@@ -51,9 +51,10 @@ fn marked_pairs(config: &ClusterConfig, me: fawn_ring::NodeId) -> HashSet<(Range
     let mut pairs = HashSet::new();
     for lower in config.ranges.iter().filter(|rc| rc.chain.contains(&me)) {
         let Some(at) = lower.merging.filter(|at| *at == lower.range.end_inclusive) else { continue };
-        let upper = config.ranges.iter().find(|rc| {
-            rc.range.start_exclusive == at && rc.merging == Some(at) && rc.chain.contains(&me)
-        });
+        let upper = config
+            .ranges
+            .iter()
+            .find(|rc| rc.range.start_exclusive == at && rc.merging == Some(at) && rc.chain.contains(&me));
         if let Some(upper) = upper {
             pairs.insert((lower.range, upper.range));
         }

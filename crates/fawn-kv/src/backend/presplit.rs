@@ -39,7 +39,12 @@ pub(super) type PreSplit = tokio::task::JoinHandle<Option<SplitInProgress>>;
 /// `CONFIG_POLL_INTERVAL` later, and take about as long, and a replica still copying when the
 /// split or merge arrives makes everyone's puts wait for it. Puts flow meanwhile, so the wait
 /// only delays the split or merge; the bulk copy itself is ready for the finish at once.
-pub(super) fn release_puts_block(rt: &tokio::runtime::Handle, t0: Instant, copied: bool, replicas: Vec<Arc<RangeReplica>>) {
+pub(super) fn release_puts_block(
+    rt: &tokio::runtime::Handle,
+    t0: Instant,
+    copied: bool,
+    replicas: Vec<Arc<RangeReplica>>,
+) {
     let release = move || {
         for r in &replicas {
             r.bulk_copy_pending.store(false, Ordering::Release);
@@ -50,8 +55,11 @@ pub(super) fn release_puts_block(rt: &tokio::runtime::Handle, t0: Instant, copie
     }
     let copy = t0.elapsed();
     let wait = CONFIG_POLL_INTERVAL + copy;
-    debug!(copy_ms = copy.as_millis() as u64, wait_ms = wait.as_millis() as u64,
-        "bulk copy done; the range takes puts until the other replicas' should be done too");
+    debug!(
+        copy_ms = copy.as_millis() as u64,
+        wait_ms = wait.as_millis() as u64,
+        "bulk copy done; the range takes puts until the other replicas' should be done too"
+    );
     rt.spawn(async move {
         tokio::time::sleep(wait).await;
         release();
