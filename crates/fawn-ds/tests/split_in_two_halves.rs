@@ -57,11 +57,17 @@ fn check(ds: &DataStore, model: &HashMap<Vec<u8>, Vec<u8>>, when: &str) {
     assert_eq!(ds.stats().live_keys, live, "{when}: live keys");
 }
 
-fn run(compact_between: bool) {
-    let dir = tempfile::tempdir().unwrap();
-    let src = DataStore::open(&dir.path().join("src"), opts()).unwrap();
+/// A source store with a first round of writes, and its model of the even keys.
+fn source(dir: &std::path::Path) -> (DataStore, HashMap<Vec<u8>, Vec<u8>>, u64) {
+    let src = DataStore::open(&dir.join("src"), opts()).unwrap();
     let (mut model, mut seq) = (HashMap::new(), 0);
     churn(&src, &mut model, 0, &mut seq);
+    (src, model, seq)
+}
+
+fn run(compact_between: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let (src, mut model, mut seq) = source(dir.path());
     let target = dir.path().join("part");
     let begun = src.split_begin(evens(), &target, opts()).unwrap();
     assert!(!target.exists(), "the target appears only when the split finishes");
@@ -92,9 +98,7 @@ fn a_compaction_between_the_halves_starts_the_copy_over() {
 #[test]
 fn a_split_dropped_unfinished_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
-    let src = DataStore::open(&dir.path().join("src"), opts()).unwrap();
-    let (mut model, mut seq) = (HashMap::new(), 0);
-    churn(&src, &mut model, 0, &mut seq);
+    let (src, model, _) = source(dir.path());
     let target = dir.path().join("part");
     let begun = src.split_begin(evens(), &target, opts()).unwrap();
     drop(begun);
