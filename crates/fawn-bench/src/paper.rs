@@ -13,6 +13,7 @@
 //! | `fig13_join.svg` | Figure 13: get rate while a 4th back-end joins, at max and ~30 % load |
 //! | `fig15_latency_cdf.svg` | Figure 15: get latency CDFs, normal and during a join, low and high load |
 //! | `failure.svg` | issue 6: get rate while a back-end is frozen (SIGSTOP) and its ranges repair |
+//! | `resize_puts.svg` | issue 6: put rate while a 5th back-end joins (ranges split) and leaves (ranges merge); the slowest put per phase is in `results.jsonl` |
 //! | `table3_qpcs.svg` | Table 3 analogue: queries per CPU-second, FAWN vs memcached vs Redis (and embedded FAWN-DS, RocksDB with the `rocksdb` feature) |
 //! | `distance.svg` | throughput vs concurrency with +0/1/5 ms between front-end and back-ends |
 //!
