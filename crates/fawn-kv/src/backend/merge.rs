@@ -17,8 +17,8 @@
 //! puts only once that is done on its node; when the merged range is installed, only what
 //! both took meanwhile is copied (`DataStore::merge_range_finish`). While begun, neither
 //! datastore is compacted. A begun merge whose pair is no longer marked (called off) or that
-//! the configuration replaces by other ranges is dropped (its files go) before anything else
-//! is installed.
+//! the configuration replaces by other ranges is forgotten before anything else is installed
+//! (its files go when its copy ends; `drop_stale_pre_merges`).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -107,27 +107,18 @@ impl Backend {
         }
     }
 
-    /// Drops the begun merges that `config` neither keeps marked nor installs as one range,
-    /// before anything else of it is installed: their datastores may be split or merged
-    /// otherwise, which a begun merge would refuse.
-    pub(super) async fn drop_stale_pre_merges(&self, config: &ClusterConfig) {
+    /// Forgets the begun merges that `config` neither keeps marked nor installs as one range
+    /// (the merge was called off), before anything else of it is installed. One still running
+    /// is not waited for: it removes its files and lifts its stores' reservation when it ends
+    /// (a split or merge of those stores meanwhile is refused and the configuration is
+    /// installed again at the next poll), so a configuration that repairs a failure is not
+    /// held up by a bulk copy.
+    pub(super) fn drop_stale_pre_merges(&self, config: &ClusterConfig) {
         let wanted = marked_pairs(config, self.options.node);
-        let stale: Vec<PreMerge> = {
-            let mut merges = self.pre_merges.lock();
-            let keys: Vec<(Range, Range)> = merges
-                .keys()
-                .filter(|(lower, upper)| {
-                    let merged = Range::new(lower.start_exclusive, upper.end_inclusive);
-                    !wanted.contains(&(*lower, *upper)) && !config.ranges.iter().any(|rc| rc.range == merged)
-                })
-                .copied()
-                .collect();
-            keys.iter().filter_map(|k| merges.remove(k)).collect()
-        };
-        for m in stale {
-            // Dropped on this task once it ends: its files go, the stores compact again.
-            let _ = m.await;
-        }
+        self.pre_merges.lock().retain(|(lower, upper), _| {
+            let merged = Range::new(lower.start_exclusive, upper.end_inclusive);
+            wanted.contains(&(*lower, *upper)) || config.ranges.iter().any(|rc| rc.range == merged)
+        });
     }
 
     /// The bulk merge of `lower` into `upper`, if one was started; waits for it to end.

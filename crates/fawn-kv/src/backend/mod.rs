@@ -268,7 +268,7 @@ impl Backend {
         let me = self.options.node;
         let epoch = config.epoch;
         let sizing = expected_keys_by_range(self.options.expected_keys, me, &config);
-        self.drop_stale_pre_merges(&config).await;
+        self.drop_stale_pre_merges(&config);
         self.split_ranges(&config).await?;
         self.merge_ranges(&config).await?;
         self.recover_merges(&config)?;
