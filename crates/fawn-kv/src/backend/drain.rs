@@ -24,10 +24,9 @@ use std::time::{Duration, Instant};
 
 use fawn_proto::native::{Epoch, Request, WireError};
 use fawn_ring::Range;
-use tracing::{debug, error};
+use tracing::debug;
 
 use super::Backend;
-use crate::view::fetch_config;
 
 /// How often a watched head checks whether it has drained.
 const DRAIN_WATCH_POLL: Duration = Duration::from_millis(2);
@@ -71,10 +70,7 @@ impl Backend {
         while started.elapsed() < DRAIN_WATCH_MAX {
             let Some(r) = self.replica(&range) else { return };
             let route = r.route().await;
-            if !route.rc.is_reshaping() {
-                return;
-            }
-            if !route.is_head() {
+            if !route.rc.is_reshaping() || !route.is_head() {
                 return;
             }
             let poll_due = last_fetch.is_none_or(|t| t.elapsed() >= MERGE_WAIT_POLL);
@@ -106,15 +102,6 @@ impl Backend {
         match newer {
             Ok(Ok(current)) => WireError::StaleEpoch { current: *current },
             _ => WireError::Unavailable(why),
-        }
-    }
-
-    /// Fetches the manager's configuration and installs it if it is newer.
-    pub(super) async fn fetch_and_install(&self) {
-        if let Ok(config) = fetch_config(&self.pool, &self.options.manager).await {
-            if let Err(e) = self.install(config).await {
-                error!(error = %e, "cannot install configuration");
-            }
         }
     }
 }

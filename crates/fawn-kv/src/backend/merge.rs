@@ -20,19 +20,18 @@
 //! the configuration replaces by other ranges is forgotten before anything else is installed
 //! (its files go when its copy ends; `drop_stale_pre_merges`).
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
-
-use std::collections::HashSet;
-use std::sync::atomic::Ordering;
 
 use fawn_ds::{DataStore, MergeInProgress};
 use fawn_proto::native::{ClusterConfig, RangeConfig};
 use fawn_ring::Range;
 use tracing::{debug, info, warn};
 
-use super::presplit::release_puts_block;
+use super::presplit::end_bulk_copy;
 use super::range::{blocking, RangeReplica, Route};
 use super::{marked_range, parse_ranges, range_filter, ranges_text, within, Backend};
 
@@ -90,18 +89,9 @@ impl Backend {
                 let t0 = Instant::now();
                 target.store.set_key_filter(Some(range_filter(upper)));
                 let begun = target.store.merge_range_begin(&part.store, range_filter(lower));
-                release_puts_block(&rt, t0, begun.is_ok(), vec![Arc::clone(&part), Arc::clone(&target)]);
-                match begun {
-                    Ok(b) => {
-                        info!(range = %upper.id_string(), part = %lower.id_string(), ms = t0.elapsed().as_millis() as u64,
-                            "copied the bulk of a merge");
-                        Some(b)
-                    }
-                    Err(e) => {
-                        warn!(range = %upper.id_string(), error = %e, "bulk copy of a merge failed; the merge will copy it all");
-                        None
-                    }
-                }
+                let what = format!("merge of {}", lower.id_string());
+                let replicas = vec![Arc::clone(&part), Arc::clone(&target)];
+                end_bulk_copy(&rt, t0, begun.map_err(anyhow::Error::from), replicas, &what, upper)
             });
             merges.insert((lower, upper), merge);
         }

@@ -294,8 +294,9 @@ impl Backend {
         info!(epoch, "configuration installed");
         *self.view.write() = Arc::new(View::new(config));
         self.installed_epoch.send_replace(epoch);
-        self.start_pre_splits(&self.current().config);
-        self.start_pre_merges(&self.current().config);
+        let view = self.current();
+        self.start_pre_splits(&view.config);
+        self.start_pre_merges(&view.config);
         self.watch_drains();
         // Freed only after the new view is in place: a request still routed by the old one
         // then hears "stale epoch" (and retries at once), not "no replica here".
@@ -390,10 +391,9 @@ impl Backend {
             // Left by an older life of this range or an interrupted split: the parent is whole.
             std::fs::remove_dir_all(&dir).map_err(|e| anyhow::anyhow!("emptying {}: {e}", dir.display()))?;
         }
-        let options = self.split_options(store, parent, part);
         let (copy, report) = blocking(true, || match begun {
             Some(b) => store.split_finish(b),
-            None => store.split(range_filter(*part), &dir, options),
+            None => store.split(range_filter(*part), &dir, self.split_options(store, parent, part)),
         })
         .map_err(|e| anyhow::anyhow!("splitting into {}: {e}", dir.display()))?;
         info!(range = %part.id_string(), from = %parent.id_string(), records = report.records_written,
@@ -669,6 +669,15 @@ impl Backend {
             return;
         }
         self.fetch_and_install().await;
+    }
+
+    /// Fetches the manager's configuration and installs it if it is newer.
+    async fn fetch_and_install(&self) {
+        if let Ok(config) = fetch_config(&self.pool, &self.options.manager).await {
+            if let Err(e) = self.install(config).await {
+                error!(error = %e, "cannot install configuration");
+            }
+        }
     }
 
     fn replica(&self, range: &Range) -> Option<Arc<RangeReplica>> {

@@ -32,6 +32,30 @@ use super::{apportion_expected_keys, range_filter, Backend, CONFIG_POLL_INTERVAL
 /// everything).
 pub(super) type PreSplit = tokio::task::JoinHandle<Option<SplitInProgress>>;
 
+/// The end of a bulk copy (split or merge) on a blocking thread: lets the head refuse puts in
+/// due time (`release_puts_block`), logs what happened to `what` of `range`, and hands the
+/// begun operation on, or `None` if it failed (the split or merge then copies everything).
+pub(super) fn end_bulk_copy<T>(
+    rt: &tokio::runtime::Handle,
+    t0: Instant,
+    begun: anyhow::Result<T>,
+    replicas: Vec<Arc<RangeReplica>>,
+    what: &str,
+    range: Range,
+) -> Option<T> {
+    release_puts_block(rt, t0, begun.is_ok(), replicas);
+    match begun {
+        Ok(b) => {
+            info!(range = %range.id_string(), what, ms = t0.elapsed().as_millis() as u64, "bulk copy done");
+            Some(b)
+        }
+        Err(e) => {
+            warn!(range = %range.id_string(), what, error = %e, "bulk copy failed; the operation will copy it all");
+            None
+        }
+    }
+}
+
 /// Lets the head of a range marked for a split or merge refuse puts (clears
 /// `bulk_copy_pending` on `replicas`) once this node's bulk copy, started at `t0` when it
 /// learned of the mark, is done — and, if it succeeded, once the other replicas have most
@@ -39,7 +63,7 @@ pub(super) type PreSplit = tokio::task::JoinHandle<Option<SplitInProgress>>;
 /// `CONFIG_POLL_INTERVAL` later, and take about as long, and a replica still copying when the
 /// split or merge arrives makes everyone's puts wait for it. Puts flow meanwhile, so the wait
 /// only delays the split or merge; the bulk copy itself is ready for the finish at once.
-pub(super) fn release_puts_block(
+fn release_puts_block(
     rt: &tokio::runtime::Handle,
     t0: Instant,
     copied: bool,
@@ -99,18 +123,8 @@ impl Backend {
                     }
                     Ok::<_, anyhow::Error>(replica.store.split_begin(range_filter(part), &dir, options)?)
                 })();
-                release_puts_block(&rt, t0, begun.is_ok(), vec![Arc::clone(&replica)]);
-                match begun {
-                    Ok(b) => {
-                        info!(range = %part.id_string(), from = %parent.id_string(), ms = t0.elapsed().as_millis() as u64,
-                            "copied the bulk of a part being split off");
-                        Some(b)
-                    }
-                    Err(e) => {
-                        warn!(range = %part.id_string(), error = %e, "bulk copy of a part being split off failed; the split will copy it all");
-                        None
-                    }
-                }
+                let what = format!("split off {}", parent.id_string());
+                end_bulk_copy(&rt, t0, begun, vec![Arc::clone(&replica)], &what, part)
             });
             copies.insert((parent, part), copy);
         }
