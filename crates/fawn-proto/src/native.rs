@@ -21,7 +21,8 @@ use fawn_ring::{KeyId, NodeId, Range};
 /// `SnapshotEnd` changed fields), so version-1 nodes cannot join a version-2 cluster.
 /// 3: ranges split on join (`RangeConfig::splitting`, `Request::SplitReady`).
 /// 4: ranges merge after a leave (`RangeConfig::merging`, `Request::MergeReady`).
-pub const PROTOCOL_VERSION: u8 = 4;
+/// 5: front-ends heartbeat the back-ends and report to the manager (`Request::Heartbeats`).
+pub const PROTOCOL_VERSION: u8 = 5;
 /// Largest frame body accepted (a 1 MiB value plus key and headers fits many times over).
 pub const FRAME_BYTES_MAX: usize = 8 << 20;
 /// Bytes before the body: length (4) + version (1) + request id (8).
@@ -107,6 +108,12 @@ pub enum Request {
     /// update since and has every update it ordered acknowledged (to the manager; answered
     /// with `Config`). Re-sent while the range is marked and not yet `merge_drained`.
     MergeReady { node: NodeId, range: Range },
+    /// Front-end `frontend` finished a heartbeat round (to the manager; answered with `Ok`):
+    /// for every back-end it probes, the milliseconds since that back-end last answered one of
+    /// its pings (0 = it answered this round). The manager declares a back-end failed when a
+    /// report shows it silent past the failure threshold, no one heard from it within that
+    /// time, and it does not answer the manager's own ping either.
+    Heartbeats { frontend: u32, silent_ms: Vec<(NodeId, u64)> },
 }
 
 /// Answers, one per request, with the request's id.

@@ -177,10 +177,14 @@ pub struct ManagerArgs {
     /// Front-ends (wedges of the key space); ids 0..N.
     #[arg(long, default_value_t = 1)]
     frontends: u32,
-    /// Milliseconds between heartbeats to each back-end (t_hb).
+    /// Milliseconds between heartbeats to each back-end (t_hb). The front-ends heartbeat the
+    /// back-ends and report to the manager; the manager pings a back-end itself only to
+    /// confirm a reported silence, and heartbeats all of them only while no front-end
+    /// reports.
     #[arg(long, default_value_t = 200)]
     heartbeat_ms: u64,
-    /// Missed heartbeats in a row after which a back-end is declared failed.
+    /// Heartbeat intervals of silence (t_hb × this) after which a back-end is declared
+    /// failed.
     #[arg(long, default_value_t = 10)]
     fd_threshold: u32,
     /// Replicas per key (chain length R).
@@ -327,6 +331,12 @@ pub struct FrontendArgs {
     /// Largest value accepted, in bytes.
     #[arg(long, default_value_t = fawn_ds::limits::VALUE_BYTES_MAX)]
     value_bytes_max: usize,
+    /// Milliseconds between this front-end's heartbeats to each back-end (t_hb). Each round
+    /// is reported to the manager, which declares a back-end failed after the manager's
+    /// `--fd-threshold` heartbeat intervals of silence; keep it equal to the manager's
+    /// `--heartbeat-ms`.
+    #[arg(long, default_value_t = 200)]
+    heartbeat_ms: u64,
 }
 
 impl FrontendArgs {
@@ -338,6 +348,7 @@ impl FrontendArgs {
             memcache_advertise: self.memcached.clone(),
             cache_entries: self.cache_entries,
             request_timeout: Duration::from_millis(self.request_timeout_ms),
+            heartbeat: Duration::from_millis(self.heartbeat_ms.max(1)),
         };
         let mc = memcache_config(self.max_connections, self.idle_timeout_secs, self.value_bytes_max);
         let metrics = self.metrics.as_deref();

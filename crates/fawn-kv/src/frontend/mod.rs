@@ -3,6 +3,7 @@
 //! cache (paper §3.4.1–3.4.2). It implements [`KvService`] for the memcached server.
 
 pub mod cache;
+mod heartbeat;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -44,6 +45,9 @@ pub struct FrontendOptions {
     pub cache_entries: usize,
     /// Time-out of one request to a back-end.
     pub request_timeout: Duration,
+    /// Interval between this front-end's heartbeats to each back-end (t_hb); each round is
+    /// reported to the manager, which declares failures.
+    pub heartbeat: Duration,
 }
 
 #[derive(Default)]
@@ -92,6 +96,8 @@ impl Frontend {
             refresh_lock: tokio::sync::Mutex::new(()),
         });
         tokio::spawn(poll_config(Arc::downgrade(&frontend)));
+        let heartbeat = frontend.options.heartbeat;
+        tokio::spawn(heartbeat::heartbeat_backends(Arc::downgrade(&frontend), heartbeat));
         Ok(frontend)
     }
 

@@ -1,6 +1,7 @@
 //! The manager: holds the authoritative cluster configuration, persists every change before
 //! publishing it, and answers registrations and configuration fetches.
 
+mod detector;
 mod persist;
 pub mod state;
 
@@ -49,8 +50,13 @@ pub struct Manager {
     config: Mutex<ClusterConfig>,
     /// Cut chain links (unordered pairs) with the time of their latest report.
     cuts: Mutex<HashMap<(NodeId, NodeId), Instant>>,
-    /// When each back-end last answered a heartbeat.
+    /// When each back-end was last heard answering a heartbeat: a front-end's (as reported)
+    /// or the manager's own.
     heartbeat_ok: Mutex<HashMap<NodeId, Instant>>,
+    /// When each front-end last reported a heartbeat round (`Request::Heartbeats`).
+    frontend_reports: Mutex<HashMap<u32, Instant>>,
+    /// Back-ends the manager is pinging to confirm a reported silence.
+    confirming: Mutex<std::collections::HashSet<NodeId>>,
     /// Connections for confirming link-cut reports.
     pool: fawn_client::pool::Pool,
     file: ConfigFile,
@@ -78,6 +84,8 @@ impl Manager {
             config: Mutex::new(config),
             cuts: Mutex::new(HashMap::new()),
             heartbeat_ok: Mutex::new(HashMap::new()),
+            frontend_reports: Mutex::new(HashMap::new()),
+            confirming: Mutex::new(std::collections::HashSet::new()),
             pool: fawn_client::pool::Pool::new(LINK_CUT_CONFIRM_TIMEOUT),
             file,
             started: Instant::now(),
@@ -92,7 +100,7 @@ impl Manager {
 
     /// Serves the native protocol and runs the failure detector until shutdown.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: watch::Receiver<bool>) {
-        tokio::spawn(detect_failures(Arc::downgrade(&self), shutdown.clone()));
+        tokio::spawn(detector::detect_failures(Arc::downgrade(&self), shutdown.clone()));
         tokio::spawn(push_configs(self.published.subscribe(), shutdown.clone()));
         server::serve(listener, self, shutdown).await
     }
@@ -246,56 +254,17 @@ impl Handler for Manager {
                 role: "manager".into(),
                 epoch: self.config.lock().epoch,
                 uptime_secs: self.started.elapsed().as_secs(),
-                counters: vec![("cut_links".to_string(), self.cuts.lock().len() as u64)],
+                counters: vec![
+                    ("cut_links".to_string(), self.cuts.lock().len() as u64),
+                    ("frontends_reporting_heartbeats".to_string(), self.frontends_reporting() as u64),
+                ],
             }),
+            Request::Heartbeats { frontend, silent_ms } => {
+                self.heartbeats(frontend, silent_ms);
+                Response::Ok
+            }
             Request::Ping => Response::Pong,
             other => Response::Error(WireError::Invalid(format!("the manager does not serve {other:?}"))),
-        }
-    }
-}
-
-/// Heartbeats every alive back-end each `heartbeat`; one that has not answered for
-/// `heartbeat × fd_threshold` is declared failed, which removes it from its chains and starts
-/// re-replication.
-async fn detect_failures(manager: std::sync::Weak<Manager>, mut shutdown: watch::Receiver<bool>) {
-    let pool = Arc::new(fawn_client::pool::Pool::new(Duration::from_millis(500)));
-    // Time-based, so a probe that hangs until its timeout does not stretch the threshold.
-    let mut last_ok: HashMap<fawn_ring::NodeId, Instant> = HashMap::new();
-    loop {
-        let Some(m) = manager.upgrade() else { return };
-        let (heartbeat, threshold) = (m.options.heartbeat, m.options.fd_threshold);
-        let config = m.config();
-        drop(m);
-        tokio::select! {
-            _ = tokio::time::sleep(heartbeat) => {}
-            _ = shutdown.changed() => return,
-        }
-        if !config.formed {
-            continue;
-        }
-        let mut probes = tokio::task::JoinSet::new();
-        for b in config.backends.iter().filter(|b| matches!(b.state, NodeState::Alive | NodeState::Leaving)) {
-            let (pool, node, addr) = (pool.clone(), b.node, b.addr.clone());
-            probes.spawn(async move {
-                (node, matches!(pool.call(&addr, Request::Ping, heartbeat).await, Ok(Response::Pong)))
-            });
-        }
-        let limit = heartbeat * threshold;
-        while let Some(Ok((node, alive))) = probes.join_next().await {
-            let Some(m) = manager.upgrade() else { return };
-            let seen = last_ok.entry(node).or_insert_with(Instant::now);
-            if alive {
-                *seen = Instant::now();
-                m.heartbeat_ok.lock().insert(node, *seen);
-            } else if seen.elapsed() >= limit {
-                last_ok.remove(&node);
-                warn!(node, threshold, "back-end missed its heartbeats; declaring it failed");
-                let cuts = m.link_cuts();
-                let _ = m.apply(|c| state::fail_node(c, node, &cuts));
-            }
-        }
-        if let Some(m) = manager.upgrade() {
-            m.expire_cuts();
         }
     }
 }

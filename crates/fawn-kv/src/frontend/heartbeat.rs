@@ -1,0 +1,114 @@
+//! Front-end failure detection (paper §3.4.4): every `heartbeat` the front-end pings each
+//! back-end of its configuration and tells the manager, per back-end, how long it has been
+//! since that back-end last answered. The manager decides (see `manager::Manager::heartbeats`):
+//! one front-end's silence alone does not remove a back-end that others, or the manager,
+//! still reach.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use fawn_client::pool::Pool;
+use fawn_proto::native::{NodeState, Request, Response};
+use fawn_ring::NodeId;
+use tracing::{debug, warn};
+
+use super::Frontend;
+
+/// Runs until the front-end is dropped.
+pub(super) async fn heartbeat_backends(frontend: Weak<Frontend>, interval: Duration) {
+    // Own connections: a ping must not queue behind large values on the data path's.
+    let pool = Arc::new(Pool::new(interval));
+    let mut last_answer: HashMap<NodeId, Instant> = HashMap::new();
+    let mut manager_unreachable = false;
+    loop {
+        tokio::time::sleep(interval).await;
+        let Some(f) = frontend.upgrade() else { return };
+        let (config, manager, id) = (f.config(), f.options.manager.clone(), f.options.id);
+        drop(f);
+        if !config.formed {
+            continue;
+        }
+        let watched: Vec<(NodeId, String)> = config
+            .backends
+            .iter()
+            .filter(|b| matches!(b.state, NodeState::Alive | NodeState::Leaving))
+            .map(|b| (b.node, b.addr.clone()))
+            .collect();
+        let answered = ping_all(&pool, &watched, interval).await;
+        let silent_ms = silences(&mut last_answer, &watched, &answered);
+        let report = Request::Heartbeats { frontend: id, silent_ms };
+        match pool.call(&manager, report, interval).await {
+            Ok(Response::Ok) => manager_unreachable = false,
+            other => {
+                // Logged once per outage: the manager's own detector takes over meanwhile.
+                if !std::mem::replace(&mut manager_unreachable, true) {
+                    warn!(result = ?other, "cannot report heartbeats to the manager");
+                }
+            }
+        }
+    }
+}
+
+/// Pings every back-end at once; returns those that answered within `timeout`.
+async fn ping_all(pool: &Arc<Pool>, backends: &[(NodeId, String)], timeout: Duration) -> Vec<NodeId> {
+    let mut probes = tokio::task::JoinSet::new();
+    for (node, addr) in backends {
+        let (pool, node, addr) = (pool.clone(), *node, addr.clone());
+        probes.spawn(async move {
+            (node, matches!(pool.call(&addr, Request::Ping, timeout).await, Ok(Response::Pong)))
+        });
+    }
+    let mut answered = Vec::new();
+    while let Some(joined) = probes.join_next().await {
+        match joined {
+            Ok((node, true)) => answered.push(node),
+            Ok((node, false)) => debug!(node, "back-end missed a heartbeat"),
+            Err(e) => warn!(error = %e, "heartbeat probe task failed"),
+        }
+    }
+    answered
+}
+
+/// Updates `last_answer` with this round and returns, per watched back-end, the milliseconds
+/// since it last answered. Time-based, not a miss count, so a probe that hangs until its
+/// time-out does not stretch the threshold; a back-end seen for the first time starts at 0.
+fn silences(
+    last_answer: &mut HashMap<NodeId, Instant>,
+    watched: &[(NodeId, String)],
+    answered: &[NodeId],
+) -> Vec<(NodeId, u64)> {
+    let now = Instant::now();
+    last_answer.retain(|node, _| watched.iter().any(|(n, _)| n == node));
+    for node in answered {
+        last_answer.insert(*node, now);
+    }
+    watched
+        .iter()
+        .map(|(node, _)| {
+            let since = *last_answer.entry(*node).or_insert(now);
+            (*node, now.duration_since(since).as_millis() as u64)
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn silence_counts_from_the_last_answer_and_forgets_removed_backends() {
+        let mut last = HashMap::new();
+        let watched = vec![(1, "a".to_string()), (2, "b".to_string())];
+        let first = silences(&mut last, &watched, &[1]);
+        assert_eq!(first, vec![(1, 0), (2, 0)]);
+        let long_ago = Instant::now() - Duration::from_secs(3);
+        last.insert(2, long_ago);
+        let second = silences(&mut last, &watched, &[1]);
+        assert_eq!(second[0], (1, 0));
+        assert!(second[1].1 >= 3000, "{second:?}");
+        let third = silences(&mut last, &watched[..1], &[]);
+        assert_eq!(third.len(), 1);
+        assert!(!last.contains_key(&2));
+    }
+}

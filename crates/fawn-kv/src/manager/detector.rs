@@ -1,0 +1,168 @@
+//! Failure detection (paper §3.4.4). The front-ends heartbeat every back-end each t_hb and
+//! report each round (`Request::Heartbeats`); the manager declares a back-end failed when
+//! a report shows it silent for `heartbeat × fd_threshold`, nobody (another front-end, the
+//! manager) heard from it within that time, and it does not answer the manager's own ping.
+//! The confirmation keeps one front-end cut off from a healthy back-end from having it
+//! removed from every chain. While no front-end reports (all of them down, or a cluster run
+//! without any), the manager heartbeats the back-ends itself, so failures are still found.
+
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use fawn_proto::native::{NodeState, Request, Response};
+use fawn_ring::NodeId;
+use tokio::sync::watch;
+use tracing::{info, warn};
+
+use super::{state, Manager};
+
+impl Manager {
+    /// Silence after which a back-end is declared failed.
+    fn failure_limit(&self) -> Duration {
+        self.options.heartbeat * self.options.fd_threshold.max(1)
+    }
+
+    /// Records that `node` answered a heartbeat at `at` (keeps the latest).
+    fn heard(&self, node: NodeId, at: Instant) {
+        let mut seen = self.heartbeat_ok.lock();
+        let t = seen.entry(node).or_insert(at);
+        *t = (*t).max(at);
+    }
+
+    /// Whether `node` was heard within the failure limit.
+    fn heard_recently(&self, node: NodeId) -> bool {
+        self.heartbeat_ok.lock().get(&node).is_some_and(|t| t.elapsed() < self.failure_limit())
+    }
+
+    /// Front-ends that reported a heartbeat round within the failure limit.
+    pub(super) fn frontends_reporting(&self) -> usize {
+        let limit = self.failure_limit();
+        self.frontend_reports.lock().values().filter(|t| t.elapsed() < limit).count()
+    }
+
+    /// A front-end's heartbeat round: records who answered it and checks, in the background,
+    /// every back-end it reports silent past the limit.
+    pub(super) fn heartbeats(self: &Arc<Self>, frontend: u32, silent_ms: Vec<(NodeId, u64)>) {
+        let now = Instant::now();
+        self.frontend_reports.lock().insert(frontend, now);
+        let limit = self.failure_limit();
+        for (node, ms) in silent_ms {
+            let silent = Duration::from_millis(ms);
+            if let Some(at) = now.checked_sub(silent) {
+                self.heard(node, at);
+            }
+            if silent >= limit {
+                tokio::spawn(self.clone().suspect(node, frontend, silent));
+            }
+        }
+    }
+
+    /// `frontend` has not heard from `node` for `silent`: declare it failed unless someone
+    /// heard it since the limit began or it answers the manager now.
+    async fn suspect(self: Arc<Self>, node: NodeId, frontend: u32, silent: Duration) {
+        let Some(addr) = self.watched_addr(node) else { return };
+        if self.heard_recently(node) || !self.confirming.lock().insert(node) {
+            return;
+        }
+        let timeout = self.options.heartbeat;
+        let ping = self.pool.call(&addr, Request::Ping, timeout);
+        let answered = matches!(tokio::time::timeout(timeout, ping).await, Ok(Ok(Response::Pong)));
+        if answered {
+            self.heard(node, Instant::now());
+            warn!(
+                node,
+                frontend,
+                silent_ms = silent.as_millis() as u64,
+                "front-end cannot reach the back-end but the manager can: not declaring it failed"
+            );
+        } else {
+            self.declare_failed(node, silent);
+        }
+        self.confirming.lock().remove(&node);
+    }
+
+    /// The address of `node` if it is one the detector watches (alive or leaving).
+    fn watched_addr(&self, node: NodeId) -> Option<String> {
+        let config = self.config.lock();
+        let b = config.backends.iter().find(|b| b.node == node)?;
+        matches!(b.state, NodeState::Alive | NodeState::Leaving).then(|| b.addr.clone())
+    }
+
+    fn declare_failed(&self, node: NodeId, silent: Duration) {
+        warn!(
+            node,
+            silent_ms = silent.as_millis() as u64,
+            threshold = self.options.fd_threshold,
+            "back-end missed its heartbeats; declaring it failed"
+        );
+        self.heartbeat_ok.lock().remove(&node);
+        let cuts = self.link_cuts();
+        let _ = self.apply(|c| state::fail_node(c, node, &cuts));
+    }
+}
+
+/// Every `heartbeat`: expires old link cuts and, while no front-end reports heartbeats,
+/// heartbeats every alive back-end itself.
+pub(super) async fn detect_failures(manager: Weak<Manager>, mut shutdown: watch::Receiver<bool>) {
+    let pool = Arc::new(fawn_client::pool::Pool::new(Duration::from_millis(500)));
+    let mut probing = false;
+    loop {
+        let Some(m) = manager.upgrade() else { return };
+        let heartbeat = m.options.heartbeat;
+        drop(m);
+        tokio::select! {
+            _ = tokio::time::sleep(heartbeat) => {}
+            _ = shutdown.changed() => return,
+        }
+        let Some(m) = manager.upgrade() else { return };
+        m.expire_cuts();
+        let config = m.config();
+        let own = config.formed && m.frontends_reporting() == 0;
+        if own != probing {
+            probing = own;
+            info!(
+                manager_probes = own,
+                "failure detection: {}",
+                if own {
+                    "no front-end reports heartbeats; the manager heartbeats the back-ends"
+                } else {
+                    "front-ends report heartbeats"
+                }
+            );
+        }
+        drop(m);
+        if own {
+            probe_round(&manager, &pool, &config, heartbeat).await;
+        }
+    }
+}
+
+/// One round of the manager's own heartbeats.
+async fn probe_round(
+    manager: &Weak<Manager>,
+    pool: &Arc<fawn_client::pool::Pool>,
+    config: &fawn_proto::native::ClusterConfig,
+    heartbeat: Duration,
+) {
+    let mut probes = tokio::task::JoinSet::new();
+    for b in config.backends.iter().filter(|b| matches!(b.state, NodeState::Alive | NodeState::Leaving)) {
+        let (pool, node, addr) = (pool.clone(), b.node, b.addr.clone());
+        probes.spawn(async move {
+            (node, matches!(pool.call(&addr, Request::Ping, heartbeat).await, Ok(Response::Pong)))
+        });
+    }
+    while let Some(Ok((node, alive))) = probes.join_next().await {
+        let Some(m) = manager.upgrade() else { return };
+        let now = Instant::now();
+        if alive {
+            m.heard(node, now);
+            continue;
+        }
+        // Time-based, so a probe that hangs until its time-out does not stretch the
+        // threshold; a back-end first seen silent starts its count now.
+        let since = *m.heartbeat_ok.lock().entry(node).or_insert(now);
+        if now.duration_since(since) >= m.failure_limit() {
+            m.declare_failed(node, now.duration_since(since));
+        }
+    }
+}
