@@ -16,6 +16,9 @@ use tracing::{info, warn};
 
 use super::{state, Manager};
 
+/// How often the manager repeats that a front-end cannot reach a back-end it can reach itself.
+const ONE_SIDED_LOG_EVERY: Duration = Duration::from_secs(10);
+
 impl Manager {
     /// Silence after which a back-end is declared failed.
     fn failure_limit(&self) -> Duration {
@@ -67,18 +70,34 @@ impl Manager {
         let timeout = self.options.heartbeat;
         let ping = self.pool.call(&addr, Request::Ping, timeout);
         let answered = matches!(tokio::time::timeout(timeout, ping).await, Ok(Ok(Response::Pong)));
-        if answered {
-            self.heard(node, Instant::now());
-            warn!(
-                node,
-                frontend,
-                silent_ms = silent.as_millis() as u64,
-                "front-end cannot reach the back-end but the manager can: not declaring it failed"
-            );
-        } else {
+        if !answered {
             self.declare_failed(node, silent);
+        } else {
+            self.heard(node, Instant::now());
+            if self.first_report_in_a_while(frontend, node) {
+                warn!(
+                    node,
+                    frontend,
+                    silent_ms = silent.as_millis() as u64,
+                    "front-end cannot reach the back-end but the manager can: not declaring it failed"
+                );
+            }
         }
         self.confirming.lock().remove(&node);
+    }
+
+    /// Whether to log that `frontend` cannot reach `node`: once per `ONE_SIDED_LOG_EVERY`
+    /// per pair, not at every heartbeat while the link stays down.
+    fn first_report_in_a_while(&self, frontend: u32, node: NodeId) -> bool {
+        let mut logged = self.one_sided_logged.lock();
+        let now = Instant::now();
+        match logged.get(&(frontend, node)) {
+            Some(t) if now.duration_since(*t) < ONE_SIDED_LOG_EVERY => false,
+            _ => {
+                logged.insert((frontend, node), now);
+                true
+            }
+        }
     }
 
     /// The address of `node` if it is one the detector watches (alive or leaving).

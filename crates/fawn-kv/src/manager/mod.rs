@@ -57,6 +57,8 @@ pub struct Manager {
     frontend_reports: Mutex<HashMap<u32, Instant>>,
     /// Back-ends the manager is pinging to confirm a reported silence.
     confirming: Mutex<std::collections::HashSet<NodeId>>,
+    /// When the manager last logged that a front-end cannot reach a back-end it can.
+    one_sided_logged: Mutex<HashMap<(u32, NodeId), Instant>>,
     /// Connections for confirming link-cut reports.
     pool: fawn_client::pool::Pool,
     file: ConfigFile,
@@ -86,6 +88,7 @@ impl Manager {
             heartbeat_ok: Mutex::new(HashMap::new()),
             frontend_reports: Mutex::new(HashMap::new()),
             confirming: Mutex::new(std::collections::HashSet::new()),
+            one_sided_logged: Mutex::new(HashMap::new()),
             pool: fawn_client::pool::Pool::new(LINK_CUT_CONFIRM_TIMEOUT),
             file,
             started: Instant::now(),
