@@ -1,10 +1,11 @@
 //! A configuration as every process routes by it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use fawn_client::pool::Pool;
-use fawn_proto::native::{ClusterConfig, RangeConfig, Request, Response};
-use fawn_ring::key_id;
+use fawn_proto::native::{ClusterConfig, NodeState, RangeConfig, Request, Response};
+use fawn_ring::{key_id, NodeId};
 
 /// One epoch's configuration.
 pub struct View {
@@ -34,4 +35,42 @@ pub async fn fetch_config(pool: &Pool, manager: &str) -> Result<ClusterConfig, S
         Ok(other) => Err(format!("unexpected answer {other:?}")),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// The back-ends failure detection watches (alive or leaving), with their addresses.
+pub fn watched_backends(config: &ClusterConfig) -> Vec<(NodeId, String)> {
+    config
+        .backends
+        .iter()
+        .filter(|b| matches!(b.state, NodeState::Alive | NodeState::Leaving))
+        .map(|b| (b.node, b.addr.clone()))
+        .collect()
+}
+
+/// Whether the process at `addr` answers a `Ping` within `timeout`, connecting included.
+pub async fn answers_ping(pool: &Pool, addr: &str, timeout: Duration) -> bool {
+    let ping = pool.call(addr, Request::Ping, timeout);
+    matches!(tokio::time::timeout(timeout, ping).await, Ok(Ok(Response::Pong)))
+}
+
+/// Pings every back-end of `backends` at once; returns whether each answered within
+/// `timeout`.
+pub async fn ping_all(
+    pool: &Arc<Pool>,
+    backends: &[(NodeId, String)],
+    timeout: Duration,
+) -> Vec<(NodeId, bool)> {
+    let mut probes = tokio::task::JoinSet::new();
+    for (node, addr) in backends {
+        let (pool, node, addr) = (Arc::clone(pool), *node, addr.clone());
+        probes.spawn(async move { (node, answers_ping(&pool, &addr, timeout).await) });
+    }
+    let mut answers = Vec::with_capacity(backends.len());
+    while let Some(joined) = probes.join_next().await {
+        match joined {
+            Ok(answer) => answers.push(answer),
+            Err(e) => tracing::warn!(error = %e, "heartbeat probe task failed"),
+        }
+    }
+    answers
 }

@@ -354,9 +354,7 @@ impl Backend {
                 let store = self.split_part(&old.store, &old.range, &rc.range, begun)?;
                 debug!(range = %rc.range.id_string(), waited_ms, ms = t_part.elapsed().as_millis() as u64, "split part ready");
                 let route = Route { epoch: config.epoch, me, rc: rc.clone() };
-                let t_inherit = Instant::now();
                 let part = RangeReplica::inheriting(store, route, self.writes_block(), &[&old]).await;
-                debug!(range = %rc.range.id_string(), ms = t_inherit.elapsed().as_millis() as u64, "split part inherited");
                 replicas.push(Arc::new(part));
             }
             info!(range = %old.range.id_string(), parts = parts.len(), ms = t0.elapsed().as_millis() as u64,

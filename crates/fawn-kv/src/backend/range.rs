@@ -161,10 +161,6 @@ impl WriteState {
             sync.heard_at = Some(Instant::now());
         }
     }
-
-    fn remember(&mut self, req: ReqId, seq: u64, outcome: Outcome) {
-        self.recent.remember(req, seq, outcome);
-    }
 }
 
 /// One table of request outcomes: sequence number and outcome by request id.
@@ -482,7 +478,7 @@ impl RangeReplica {
                 // found nothing would otherwise erase a put acknowledged in between; found by
                 // the fault tests).
                 let pending = st.last_seq;
-                st.remember(req, pending, outcome.clone());
+                st.recent.remember(req, pending, outcome.clone());
                 return Ok(Ordered::AwaitAck { seq: pending, outcome });
             }
             Effect::Put { value, flags, expiry } => ReplEffect::Put { value, flags, expiry },
@@ -491,7 +487,7 @@ impl RangeReplica {
         let prev_seq = st.last_seq;
         self.write(&update.key, &effect, seq)?;
         st.last_seq = seq;
-        st.remember(req, seq, outcome.clone());
+        st.recent.remember(req, seq, outcome.clone());
         let msg = ChainMsg::Replicate {
             epoch: st.route.epoch,
             range: self.range,
@@ -661,7 +657,7 @@ impl RangeReplica {
         self.write(key, effect, seq)?;
         st.last_seq = st.last_seq.max(seq);
         if let Some(origin) = origin {
-            st.remember(origin.req, seq, origin.outcome.clone());
+            st.recent.remember(origin.req, seq, origin.outcome.clone());
         }
         let notify = origin.as_ref().filter(|_| st.route.is_tail()).and_then(|o| {
             let addr = o.reply_to.clone()?;

@@ -9,11 +9,12 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use fawn_client::pool::Pool;
-use fawn_proto::native::{NodeState, Request, Response};
+use fawn_proto::native::{Request, Response};
 use fawn_ring::NodeId;
-use tracing::{debug, warn};
+use tracing::warn;
 
 use super::Frontend;
+use crate::view::{ping_all, watched_backends};
 
 /// Runs until the front-end is dropped.
 pub(super) async fn heartbeat_backends(frontend: Weak<Frontend>, interval: Duration) {
@@ -29,13 +30,12 @@ pub(super) async fn heartbeat_backends(frontend: Weak<Frontend>, interval: Durat
         if !config.formed {
             continue;
         }
-        let watched: Vec<(NodeId, String)> = config
-            .backends
-            .iter()
-            .filter(|b| matches!(b.state, NodeState::Alive | NodeState::Leaving))
-            .map(|b| (b.node, b.addr.clone()))
+        let watched = watched_backends(&config);
+        let answered: Vec<NodeId> = ping_all(&pool, &watched, interval)
+            .await
+            .into_iter()
+            .filter_map(|(node, answered)| answered.then_some(node))
             .collect();
-        let answered = ping_all(&pool, &watched, interval).await;
         let silent_ms = silences(&mut last_answer, &watched, &answered);
         let report = Request::Heartbeats { frontend: id, silent_ms };
         match pool.call(&manager, report, interval).await {
@@ -48,26 +48,6 @@ pub(super) async fn heartbeat_backends(frontend: Weak<Frontend>, interval: Durat
             }
         }
     }
-}
-
-/// Pings every back-end at once; returns those that answered within `timeout`.
-async fn ping_all(pool: &Arc<Pool>, backends: &[(NodeId, String)], timeout: Duration) -> Vec<NodeId> {
-    let mut probes = tokio::task::JoinSet::new();
-    for (node, addr) in backends {
-        let (pool, node, addr) = (pool.clone(), *node, addr.clone());
-        probes.spawn(async move {
-            (node, matches!(pool.call(&addr, Request::Ping, timeout).await, Ok(Response::Pong)))
-        });
-    }
-    let mut answered = Vec::new();
-    while let Some(joined) = probes.join_next().await {
-        match joined {
-            Ok((node, true)) => answered.push(node),
-            Ok((node, false)) => debug!(node, "back-end missed a heartbeat"),
-            Err(e) => warn!(error = %e, "heartbeat probe task failed"),
-        }
-    }
-    answered
 }
 
 /// Updates `last_answer` with this round and returns, per watched back-end, the milliseconds

@@ -9,12 +9,12 @@
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
-use fawn_proto::native::{NodeState, Request, Response};
 use fawn_ring::NodeId;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
 use super::{state, Manager};
+use crate::view::{answers_ping, ping_all, watched_backends};
 
 /// How often the manager repeats that a front-end cannot reach a back-end it can reach itself.
 const ONE_SIDED_LOG_EVERY: Duration = Duration::from_secs(10);
@@ -67,10 +67,7 @@ impl Manager {
         if self.heard_recently(node) || !self.confirming.lock().insert(node) {
             return;
         }
-        let timeout = self.options.heartbeat;
-        let ping = self.pool.call(&addr, Request::Ping, timeout);
-        let answered = matches!(tokio::time::timeout(timeout, ping).await, Ok(Ok(Response::Pong)));
-        if !answered {
+        if !answers_ping(&self.pool, &addr, self.options.heartbeat).await {
             self.declare_failed(node, silent);
         } else {
             self.heard(node, Instant::now());
@@ -102,9 +99,8 @@ impl Manager {
 
     /// The address of `node` if it is one the detector watches (alive or leaving).
     fn watched_addr(&self, node: NodeId) -> Option<String> {
-        let config = self.config.lock();
-        let b = config.backends.iter().find(|b| b.node == node)?;
-        matches!(b.state, NodeState::Alive | NodeState::Leaving).then(|| b.addr.clone())
+        let watched = watched_backends(&self.config.lock());
+        watched.into_iter().find_map(|(n, addr)| (n == node).then_some(addr))
     }
 
     fn declare_failed(&self, node: NodeId, silent: Duration) {
@@ -163,14 +159,7 @@ async fn probe_round(
     config: &fawn_proto::native::ClusterConfig,
     heartbeat: Duration,
 ) {
-    let mut probes = tokio::task::JoinSet::new();
-    for b in config.backends.iter().filter(|b| matches!(b.state, NodeState::Alive | NodeState::Leaving)) {
-        let (pool, node, addr) = (pool.clone(), b.node, b.addr.clone());
-        probes.spawn(async move {
-            (node, matches!(pool.call(&addr, Request::Ping, heartbeat).await, Ok(Response::Pong)))
-        });
-    }
-    while let Some(Ok((node, alive))) = probes.join_next().await {
+    for (node, alive) in ping_all(pool, &watched_backends(config), heartbeat).await {
         let Some(m) = manager.upgrade() else { return };
         let now = Instant::now();
         if alive {

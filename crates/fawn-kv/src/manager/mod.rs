@@ -138,10 +138,7 @@ impl Manager {
         }
         let addr = self.config().backend_addr(peer).map(str::to_string);
         let answered = match addr {
-            Some(addr) => {
-                let ping = self.pool.call(&addr, Request::Ping, LINK_CUT_CONFIRM_TIMEOUT);
-                matches!(tokio::time::timeout(LINK_CUT_CONFIRM_TIMEOUT, ping).await, Ok(Ok(Response::Pong)))
-            }
+            Some(addr) => crate::view::answers_ping(&self.pool, &addr, LINK_CUT_CONFIRM_TIMEOUT).await,
             None => false,
         };
         if !answered {
