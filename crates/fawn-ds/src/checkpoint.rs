@@ -19,12 +19,13 @@ const TRAILER_MAGIC: [u8; 4] = *b"FCKE";
 /// length and live bytes; index offsets with the cold bit), version 4 the primary bucket from
 /// the low key-id bits (docs/FORMAT.md §1), version 5 the growth scan state instead of a
 /// bucket migration point, version 6 the origin table size of stash entries (entries a
-/// growth scan could not place keep their old bucket). Version 5 is still read (its
-/// unplaced entries match on the fragment alone); an older checkpoint is rejected (the
-/// index is rebuilt from the logs once, which also recomputes the live bytes).
-const VERSION: u32 = 6;
+/// growth scan could not place keep their old bucket), version 7 the linear-hashing index
+/// (level, split pointer, 13-bit fragments with split bits, refresh scan state). An older
+/// checkpoint is rejected (the index is rebuilt from the logs once, which also recomputes
+/// the live bytes).
+const VERSION: u32 = 7;
 /// The oldest version still read.
-const VERSION_READ_MIN: u32 = 5;
+const VERSION_READ_MIN: u32 = 7;
 const HEADER_BYTES: usize = 96;
 /// Bytes covered by the header checksum (which follows them).
 const HEADER_CRC_AT: usize = 88;
@@ -150,12 +151,7 @@ pub(crate) fn decode(buf: &[u8], nonce: u64, log_len: u64, cold: (u64, u64)) -> 
         return Err("checkpoint belongs to a different cold log".into());
     }
     let first = (LOG_HEADER_BYTES / OFFSET_UNIT) as u32;
-    let bounds = image::Bounds {
-        first,
-        end: covered_end / OFFSET_UNIT,
-        cold_end: cold.1 / OFFSET_UNIT,
-        stash_origins: version >= 6,
-    };
+    let bounds = image::Bounds { first, end: covered_end / OFFSET_UNIT, cold_end: cold.1 / OFFSET_UNIT };
     let index = image::read(image_bytes, bounds)?;
     if index.live() != u64_at(buf, 40) {
         return Err("live key count does not match the image".into());

@@ -33,16 +33,22 @@ pub const RECORD_HEADER_BYTES: usize = 32;
 pub const RECORD_BYTES_MAX: usize = pad_to_unit(RECORD_HEADER_BYTES + KEY_BYTES_MAX + VALUE_BYTES_MAX);
 
 /// Index slots per bucket (set associativity).
-pub const SLOTS_PER_BUCKET: usize = 4;
+pub const SLOTS_PER_BUCKET: usize = 8;
 
-/// Bytes of DRAM per index slot: 32-bit offset (in units) + 16-bit key fragment.
+/// Bytes of DRAM per index slot: 32-bit offset (in units) + 16-bit tag (key fragment and
+/// the hash bits the next bucket splits need).
 pub const SLOT_BYTES: usize = 6;
+
+/// Bits of the key fragment in a slot's tag (the other 3 carry growth state, see
+/// `index.rs`). A lookup compares it against up to 8 slots: ~1 in 1,000 lookups of an
+/// absent key reads one record for nothing at full load.
+pub const INDEX_FRAGMENT_BITS: u32 = 13;
 
 /// Load factor an index is sized for (`expected_keys`, rebuilds): 6 B / 0.93 = 6.45 B/key.
 pub const INDEX_SIZING_LOAD: f64 = 0.93;
 
-/// Load factor at which the index starts to grow (headroom above the sizing load, so an
-/// estimate a little short does not double the table).
+/// Load factor above which the index splits a bucket (grows by one bucket): the load a
+/// growing index stays at, 6 B / 0.95 = 6.3 B per key.
 pub const INDEX_MAX_LOAD: f64 = 0.95;
 
 /// Pause of one write while garbage is past `Options::stall_garbage_ratio` (microseconds):

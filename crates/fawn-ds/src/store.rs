@@ -834,13 +834,10 @@ impl Inner {
                     *turn = None;
                     let mut idx = self.index.write();
                     let start = Instant::now();
-                    let (old, unplaced) = idx.finish_migration();
+                    let unplaced = idx.finish_migration();
                     drop(idx);
                     self.note_growth_hold(start);
                     self.counters.growth_unplaced.fetch_add(unplaced, Ordering::Relaxed);
-                    if let Some(old) = old {
-                        free_in_background(old);
-                    }
                     return true;
                 }
                 GrowthWork::Scan(job) => job,
@@ -1166,12 +1163,6 @@ impl<'a> BatchOp<'a> {
     pub fn delete(key: &'a [u8], meta: Meta) -> BatchOp<'a> {
         BatchOp { kind: RecordKind::Delete, key, value: &[], meta }
     }
-}
-
-/// Drop a large allocation on a short-lived thread, so no writer pays for the munmap.
-fn free_in_background<T: Send + 'static>(garbage: T) {
-    // If no thread can be started, the closure (and the garbage) is dropped right here.
-    let _ = std::thread::Builder::new().name("fawn-ds-free".into()).spawn(move || drop(garbage));
 }
 
 /// The interval sync thread: wakes every `every`, syncs the current log if it has

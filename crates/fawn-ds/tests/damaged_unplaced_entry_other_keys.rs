@@ -9,6 +9,7 @@
 
 use std::os::unix::fs::FileExt;
 
+use fawn_ds::limits::SLOTS_PER_BUCKET;
 use fawn_ds::{BatchOp, DataStore, Error, Meta, Options, SyncPolicy};
 
 fn opts() -> Options {
@@ -46,32 +47,33 @@ fn mix(x: u64) -> u64 {
     z ^ (z >> 31)
 }
 
-fn fastrange(x: u64, n: u64) -> u64 {
-    ((x as u128 * n as u128) >> 64) as u64
-}
+/// Hash bits an entry the growth scan could not refresh keeps: it was stale at level 7
+/// (the first level after the first table's), so it knows its placing value's low 8 bits.
+const UNPLACED_BITS: u32 = 8;
 
-/// (fragment, primary bucket, alternate bucket) of `key` in a table of `buckets`.
-fn place(key: &[u8], buckets: u64) -> (u16, u64, u64) {
+/// (fragment, both hash values) of `key`.
+fn place(key: &[u8]) -> (u16, [u64; 2]) {
     let low = fawn_ring::key_id(key).low64();
-    let frag = (low >> 48) as u16;
-    let b1 = fastrange(mix(low & 0x0000_FFFF_FFFF_FFFF), buckets);
-    let b2 = (fastrange(mix(frag as u64), buckets) + buckets - b1) % buckets;
-    (frag, b1, b2)
+    let frag = (low >> (64 - fawn_ds::limits::INDEX_FRAGMENT_BITS)) as u16;
+    let v1 = mix(low & 0x0000_FFFF_FFFF_FFFF);
+    let v2 = v1 ^ mix(frag as u64 ^ 0x5bd1_e995_0000_0000);
+    (frag, [v1, v2])
 }
 
 /// Keys `c-<n>` that the entry of `of` may belong to as far as the index can tell (same
-/// fragment, same bucket pair in the first table), and one key with the same fragment
-/// but another bucket pair.
+/// fragment, a hash value agreeing with its own on the bits it kept), and one key with the
+/// same fragment but no such agreement.
 fn colliders(of: &[u8], want: usize) -> (Vec<Vec<u8>>, Vec<u8>) {
-    let (frag, b1, b2) = place(of, FIRST_BUCKETS);
+    let (frag, vs) = place(of);
+    let mask = (1u64 << UNPLACED_BITS) - 1;
     let (mut same, mut other) = (Vec::new(), None);
     for n in 0u64.. {
         let k = format!("c-{n}").into_bytes();
-        let (f, p, _) = place(&k, FIRST_BUCKETS);
+        let (f, [v1, _]) = place(&k);
         if f != frag {
             continue;
         }
-        if p == b1 || p == b2 {
+        if vs.iter().any(|v| (v ^ v1) & mask == 0) {
             same.push(k);
         } else if other.is_none() {
             other = Some(k);
@@ -99,7 +101,7 @@ fn keys_colliding_with_an_unplaced_damaged_entry_stay_usable() {
         for i in 0..FIRST {
             ds.store(&key(i), &value(i, 0), meta(i + 1)).unwrap();
         }
-        assert_eq!(ds.stats().index_capacity, FIRST_BUCKETS * 4);
+        assert_eq!(ds.stats().index_capacity, FIRST_BUCKETS * SLOTS_PER_BUCKET as u64);
         let mut offsets = Vec::new();
         for r in ds.iter() {
             let r = r.unwrap();
@@ -135,7 +137,7 @@ fn keys_colliding_with_an_unplaced_damaged_entry_stay_usable() {
     }
     let st = ds.stats();
     assert!(st.growth_unplaced >= damaged.len() as u64, "unplaced {}", st.growth_unplaced);
-    assert!(st.index_capacity > FIRST_BUCKETS * 4);
+    assert!(st.index_capacity > FIRST_BUCKETS * SLOTS_PER_BUCKET as u64);
 
     let (same, other) = colliders(&key(damaged[0]), 3);
     let (c_store, c_batch, c_delete) = (&same[0], &same[1], &same[2]);
