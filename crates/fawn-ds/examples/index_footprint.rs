@@ -48,10 +48,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let st = ds.stats();
     println!("keys={} presize={presize} insert_s={insert_s:.1} lookup_s={lookup_s:.1}", st.live_keys);
     println!(
-        "index_bytes={} bytes_per_key={:.3} load={:.3} extra_reads_per_1000={:.4} growth_step_max_us={}",
+        "index_bytes={} bytes_per_key={:.3} load={:.3} stash={} extra_reads_per_1000={:.4} growth_step_max_us={}",
         st.index_bytes,
         st.index_bytes as f64 / st.live_keys as f64,
         st.live_keys as f64 / st.index_capacity as f64,
+        st.index_stash,
         st.extra_reads as f64 * 1000.0 / st.lookups as f64,
         st.growth_step_max_us
     );

@@ -2,7 +2,8 @@
 //!
 //! Every write is an append to one log file; every read is one positional read of that
 //! log, located through a compact in-DRAM hash index (6-byte slots: 32-bit offset + 16-bit
-//! key fragment, bucketized cuckoo hashing, incremental growth). Periodic checkpoints of
+//! tag holding a 13-bit key fragment, bucketized cuckoo hashing over linear hashing, growth a
+//! bucket at a time, 6.3 B per key). Periodic checkpoints of
 //! the index make restarts fast; the log alone can always rebuild it.
 //!
 //! Architecture Invariant: no networking, no async runtime. This crate is synchronous Rust
@@ -219,28 +220,33 @@ pub struct Stats {
     pub cold_log_bytes: u64,
     /// Garbage in the cold log (records superseded by hot writes); part of `garbage_bytes`.
     pub cold_garbage_bytes: u64,
-    /// DRAM of the index, from the capacities of its allocations (both tables while growing).
+    /// DRAM of the index, from the capacities of its allocations (table chunks and stash).
     pub index_bytes: u64,
     /// `lookup` calls.
     pub lookups: u64,
     /// Log reads that found a different key behind a matching fragment.
     pub extra_reads: u64,
-    /// Slots of the current index table.
+    /// Slots of the index table (it grows a bucket of 8 slots at a time).
     pub index_capacity: u64,
+    /// Index entries in the stash (no bucket had room, or growth could not refresh them):
+    /// each costs a compare per lookup. A handful in a healthy store.
+    pub index_stash: u64,
     /// `fdatasync` calls on the log (group commit makes this lower than `Always` writes).
     pub fsyncs: u64,
     /// Checkpoints written.
     pub checkpoints: u64,
     /// Auto-checkpoints that failed (the writes themselves succeeded).
     pub checkpoint_errors: u64,
-    /// The index is migrating to a larger table.
+    /// An index refresh scan is running (the logs are read once per level of growth, to
+    /// give every entry the hash bit its bucket's next split needs).
     pub index_migrating: bool,
     /// Longest single index growth step (microseconds) — the worst growth pause a writer saw.
     pub growth_step_max_us: u64,
     /// Log bytes read by index growth (a sequential scan of the logs; no random reads).
     pub growth_scan_bytes: u64,
-    /// Index entries growth could not place by its scan (their records were unreadable):
-    /// kept in the stash, matched on fragment alone. 0 in a healthy store.
+    /// Index entries growth could not refresh by its scan (their records were unreadable):
+    /// kept in the stash, matched on the fragment and the hash bits they still know. 0 in a
+    /// healthy store.
     pub growth_unplaced: u64,
     /// `pread` calls on the current state's log files (lookups, key comparisons, scans).
     pub log_reads: u64,

@@ -133,7 +133,7 @@ pub(crate) struct Counters {
     pub growth_step_max_us: AtomicU64,
     /// Log bytes read by index growth scans.
     pub growth_scan_bytes: AtomicU64,
-    /// Old-table entries the growth scan could not place (stashed, fragment-only match).
+    /// Index entries the refresh scan could not refresh (stashed with the hash bits they know).
     pub growth_unplaced: AtomicU64,
     /// Bytes appended to logs by any write (user writes and maintenance copies).
     pub appended_bytes: AtomicU64,
@@ -806,12 +806,12 @@ impl Inner {
     }
 
     /// One bounded step of index growth: scan up to `budget` bytes of a log sequentially
-    /// (from where the last step stopped) and move the old-table entry of every put record
-    /// read into the new table (its bucket there comes from the record's key): no random
-    /// log read. Moves happen under the index write lock, `GROWTH_APPLY_RECORDS` records per
-    /// hold; the writer lock is not needed (a writer re-finds an entry that moved under it).
-    /// With `wait` false, returns at once when another thread is scanning. Returns whether
-    /// the index was migrating.
+    /// (from where the last step stopped) and refresh the index entry of every put record
+    /// read (give it the hash bit its bucket's next split needs, from the record's key): no
+    /// random log read. Refreshes happen under the index write lock, `GROWTH_APPLY_RECORDS`
+    /// records per hold; the writer lock is not needed (a writer re-finds an entry that moved
+    /// under it). With `wait` false, returns at once when another thread is scanning.
+    /// Returns whether a refresh scan was running.
     pub fn growth_step(&self, budget: u64, wait: bool) -> bool {
         let mut turn = if wait {
             self.growth.lock()
@@ -889,15 +889,15 @@ impl Inner {
                 Ok(None) => true,
                 // A damaged record (bit rot in a checkpointed region is not seen at open):
                 // step over it and resynchronise at the next offset unit, as recovery does,
-                // so only an entry pointing at the bad record itself stays unplaced (stashed
-                // when the migration ends). A stray match inside garbage cannot move an
+                // so only an entry pointing at the bad record itself stays stale (stashed
+                // when the scan ends). A stray match inside garbage cannot refresh an
                 // entry: entries sit exactly at real record starts.
                 Err(Error::Corrupt { .. }) => {
                     sc.pos += OFFSET_UNIT;
                     sc.pos >= stop
                 }
                 // The log cannot be read (I/O error): this log's scan ends here; entries
-                // pointing into the rest stay in the old table and are stashed at the end.
+                // pointing into the rest stay stale and are stashed at the end.
                 Err(_) => {
                     sc.pos = job.limit;
                     true
@@ -927,9 +927,9 @@ impl Inner {
         self.counters.growth_step_max_us.fetch_max(us.max(1), Ordering::Relaxed);
     }
 
-    /// While the index migrates, a background thread runs the growth scan (on the other
-    /// core than the writer), so that migration proceeds without slowing writes and also
-    /// finishes when writes stop: otherwise the old table and the double probing would stay.
+    /// While a refresh scan runs, a background thread does it (on the other core than the
+    /// writer), so that it proceeds without slowing writes and also finishes when writes
+    /// stop: the index cannot finish its current level of splits before it.
     /// Writes scan too when the scan falls behind their share (`after_apply`), which bounds
     /// the migration even if this thread is starved.
     pub(crate) fn start_migrator(&self) {
@@ -1075,6 +1075,7 @@ impl Inner {
             lookups: c.lookups.load(Ordering::Relaxed),
             extra_reads: c.extra_reads.load(Ordering::Relaxed),
             index_capacity: idx.capacity(),
+            index_stash: idx.stash_len(),
             fsyncs: c.fsyncs.load(Ordering::Relaxed),
             checkpoints: c.checkpoints.load(Ordering::Relaxed),
             checkpoint_errors: c.checkpoint_errors.load(Ordering::Relaxed),
