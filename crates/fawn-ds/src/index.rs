@@ -668,7 +668,7 @@ impl Table {
 
     /// Recount entries, cold entries and stale entries from the slots: the running counts
     /// must never drift (checked at every level's end and refresh's end in debug builds).
-    #[cfg(debug_assertions)]
+    #[cfg(any(test, debug_assertions))]
     fn assert_counts(&self) {
         let (mut len, mut cold, mut stale) = (0, 0, [0u64; 2]);
         for slot in 0..self.capacity() as usize {
