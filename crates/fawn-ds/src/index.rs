@@ -35,11 +35,59 @@ use crate::limits::{
     SLOTS_PER_BUCKET,
 };
 
-/// Words (u16) per slot: its tag, and its offset's low and high halves. A bucket stores its
-/// 8 tags first, then its 8 offsets, so a probe reads one cache line of tags and touches the
-/// offsets only on a match.
+/// Words (u16) per slot in the checkpoint image: its tag, and its offset's low and high
+/// halves (a bucket's 8 tags first, then its 8 offsets).
 const WORDS_PER_SLOT: usize = 3;
 const WORDS_PER_BUCKET: usize = WORDS_PER_SLOT * SLOTS_PER_BUCKET;
+/// In DRAM the tags and the offsets live in separate cache-line-aligned arrays: a bucket's
+/// 8 tags (16 bytes) never straddle a line, so a probe, and the check for a free slot (an
+/// empty slot's tag is 0, no key's is), read one line; its offsets (32 bytes, one line too)
+/// are read only on a match.
+const BUCKETS_PER_TAG_LINE: usize = 4;
+const BUCKETS_PER_UNIT_LINE: usize = 2;
+
+/// The tags of 4 buckets.
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
+struct TagLine([u16; BUCKETS_PER_TAG_LINE * SLOTS_PER_BUCKET]);
+
+/// The offsets of 2 buckets.
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
+struct UnitLine([u32; BUCKETS_PER_UNIT_LINE * SLOTS_PER_BUCKET]);
+
+const _: () = assert!(std::mem::size_of::<TagLine>() == 64 && std::mem::size_of::<UnitLine>() == 64);
+
+/// Up to `CHUNK_BUCKETS` buckets: their tag and offset lines.
+#[derive(Clone, Debug, Default)]
+struct Chunk {
+    tags: Vec<TagLine>,
+    units: Vec<UnitLine>,
+}
+
+impl Chunk {
+    /// Buckets the lines allocated so far hold (a multiple of 4).
+    fn buckets(&self) -> usize {
+        self.tags.len() * BUCKETS_PER_TAG_LINE
+    }
+
+    /// Add room for 4 more buckets, growing the allocations by a quarter at a time (at most
+    /// a quarter of a chunk is ever allocated and unused).
+    fn grow(&mut self) {
+        if self.tags.len() == self.tags.capacity() {
+            let want = (self.tags.len() / 4).max(4).min(CHUNK_TAG_LINES - self.tags.len());
+            self.tags.reserve_exact(want);
+            self.units.reserve_exact(want * 2);
+        }
+        self.tags.push(TagLine([0; BUCKETS_PER_TAG_LINE * SLOTS_PER_BUCKET]));
+        self.units.push(UnitLine([0; BUCKETS_PER_UNIT_LINE * SLOTS_PER_BUCKET]));
+        self.units.push(UnitLine([0; BUCKETS_PER_UNIT_LINE * SLOTS_PER_BUCKET]));
+    }
+
+    fn bytes(&self) -> usize {
+        (self.tags.capacity() + self.units.capacity()) * 64
+    }
+}
 /// Cuckoo walk steps (each looks at up to 16 other buckets) before an entry goes to the
 /// stash.
 const MAX_KICKS: usize = 64;
@@ -64,7 +112,7 @@ const MAX_LEVEL: u32 = 40;
 /// (the last one grows by a quarter at a time up to this size) instead of one vector that
 /// would double.
 const CHUNK_BUCKETS: usize = 1024;
-const CHUNK_WORDS: usize = CHUNK_BUCKETS * WORDS_PER_BUCKET;
+const CHUNK_TAG_LINES: usize = CHUNK_BUCKETS / BUCKETS_PER_TAG_LINE;
 const SLOTS_PER_CHUNK: usize = CHUNK_BUCKETS * SLOTS_PER_BUCKET;
 
 /// Tag layout: bits 0–1 `P`, bit 2 `F`, bits 3–15 the fragment.
@@ -73,6 +121,7 @@ const FRAG_SHIFT: u32 = 3;
 const FRAG_MASK: u16 = (1 << INDEX_FRAGMENT_BITS) - 1;
 const _: () = assert!(INDEX_FRAGMENT_BITS + FRAG_SHIFT == 16);
 const _: () = assert!(CHUNK_BUCKETS.is_power_of_two() && (1 << MIN_LEVEL) <= CHUNK_BUCKETS);
+const _: () = assert!((1usize << MIN_LEVEL).is_multiple_of(BUCKETS_PER_TAG_LINE));
 
 /// What the index needs of a key: its primary hash and its fragment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -86,9 +135,12 @@ impl KeyHash {
     /// low 64 (disjoint from the hash's). Never from the high bits: they place the key on the
     /// ring, so the keys of one datastore (one ring range) share them and would crowd into a
     /// band of buckets.
+    /// The fragment is never 0 (0 becomes 1), so no occupied slot has tag 0: an empty
+    /// slot is told by its tag alone.
     pub fn of(key: &[u8]) -> KeyHash {
         let low = fawn_ring::key_id(key).low64();
-        KeyHash { h: mix(low & 0x0000_FFFF_FFFF_FFFF), frag: (low >> (64 - INDEX_FRAGMENT_BITS)) as u16 }
+        let frag = ((low >> (64 - INDEX_FRAGMENT_BITS)) as u16).max(1);
+        KeyHash { h: mix(low & 0x0000_FFFF_FFFF_FFFF), frag }
     }
 
     /// The key's second hash value.
@@ -214,7 +266,7 @@ fn tag_for(frag: u16, v: u64, j: u32) -> u16 {
 /// The table: linear hashing over 4-slot buckets, two choices per key, plus a small stash.
 #[derive(Clone, Debug)]
 pub(crate) struct Table {
-    chunks: Vec<Vec<u16>>,
+    chunks: Vec<Chunk>,
     level: u32,
     split: u64,
     /// Entries in slots.
@@ -232,11 +284,15 @@ impl Table {
         let buckets = buckets.clamp(1 << MIN_LEVEL, 1 << MAX_LEVEL);
         let level = 63 - buckets.leading_zeros();
         let mut chunks = Vec::new();
-        let mut words = buckets as usize * WORDS_PER_BUCKET;
-        while words > 0 {
-            let n = words.min(CHUNK_WORDS);
-            chunks.push(vec![0u16; n]);
-            words -= n;
+        let mut left = buckets as usize;
+        while left > 0 {
+            let n = left.min(CHUNK_BUCKETS).next_multiple_of(BUCKETS_PER_TAG_LINE);
+            let lines = n / BUCKETS_PER_TAG_LINE;
+            chunks.push(Chunk {
+                tags: vec![TagLine([0; BUCKETS_PER_TAG_LINE * SLOTS_PER_BUCKET]); lines],
+                units: vec![UnitLine([0; BUCKETS_PER_UNIT_LINE * SLOTS_PER_BUCKET]); lines * 2],
+            });
+            left -= n.min(left);
         }
         Table {
             chunks,
@@ -315,19 +371,25 @@ impl Table {
     }
 
     #[inline]
+    fn tag(&self, slot: usize) -> u16 {
+        let p = SlotPos::of(slot);
+        self.chunks[p.chunk].tags[p.tag_line].0[p.tag_at]
+    }
+
+    #[inline]
     fn get(&self, slot: usize) -> (u32, u16) {
-        let (c, tag_at, units_at) = word_pos(slot);
-        let w = &self.chunks[c];
-        (w[units_at] as u32 | (w[units_at + 1] as u32) << 16, w[tag_at])
+        let p = SlotPos::of(slot);
+        let c = &self.chunks[p.chunk];
+        (c.units[p.unit_line].0[p.unit_at], c.tags[p.tag_line].0[p.tag_at])
     }
 
     #[inline]
     fn set(&mut self, slot: usize, units: u32, tag: u16) {
-        let (c, tag_at, units_at) = word_pos(slot);
-        let w = &mut self.chunks[c];
-        w[tag_at] = tag;
-        w[units_at] = units as u16;
-        w[units_at + 1] = (units >> 16) as u16;
+        debug_assert_eq!(units == 0, tag == 0, "a slot is empty exactly when its tag is 0");
+        let p = SlotPos::of(slot);
+        let c = &mut self.chunks[p.chunk];
+        c.tags[p.tag_line].0[p.tag_at] = tag;
+        c.units[p.unit_line].0[p.unit_at] = units;
     }
 
     /// The two buckets of a key (equal now and then).
@@ -361,8 +423,8 @@ impl Table {
             }
             for i in 0..SLOTS_PER_BUCKET {
                 let slot = b as usize * SLOTS_PER_BUCKET + i;
-                let (units, tag) = self.get(slot);
-                if units != 0 && want.contains(&tag) {
+                if want.contains(&self.tag(slot)) {
+                    let units = self.get(slot).0;
                     out.push(Candidate { loc: Loc::Slot { slot, units }, units });
                 }
             }
@@ -377,7 +439,7 @@ impl Table {
     fn try_put(&mut self, b: u64, units: u32, tag: u16) -> bool {
         for i in 0..SLOTS_PER_BUCKET {
             let slot = b as usize * SLOTS_PER_BUCKET + i;
-            if self.get(slot).0 == 0 {
+            if self.tag(slot) == 0 {
                 self.set(slot, units, tag);
                 self.len += 1;
                 return true;
@@ -449,9 +511,9 @@ impl Table {
         for &(b, new_tag) in homes {
             for i in 0..SLOTS_PER_BUCKET {
                 let slot = b as usize * SLOTS_PER_BUCKET + i;
-                let (ob, ot) = self.other(b, self.get(slot).1);
+                let (ob, ot) = self.other(b, self.tag(slot));
                 if ob != b {
-                    self.prefetch_bucket(ob);
+                    self.prefetch_bucket(ob, false);
                     moves[n] = (slot, ob, ot, new_tag);
                     n += 1;
                 }
@@ -473,16 +535,21 @@ impl Table {
     #[inline]
     fn prefetch(&self, kh: KeyHash) {
         for b in self.buckets_of(kh) {
-            self.prefetch_bucket(b);
+            self.prefetch_bucket(b, true);
         }
     }
 
+    /// Prefetch the line of bucket `b`'s tags (and, with `units`, of its offsets).
     #[inline]
-    fn prefetch_bucket(&self, b: u64) {
-        let (c, at, _) = word_pos(b as usize * SLOTS_PER_BUCKET);
-        if let Some(w) = self.chunks.get(c).and_then(|c| c.get(at..at + WORDS_PER_BUCKET)) {
-            prefetch_read(w.as_ptr());
-            prefetch_read(w[WORDS_PER_BUCKET - 1..].as_ptr());
+    fn prefetch_bucket(&self, b: u64, units: bool) {
+        let p = SlotPos::of(b as usize * SLOTS_PER_BUCKET);
+        if let Some(c) = self.chunks.get(p.chunk) {
+            if let Some(line) = c.tags.get(p.tag_line) {
+                prefetch_read(line.0.as_ptr());
+            }
+            if let Some(line) = c.units.get(p.unit_line).filter(|_| units) {
+                prefetch_read(line.0.as_ptr() as *const u16);
+            }
         }
     }
 
@@ -566,18 +633,19 @@ impl Table {
         }
     }
 
-    /// Append an empty bucket (grows the last chunk by a quarter, up to a whole chunk: at
-    /// most a quarter of a chunk, 12 KiB, is ever allocated and unused).
+    /// Make room for bucket `buckets()` (the lines of 4 buckets at a time; see
+    /// `Chunk::grow`).
     fn push_bucket(&mut self) {
-        if self.chunks.last().is_none_or(|c| c.len() == CHUNK_WORDS) {
-            self.chunks.push(Vec::new());
+        let b = self.buckets() as usize;
+        let (chunk, in_chunk) = (b / CHUNK_BUCKETS, b % CHUNK_BUCKETS);
+        if chunk == self.chunks.len() {
+            self.chunks.push(Chunk::default());
         }
-        let Some(c) = self.chunks.last_mut() else { return };
-        if c.len() + WORDS_PER_BUCKET > c.capacity() {
-            let want = (c.len() + (c.len() / 4).max(16 * WORDS_PER_BUCKET)).min(CHUNK_WORDS);
-            c.reserve_exact(want - c.len());
+        if let Some(c) = self.chunks.get_mut(chunk) {
+            if in_chunk >= c.buckets() {
+                c.grow();
+            }
         }
-        c.resize(c.len() + WORDS_PER_BUCKET, 0);
     }
 
     /// Split bucket `split` into itself and bucket `split + 2^level`, by bit `level` of each
@@ -686,9 +754,9 @@ impl Table {
     }
 
     fn bytes(&self) -> u64 {
-        let words: usize = self.chunks.iter().map(|c| c.capacity()).sum();
-        (words * std::mem::size_of::<u16>()
-            + self.chunks.capacity() * std::mem::size_of::<Vec<u16>>()
+        let lines: usize = self.chunks.iter().map(Chunk::bytes).sum();
+        (lines
+            + self.chunks.capacity() * std::mem::size_of::<Chunk>()
             + self.stash.capacity() * std::mem::size_of::<StashEntry>()) as u64
     }
 
@@ -717,13 +785,30 @@ impl Table {
     }
 }
 
-/// Where slot `slot`'s words are: its chunk, its tag's index and its offset's index there.
-#[inline]
-fn word_pos(slot: usize) -> (usize, usize, usize) {
-    let in_chunk = slot % SLOTS_PER_CHUNK;
-    let base = (in_chunk / SLOTS_PER_BUCKET) * WORDS_PER_BUCKET;
-    let i = in_chunk % SLOTS_PER_BUCKET;
-    (slot / SLOTS_PER_CHUNK, base + i, base + SLOTS_PER_BUCKET + 2 * i)
+/// Where a slot's tag and offset are: its chunk, and the line and index in it of each.
+#[derive(Clone, Copy)]
+struct SlotPos {
+    chunk: usize,
+    tag_line: usize,
+    tag_at: usize,
+    unit_line: usize,
+    unit_at: usize,
+}
+
+impl SlotPos {
+    #[inline]
+    fn of(slot: usize) -> SlotPos {
+        let in_chunk = slot % SLOTS_PER_CHUNK;
+        let per_tag_line = BUCKETS_PER_TAG_LINE * SLOTS_PER_BUCKET;
+        let per_unit_line = BUCKETS_PER_UNIT_LINE * SLOTS_PER_BUCKET;
+        SlotPos {
+            chunk: slot / SLOTS_PER_CHUNK,
+            tag_line: in_chunk / per_tag_line,
+            tag_at: in_chunk % per_tag_line,
+            unit_line: in_chunk / per_unit_line,
+            unit_at: in_chunk % per_unit_line,
+        }
+    }
 }
 
 /// Bit `k` of the placing value, from a tag that knows it.
@@ -1007,9 +1092,14 @@ pub(crate) mod image {
         out.extend_from_slice(&t.split.to_le_bytes());
         out.extend_from_slice(&(t.stash.len() as u64).to_le_bytes());
         out.reserve(t.buckets() as usize * WORDS_PER_BUCKET * 2 + t.stash.len() * STASH_ENTRY_BYTES);
-        for c in &t.chunks {
-            for w in c {
-                out.extend_from_slice(&w.to_le_bytes());
+        for b in 0..t.buckets() as usize {
+            let slots = b * SLOTS_PER_BUCKET..(b + 1) * SLOTS_PER_BUCKET;
+            for slot in slots.clone() {
+                out.extend_from_slice(&t.tag(slot).to_le_bytes());
+            }
+            for slot in slots {
+                // Low half first, then high half: the same bytes as a little-endian u32.
+                out.extend_from_slice(&t.get(slot).0.to_le_bytes());
             }
         }
         for e in &t.stash {
@@ -1086,19 +1176,21 @@ pub(crate) mod image {
             return Err(format!("implausible table: level {level}, split {split}, stash {stash_len}"));
         }
         let mut t = Table::with_buckets((1 << level) + split);
-        let nwords = t.buckets() as usize * WORDS_PER_BUCKET;
-        let raw = r.take(nwords * 2)?;
-        let mut words = raw.chunks_exact(2).map(|c| u16::from_le_bytes([c[0], c[1]]));
-        for c in &mut t.chunks {
-            for (w, from) in c.iter_mut().zip(&mut words) {
-                *w = from;
-            }
-        }
+        let raw = r.take(t.buckets() as usize * WORDS_PER_BUCKET * 2)?;
+        let word = |i: usize| u16::from_le_bytes([raw[2 * i], raw[2 * i + 1]]);
         for slot in 0..t.capacity() as usize {
-            let (units, tag) = t.get(slot);
+            let (b, i) = (slot / SLOTS_PER_BUCKET, slot % SLOTS_PER_BUCKET);
+            let at = b * WORDS_PER_BUCKET;
+            let tag = word(at + i);
+            let units = word(at + SLOTS_PER_BUCKET + 2 * i) as u32
+                | (word(at + SLOTS_PER_BUCKET + 2 * i + 1) as u32) << 16;
+            if (units == 0) != (tag == 0) {
+                return Err(format!("slot {slot}: offset {units} with tag {tag}"));
+            }
             if units == 0 {
                 continue;
             }
+            t.set(slot, units, tag);
             if !bounds.holds(units) {
                 return Err(format!("slot {slot} points outside the covered log"));
             }
@@ -1114,7 +1206,12 @@ pub(crate) mod image {
             let nbits = u32::from_le_bytes(b[8..12].try_into().map_err(|_| "short stash entry")?);
             let units = u32::from_le_bytes(b[12..16].try_into().map_err(|_| "short stash entry")?);
             let frag = u16::from_le_bytes([b[16], b[17]]);
-            if units == 0 || !bounds.holds(units) || !(1..=64).contains(&nbits) || frag > FRAG_MASK {
+            if units == 0
+                || !bounds.holds(units)
+                || !(1..=64).contains(&nbits)
+                || frag == 0
+                || frag > FRAG_MASK
+            {
                 return Err("bad stash entry".into());
             }
             t.cold += cold_bit(units);

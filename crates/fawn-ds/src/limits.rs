@@ -46,11 +46,11 @@ pub const INDEX_FRAGMENT_BITS: u32 = 13;
 
 /// Load factor an index is sized for (`expected_keys`, rebuilds): 6 B / 0.945 = 6.35 B/key;
 /// a short estimate only splits a few buckets more.
-pub const INDEX_SIZING_LOAD: f64 = 0.945;
+pub const INDEX_SIZING_LOAD: f64 = 0.935;
 
 /// Load factor above which the index splits a bucket (grows by one bucket): the load a
 /// growing index stays at, 6 B / 0.95 = 6.3 B per key.
-pub const INDEX_MAX_LOAD: f64 = 0.95;
+pub const INDEX_MAX_LOAD: f64 = 0.94;
 
 /// Pause of one write while garbage is past `Options::stall_garbage_ratio` (microseconds):
 /// bounds a single writer to ~2,000 writes/s until compaction has caught up.

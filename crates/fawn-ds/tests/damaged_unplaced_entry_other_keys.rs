@@ -54,7 +54,7 @@ const UNPLACED_BITS: u32 = 8;
 /// (fragment, both hash values) of `key`.
 fn place(key: &[u8]) -> (u16, [u64; 2]) {
     let low = fawn_ring::key_id(key).low64();
-    let frag = (low >> (64 - fawn_ds::limits::INDEX_FRAGMENT_BITS)) as u16;
+    let frag = ((low >> (64 - fawn_ds::limits::INDEX_FRAGMENT_BITS)) as u16).max(1);
     let v1 = mix(low & 0x0000_FFFF_FFFF_FFFF);
     let v2 = v1 ^ mix(frag as u64 ^ 0x5bd1_e995_0000_0000);
     (frag, [v1, v2])
