@@ -3,7 +3,8 @@
 //!
 //! Slot = 6 bytes: a 32-bit log offset in `OFFSET_UNIT`s (0 = empty: offset 0 is the log
 //! header, so no valid bit is needed) and a 16-bit tag: a 13-bit key fragment and 3 bits of
-//! growth state (below). A bucket holds 8 slots (48 bytes: 8 tags, then 8 offsets).
+//! growth state (below). A bucket holds 8 slots: 8 tags in one 16-byte group of a tag array, 8
+//! offsets in one 32-byte group of an offset array (both cache-line aligned).
 //!
 //! **Addressing.** A key has a 64-bit hash `v1` and a fragment `f`; its second hash is
 //! `v2 = v1 ^ alt(f)` (partial-key cuckoo hashing: from either value and the fragment the other
@@ -15,7 +16,7 @@
 //! **Growth, a bucket at a time.** When the load passes `INDEX_MAX_LOAD`, bucket `p` splits:
 //! each entry in it moves to bucket `p + 2^L` or stays, by bit `L` of the value that placed
 //! it; `p` advances, and when it reaches `2^L` the level goes up. So the table is always
-//! within one bucket of its target load (6 B / 0.95 = 6.3 B per key), never half empty as a
+//! within one bucket of its target load (6 B / 0.94 = 6.4 B per key), never half empty as a
 //! doubling table is, and no step touches more than two buckets.
 //!
 //! **Where the split bit comes from.** A slot cannot hold its key's hash, so each slot keeps
@@ -473,7 +474,7 @@ impl Table {
         }
         // A cuckoo walk with one step of lookahead: before displacing anyone, look for a
         // resident of the full bucket(s) whose other bucket has room (those buckets are
-        // prefetched together, so a step costs about one memory latency). At 95 % load a
+        // prefetched together, so a step costs about one memory latency). At 94-95 % load a
         // plain random walk took ~20 dependent misses per insert: the buckets a level has
         // not split yet hold twice the keys of the split ones, so they are nearly all full.
         let mut homes = [(b1, t1), (b2, t2)];
@@ -1315,7 +1316,7 @@ mod tests {
     }
 
     /// The load never drops far below its target while the table grows from its smallest
-    /// size, so DRAM per key stays near 6 B / 0.95 at every size, not only right before a
+    /// size, so DRAM per key stays near 6 B / 0.94 at every size, not only right before a
     /// doubling.
     #[test]
     fn grows_a_bucket_at_a_time_at_high_load() {

@@ -3,7 +3,7 @@
 //! Every write is an append to one log file; every read is one positional read of that
 //! log, located through a compact in-DRAM hash index (6-byte slots: 32-bit offset + 16-bit
 //! tag holding a 13-bit key fragment, bucketized cuckoo hashing over linear hashing, growth a
-//! bucket at a time, 6.3 B per key). Periodic checkpoints of
+//! bucket at a time, 6.4 B per key). Periodic checkpoints of
 //! the index make restarts fast; the log alone can always rebuild it.
 //!
 //! Architecture Invariant: no networking, no async runtime. This crate is synchronous Rust
