@@ -1176,8 +1176,11 @@ pub(crate) mod image {
         {
             return Err(format!("implausible table: level {level}, split {split}, stash {stash_len}"));
         }
-        let mut t = Table::with_buckets((1 << level) + split);
-        let raw = r.take(t.buckets() as usize * WORDS_PER_BUCKET * 2)?;
+        // The words must all be there before the table is allocated: a damaged header must
+        // not make us allocate terabytes.
+        let buckets = (1u64 << level) + split;
+        let raw = r.take((buckets as usize).saturating_mul(WORDS_PER_BUCKET * 2))?;
+        let mut t = Table::with_buckets(buckets);
         let word = |i: usize| u16::from_le_bytes([raw[2 * i], raw[2 * i + 1]]);
         for slot in 0..t.capacity() as usize {
             let (b, i) = (slot / SLOTS_PER_BUCKET, slot % SLOTS_PER_BUCKET);
@@ -1415,6 +1418,29 @@ mod tests {
         }
         assert!(idx.capacity() as f64 * 0.95 >= (n - left) as f64, "the table stopped growing");
         assert_finds(&idx, n);
+    }
+
+    /// A damaged checkpoint image is refused or read, never a panic nor a huge allocation:
+    /// every byte flip, and every truncation, of a grown index with a refresh scan running.
+    #[test]
+    fn damaged_images_never_panic() {
+        let mut idx = Index::for_keys(0);
+        let mut i = 0u64;
+        while !idx.insert(kh(i), units_of(i), [(units_of(i) as u64 + 1) * OFFSET_UNIT, 0]) {
+            i += 1;
+        }
+        let mut img = Vec::new();
+        image::write(&idx, &mut img);
+        let bounds = image::Bounds { first: 2, end: i + 3, cold_end: 0 };
+        assert!(image::read(&img, bounds).is_ok());
+        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+        for at in 0..img.len() {
+            seed = mix(seed);
+            let mut bad = img.clone();
+            bad[at] ^= (seed as u8) | 1;
+            let _ = image::read(&bad, bounds);
+            let _ = image::read(&img[..at], bounds);
+        }
     }
 
     /// A displaced entry's hash bits follow it: after kicks and many splits every key is
