@@ -19,8 +19,8 @@ use tokio::sync::watch;
 /// Keys back-end 0 expects over all its ranges.
 const TOTAL: u64 = 6000;
 const BACKENDS: u32 = 3;
-/// Slots of an index opened without a hint (fawn-ds's smallest table: 64 buckets of 4).
-const DEFAULT_SLOTS: u64 = 256;
+/// Slots of an index opened without a hint (fawn-ds's smallest table: 64 buckets of 8).
+const DEFAULT_SLOTS: u64 = 64 * SLOTS_PER_BUCKET as u64;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ranges_open_presized_by_their_share_of_the_hint() {
