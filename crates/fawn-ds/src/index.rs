@@ -219,6 +219,12 @@ pub(crate) struct StashEntry {
 }
 
 impl StashEntry {
+    /// Whether the entry knows enough of its hash to go back into a bucket at `level` as a
+    /// fresh entry (bits up to `level + 1`).
+    fn placeable(&self, level: u32) -> bool {
+        self.nbits >= level + 2
+    }
+
     #[inline]
     fn may_hold(&self, kh: KeyHash) -> bool {
         let m = low_mask(self.nbits);
@@ -405,7 +411,7 @@ impl Table {
     #[inline]
     fn tags_of(&self, kh: KeyHash) -> ([u64; 2], [[u16; 4]; 2]) {
         let (v1, v2) = (kh.h, kh.v2());
-        let [b1, b2] = self.buckets_of(kh);
+        let (b1, b2) = (self.addr(v1), self.addr(v2));
         let l = self.level;
         let t = |v| [tag_for(kh.frag, v, l + 1), tag_for(kh.frag, v, l)];
         let ([f1, s1], [f2, s2]) = (t(v1), t(v2));
@@ -416,19 +422,21 @@ impl Table {
         }
     }
 
-    fn find(&self, kh: KeyHash, out: &mut Vec<Candidate>) {
+    /// The slots whose tag an entry of key hash `kh` may have (see `tags_of`).
+    #[inline]
+    fn matching_slots(&self, kh: KeyHash) -> impl Iterator<Item = usize> + '_ {
         let (buckets, tags) = self.tags_of(kh);
-        for (n, (b, want)) in buckets.into_iter().zip(tags).enumerate() {
-            if n == 1 && b == buckets[0] {
-                break;
-            }
-            for i in 0..SLOTS_PER_BUCKET {
-                let slot = b as usize * SLOTS_PER_BUCKET + i;
-                if want.contains(&self.tag(slot)) {
-                    let units = self.get(slot).0;
-                    out.push(Candidate { loc: Loc::Slot { slot, units }, units });
-                }
-            }
+        let nbuckets = if buckets[0] == buckets[1] { 1 } else { 2 };
+        buckets.into_iter().zip(tags).take(nbuckets).flat_map(move |(b, want)| {
+            let first = b as usize * SLOTS_PER_BUCKET;
+            (first..first + SLOTS_PER_BUCKET).filter(move |&slot| want.contains(&self.tag(slot)))
+        })
+    }
+
+    fn find(&self, kh: KeyHash, out: &mut Vec<Candidate>) {
+        for slot in self.matching_slots(kh) {
+            let units = self.get(slot).0;
+            out.push(Candidate { loc: Loc::Slot { slot, units }, units });
         }
         for (i, e) in self.stash.iter().enumerate() {
             if e.may_hold(kh) {
@@ -466,9 +474,7 @@ impl Table {
     /// Put a fresh entry placed by value `v` (bits up to `level + 1` known) in a slot, or
     /// the stash. Its log counts (`cold`) are the caller's.
     fn place(&mut self, v: u64, frag: u16, units: u32) {
-        let v2 = v ^ alt(frag);
-        let (b1, b2) = (self.addr(v), self.addr(v2));
-        let (t1, t2) = (self.fresh_tag(frag, v), self.fresh_tag(frag, v2));
+        let [(b1, t1), (b2, t2)] = self.fresh_homes(v, frag);
         if self.try_put(b1, units, t1) || self.try_put(b2, units, t2) {
             return;
         }
@@ -499,8 +505,21 @@ impl Table {
         if self.is_stale(tag) {
             self.stale[log_of(units)] -= 1;
         }
+        let e = self.stash_entry(b, tag, units);
+        self.stash.push(e);
+    }
+
+    /// The two buckets of a fresh entry placed by value `v`, each with the tag it has there.
+    #[inline]
+    fn fresh_homes(&self, v: u64, frag: u16) -> [(u64, u16); 2] {
+        let v2 = v ^ alt(frag);
+        [(self.addr(v), self.fresh_tag(frag, v)), (self.addr(v2), self.fresh_tag(frag, v2))]
+    }
+
+    /// The stash entry of an entry in bucket `b` with tag `tag`: the hash bits it knows.
+    fn stash_entry(&self, b: u64, tag: u16, units: u32) -> StashEntry {
         let (v, nbits) = self.known(b, tag);
-        self.stash.push(StashEntry { v, nbits, frag: tag >> FRAG_SHIFT, units });
+        StashEntry { v, nbits, frag: tag >> FRAG_SHIFT, units }
     }
 
     /// The entry `units` may go in any of the full buckets `homes` (with the tag it would
@@ -556,15 +575,8 @@ impl Table {
 
     /// The entry of key hash `kh` at exactly log position `units`, if the table holds it.
     fn find_exact(&self, kh: KeyHash, units: u32) -> Option<Where> {
-        let (buckets, tags) = self.tags_of(kh);
-        for (b, want) in buckets.into_iter().zip(tags) {
-            for i in 0..SLOTS_PER_BUCKET {
-                let slot = b as usize * SLOTS_PER_BUCKET + i;
-                let (u, tag) = self.get(slot);
-                if u == units && want.contains(&tag) {
-                    return Some(Where::Slot(slot));
-                }
-            }
+        if let Some(slot) = self.matching_slots(kh).find(|&slot| self.get(slot).0 == units) {
+            return Some(Where::Slot(slot));
         }
         self.stash.iter().position(|e| e.units == units && e.may_hold(kh)).map(Where::Stash)
     }
@@ -689,7 +701,7 @@ impl Table {
     fn reinsert_stash(&mut self) {
         let l = self.level;
         let (retry, keep): (Vec<StashEntry>, Vec<StashEntry>) =
-            std::mem::take(&mut self.stash).into_iter().partition(|e| e.nbits >= l + 2);
+            std::mem::take(&mut self.stash).into_iter().partition(|e| e.placeable(l));
         self.stash = keep;
         for e in retry {
             self.place(e.v, e.frag, e.units);
@@ -701,10 +713,8 @@ impl Table {
         let mut i = 0;
         while i < self.stash.len() {
             let e = self.stash[i];
-            if e.nbits >= self.level + 2 {
-                let v2 = e.v ^ alt(e.frag);
-                let (b1, b2) = (self.addr(e.v), self.addr(v2));
-                let (t1, t2) = (self.fresh_tag(e.frag, e.v), self.fresh_tag(e.frag, v2));
+            if e.placeable(self.level) {
+                let [(b1, t1), (b2, t2)] = self.fresh_homes(e.v, e.frag);
                 if self.try_put(b1, e.units, t1) || self.try_put(b2, e.units, t2) {
                     self.stash.swap_remove(i);
                     continue;
@@ -724,10 +734,10 @@ impl Table {
         for slot in 0..self.capacity() as usize {
             let (units, tag) = self.get(slot);
             if units != 0 && self.is_stale(tag) {
-                let (v, nbits) = self.known((slot / SLOTS_PER_BUCKET) as u64, tag);
+                let e = self.stash_entry((slot / SLOTS_PER_BUCKET) as u64, tag, units);
                 self.clear_slot(slot);
                 self.cold += cold_bit(units);
-                self.stash.push(StashEntry { v, nbits, frag: tag >> FRAG_SHIFT, units });
+                self.stash.push(e);
                 moved += 1;
             }
         }
@@ -771,7 +781,7 @@ impl Table {
         if self.stash.len() <= STASH_GROW_AT {
             return self.stash.len();
         }
-        self.stash.iter().filter(|e| e.nbits >= self.level + 2).count()
+        self.stash.iter().filter(|e| e.placeable(self.level)).count()
     }
 
     /// Whether a bucket should split now.
@@ -1298,6 +1308,23 @@ mod tests {
         i as u32 + 2
     }
 
+    /// Insert key `i` at its place in the pretend log (every record so far lies below its
+    /// end); returns whether a refresh scan started.
+    fn insert_next(idx: &mut Index, i: u64) -> bool {
+        idx.insert(kh(i), units_of(i), [(units_of(i) as u64 + 1) * OFFSET_UNIT, 0])
+    }
+
+    /// An index grown from the smallest table until its first refresh scan started, and the
+    /// last key inserted (keys 0 to it are in).
+    fn grow_until_refresh() -> (Index, u64) {
+        let mut idx = Index::for_keys(0);
+        let mut i = 0u64;
+        while !insert_next(&mut idx, i) {
+            i += 1;
+        }
+        (idx, i)
+    }
+
     /// Scan up to `bytes` of the pretend log the way the store does; returns whether a
     /// refresh was in progress.
     fn scan_step(idx: &mut Index, bytes: u64) -> bool {
@@ -1328,8 +1355,7 @@ mod tests {
         let mut lowest = 1.0f64;
         let mut levels = 0;
         for i in 0..n {
-            let end = (units_of(i) as u64 + 1) * OFFSET_UNIT;
-            levels += idx.insert(kh(i), units_of(i), [end, 0]) as u32;
+            levels += insert_next(&mut idx, i) as u32;
             let owed = idx.owe(1);
             if owed > 0 {
                 scan_step(&mut idx, owed);
@@ -1363,8 +1389,7 @@ mod tests {
         let n = 20_000u64;
         let mut grew = 0;
         for i in 0..n {
-            let end = (units_of(i) as u64 + 1) * OFFSET_UNIT;
-            grew += idx.insert(kh(i), units_of(i), [end, 0]) as u32;
+            grew += insert_next(&mut idx, i) as u32;
             // Overwrite an earlier key now and then: a write refreshes its entry.
             if i % 7 == 0 && i > 0 {
                 let j = i / 2;
@@ -1397,11 +1422,7 @@ mod tests {
     /// their keys, and the table keeps growing past them.
     #[test]
     fn unscanned_entries_are_stashed_not_lost() {
-        let mut idx = Index::for_keys(0);
-        let mut i = 0u64;
-        while !idx.insert(kh(i), units_of(i), [(units_of(i) as u64 + 1) * OFFSET_UNIT, 0]) {
-            i += 1;
-        }
+        let (mut idx, i) = grow_until_refresh();
         // The scan reads nothing (as if every record failed its checksum).
         while let GrowthWork::Scan(job) = idx.growth_work() {
             idx.apply_scan(&job, job.limit, &[]);
@@ -1413,7 +1434,7 @@ mod tests {
         assert_finds(&idx, i + 1);
         let n = i + 1 + 5_000;
         for j in i + 1..n {
-            idx.insert(kh(j), units_of(j), [(units_of(j) as u64 + 1) * OFFSET_UNIT, 0]);
+            insert_next(&mut idx, j);
             while idx.owe(1) > 0 && scan_step(&mut idx, 1 << 20) {}
         }
         assert!(idx.capacity() as f64 * 0.95 >= (n - left) as f64, "the table stopped growing");
@@ -1424,11 +1445,7 @@ mod tests {
     /// every byte flip, and every truncation, of a grown index with a refresh scan running.
     #[test]
     fn damaged_images_never_panic() {
-        let mut idx = Index::for_keys(0);
-        let mut i = 0u64;
-        while !idx.insert(kh(i), units_of(i), [(units_of(i) as u64 + 1) * OFFSET_UNIT, 0]) {
-            i += 1;
-        }
+        let (idx, i) = grow_until_refresh();
         let mut img = Vec::new();
         image::write(&idx, &mut img);
         let bounds = image::Bounds { first: 2, end: i + 3, cold_end: 0 };
@@ -1450,7 +1467,7 @@ mod tests {
         let mut idx = Index::for_keys(0);
         let n = 60_000u64;
         for i in 0..n {
-            idx.insert(kh(i), units_of(i), [(units_of(i) as u64 + 1) * OFFSET_UNIT, 0]);
+            insert_next(&mut idx, i);
             while idx.owe(1) > 0 && scan_step(&mut idx, 1 << 20) {}
         }
         while scan_step(&mut idx, 1 << 20) {}
