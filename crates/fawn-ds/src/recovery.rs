@@ -23,7 +23,7 @@ use crate::limits::COLD_UNITS_BIT;
 use crate::limits::LOG_HEADER_BYTES;
 use crate::log::{self, LogFile, Scanner};
 use crate::record;
-use crate::store::{ColdLog, Counters, Inner};
+use crate::store::{AppliedRecord, ColdLog, Counters, Inner};
 use crate::{Options, RecoveryReport};
 
 pub(crate) const LOG_FILE: &str = "data.log";
@@ -203,24 +203,110 @@ fn presize_index(inner: &Inner, start: u64, len: u64) {
 }
 
 /// Replay records from `start`; returns the log end after dealing with a bad tail.
+/// Records are applied `REPLAY_BATCH_RECORDS` at a time, as a write batch is
+/// (`Inner::apply_batch`): one index lock hold and prefetching across many records, instead
+/// of two lock holds and a cold probe per record.
 fn replay(inner: &Inner, start: u64, len: u64, report: &mut RecoveryReport) -> Result<u64, Error> {
     let mut sc = Scanner::new(Arc::clone(&inner.log), start, len);
+    let mut batch = ReplayBatch::default();
     loop {
-        let (offset, header, key) = match sc.next_record() {
-            Ok(Some((offset, header, bytes))) => (offset, header, record::key_of(bytes, &header).to_vec()),
-            Ok(None) => return Ok(len),
-            Err(Error::Corrupt { offset, reason }) => {
-                return cut_bad_tail(inner, &mut sc, offset, reason, len, report)
+        batch.clear();
+        let stop = loop {
+            match sc.next_record() {
+                Ok(Some((offset, header, bytes))) => {
+                    batch.push(offset, &header, record::key_of(bytes, &header));
+                    if batch.offsets.len() == REPLAY_BATCH_RECORDS {
+                        break None;
+                    }
+                }
+                Ok(None) => break Some(None),
+                Err(Error::Corrupt { offset, reason }) => break Some(Some((offset, reason))),
+                Err(e) => return Err(e),
             }
-            Err(e) => return Err(e),
         };
-        let kh = KeyHash::of(&key);
-        let existing = inner.find_existing(kh, &key)?;
-        let units = (offset / crate::limits::OFFSET_UNIT) as u32;
-        let growth = inner.apply(header.kind, &header.meta, kh, existing, units, header.total_len() as u64);
-        inner.max_seq.fetch_max(header.meta.seq, Ordering::AcqRel);
+        // Everything before the end (or the bad record) is in the index before the tail is
+        // dealt with.
+        batch.apply(inner, report)?;
+        match stop {
+            None => {}
+            Some(None) => return Ok(len),
+            Some(Some((offset, reason))) => return cut_bad_tail(inner, &mut sc, offset, reason, len, report),
+        }
+    }
+}
+
+/// Records replayed per `Inner::apply_batch` call.
+const REPLAY_BATCH_RECORDS: usize = 256;
+
+/// Records read back from the log, waiting to be applied: their keys in one arena.
+#[derive(Default)]
+struct ReplayBatch {
+    keys: Vec<u8>,
+    /// Kind, meta, key span in `keys` and record length of each record.
+    records: Vec<(crate::RecordKind, crate::Meta, std::ops::Range<usize>, u64)>,
+    hashes: Vec<KeyHash>,
+    offsets: Vec<u64>,
+}
+
+impl ReplayBatch {
+    fn clear(&mut self) {
+        self.keys.clear();
+        self.records.clear();
+        self.hashes.clear();
+        self.offsets.clear();
+    }
+
+    fn push(&mut self, offset: u64, header: &record::Header, key: &[u8]) {
+        let span = self.keys.len()..self.keys.len() + key.len();
+        self.keys.extend_from_slice(key);
+        self.records.push((header.kind, header.meta, span, header.total_len() as u64));
+        self.hashes.push(KeyHash::of(key));
+        self.offsets.push(offset);
+    }
+
+    fn apply(&self, inner: &Inner, report: &mut RecoveryReport) -> Result<(), Error> {
+        if self.records.is_empty() {
+            return Ok(());
+        }
+        let records: Vec<Replayed<'_>> = self
+            .records
+            .iter()
+            .map(|(kind, meta, span, len)| Replayed {
+                kind: *kind,
+                meta: *meta,
+                key: &self.keys[span.clone()],
+                len: *len,
+            })
+            .collect();
+        let growth = inner.apply_batch(&records, &self.hashes, &self.offsets)?;
+        let max_seq = records.iter().map(|r| r.meta.seq).max().unwrap_or(0);
+        inner.max_seq.fetch_max(max_seq, Ordering::AcqRel);
         inner.after_apply(growth);
-        report.records_replayed += 1;
+        report.records_replayed += records.len() as u64;
+        Ok(())
+    }
+}
+
+/// A record of a `ReplayBatch`, as `Inner::apply_batch` takes it.
+struct Replayed<'a> {
+    kind: crate::RecordKind,
+    meta: crate::Meta,
+    key: &'a [u8],
+    len: u64,
+}
+
+impl AppliedRecord for Replayed<'_> {
+    fn kind(&self) -> crate::RecordKind {
+        self.kind
+    }
+    fn key(&self) -> &[u8] {
+        self.key
+    }
+    fn meta(&self) -> &crate::Meta {
+        &self.meta
+    }
+    fn len(&self) -> u64 {
+        self.len
     }
 }
 

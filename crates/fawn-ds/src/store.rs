@@ -595,7 +595,12 @@ impl Inner {
     /// and inserted in one probe, instead of a read-lock probe plus a write-lock insert per
     /// record. A record with a fragment match goes through `find_existing` (its log read
     /// happens without the index lock) and `apply`.
-    fn apply_batch(&self, ops: &[BatchOp<'_>], hashes: &[KeyHash], offsets: &[u64]) -> Result<Growth, Error> {
+    pub(crate) fn apply_batch<R: AppliedRecord>(
+        &self,
+        ops: &[R],
+        hashes: &[KeyHash],
+        offsets: &[u64],
+    ) -> Result<Growth, Error> {
         let mut growth = Growth::default();
         let mut found = Vec::new();
         let mut i = 0;
@@ -617,10 +622,9 @@ impl Inner {
                         matched = true;
                         break;
                     }
-                    let op = &ops[i];
-                    let len = record_len(op.key, op.value) as u64;
+                    let len = ops[i].len();
                     // Delete of an absent key: no index change; the record counts as live.
-                    if op.kind == RecordKind::Put {
+                    if ops[i].kind() == RecordKind::Put {
                         let units = (offsets[i] / OFFSET_UNIT) as u32;
                         // Applied in log order: every record the index points at ends at or
                         // below this one's end (hot) or below the cold log's end.
@@ -634,18 +638,17 @@ impl Inner {
             }
             self.live_bytes.fetch_add(live, Ordering::AcqRel);
             for op in &ops[run_start..i] {
-                if Reclaim::concerns(op.kind, &op.meta) {
-                    self.reclaim.lock().note(op.kind, &op.meta, record_len(op.key, op.value) as u64);
+                if Reclaim::concerns(op.kind(), op.meta()) {
+                    self.reclaim.lock().note(op.kind(), op.meta(), op.len());
                 }
             }
             if matched {
                 // After the append: an earlier op of this batch on the same key is found too.
                 let op = &ops[i];
                 let ahead = hashes.get(i + crate::index::PREFETCH_AHEAD).copied();
-                let existing = self.find_existing_ahead(hashes[i], op.key, ahead)?;
+                let existing = self.find_existing_ahead(hashes[i], op.key(), ahead)?;
                 let units = (offsets[i] / OFFSET_UNIT) as u32;
-                let len = record_len(op.key, op.value) as u64;
-                let g = self.apply(op.kind, &op.meta, hashes[i], existing, units, len);
+                let g = self.apply(op.kind(), op.meta(), hashes[i], existing, units, op.len());
                 growth = Growth { started: growth.started || g.started, behind: g.behind };
                 i += 1;
             }
@@ -1134,6 +1137,30 @@ impl Inner {
 pub(crate) struct Growth {
     pub started: bool,
     pub behind: u64,
+}
+
+/// A record appended (or replayed) at the hot log's end, as `apply_batch` needs it: what
+/// it does, to which key, and its length in the log (padding before it excluded).
+pub(crate) trait AppliedRecord {
+    fn kind(&self) -> RecordKind;
+    fn key(&self) -> &[u8];
+    fn meta(&self) -> &Meta;
+    fn len(&self) -> u64;
+}
+
+impl AppliedRecord for BatchOp<'_> {
+    fn kind(&self) -> RecordKind {
+        self.kind
+    }
+    fn key(&self) -> &[u8] {
+        self.key
+    }
+    fn meta(&self) -> &Meta {
+        &self.meta
+    }
+    fn len(&self) -> u64 {
+        record_len(self.key, self.value) as u64
+    }
 }
 
 /// An index entry found for a key: its location, the byte length of the record it points
