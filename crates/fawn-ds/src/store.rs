@@ -589,8 +589,9 @@ impl Inner {
     }
 
     /// Point the index at the records of a batch just appended, or replayed at open (hot
-    /// log, at `offsets`), in order, as `apply` one by one would. A record whose fragment matches no index entry (a
-    /// new key, almost every record of a bulk load) needs no log read: such records are
+    /// log, at `offsets`), in order, as `apply` one by one would. A record whose fragment
+    /// matches no index entry (a new key, almost every record of a bulk load or of a
+    /// rebuild) needs no log read: such records are
     /// applied in runs under one index lock hold of at most `APPLY_RUN_RECORDS`, each found
     /// and inserted in one probe, instead of a read-lock probe plus a write-lock insert per
     /// record. A record with a fragment match goes through `find_existing` (its log read
