@@ -136,6 +136,7 @@ impl KeyHash {
     /// low 64 (disjoint from the hash's). Never from the high bits: they place the key on the
     /// ring, so the keys of one datastore (one ring range) share them and would crowd into a
     /// band of buckets.
+    ///
     /// The fragment is never 0 (0 becomes 1), so no occupied slot has tag 0: an empty
     /// slot is told by its tag alone.
     pub fn of(key: &[u8]) -> KeyHash {
@@ -270,7 +271,7 @@ fn tag_for(frag: u16, v: u64, j: u32) -> u16 {
     frag << FRAG_SHIFT | ((j & 1) as u16) << TAG_PARITY_SHIFT | p
 }
 
-/// The table: linear hashing over 4-slot buckets, two choices per key, plus a small stash.
+/// The table: linear hashing over 8-slot buckets, two choices per key, plus a small stash.
 #[derive(Clone, Debug)]
 pub(crate) struct Table {
     chunks: Vec<Chunk>,
