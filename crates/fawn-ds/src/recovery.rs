@@ -168,6 +168,10 @@ fn load_checkpoint(inner: &Inner, log_len: u64, report: &mut RecoveryReport) -> 
 
 /// Before a rebuild from the log, size the index for the number of distinct keys stored
 /// (HyperLogLog estimate over one sequential pass), so replay never grows the table.
+/// The pass reads headers and keys without checking checksums (the replay that follows
+/// checks every record): a damaged value costs nothing, a damaged key skews the estimate
+/// by one, and a damaged header stops the pass early, as before (the index then grows
+/// during replay). At 10 M × 1 KiB this pass took 2.0–2.2 s instead of 2.7–3.3 s.
 fn presize_index(inner: &Inner, start: u64, len: u64) {
     const P: u32 = 14;
     let mut regs = vec![0u8; 1 << P];
@@ -178,10 +182,10 @@ fn presize_index(inner: &Inner, start: u64, len: u64) {
     }
     for (log, from, to) in parts {
         let mut sc = Scanner::new(log, from, to);
-        while let Ok(Some((_, header, bytes))) = sc.next_record() {
+        while let Ok(Some((header, key))) = sc.next_key_unchecked() {
             if header.kind == crate::RecordKind::Put {
                 puts += 1;
-                let h = fawn_ring::key_id(record::key_of(bytes, &header)).low64();
+                let h = fawn_ring::key_id(key).low64();
                 let rank = ((h << P) | (1 << (P - 1))).leading_zeros() + 1;
                 let r = &mut regs[(h >> (64 - P)) as usize];
                 *r = (*r).max(rank as u8);
