@@ -19,7 +19,6 @@ use std::time::Instant;
 use crate::checkpoint::{self, CHECKPOINT_FILE};
 use crate::error::Error;
 use crate::index::KeyHash;
-use crate::limits::COLD_UNITS_BIT;
 use crate::limits::LOG_HEADER_BYTES;
 use crate::log::{self, LogFile, Scanner};
 use crate::record;
@@ -214,29 +213,28 @@ fn replay(inner: &Inner, start: u64, len: u64, report: &mut RecoveryReport) -> R
     let mut sc = Scanner::new(Arc::clone(&inner.log), start, len);
     let mut batch = ReplayBatch::default();
     loop {
-        batch.clear();
-        let stop = loop {
-            match sc.next_record() {
-                Ok(Some((offset, header, bytes))) => {
-                    batch.push(offset, &header, record::key_of(bytes, &header));
-                    if batch.offsets.len() == REPLAY_BATCH_RECORDS {
-                        break None;
-                    }
-                }
-                Ok(None) => break Some(None),
-                Err(Error::Corrupt { offset, reason }) => break Some(Some((offset, reason))),
-                Err(e) => return Err(e),
-            }
-        };
+        let stop = batch.read(&mut sc)?;
         // Everything before the end (or the bad record) is in the index before the tail is
         // dealt with.
-        batch.apply(inner, report)?;
+        batch.apply(inner, false, report)?;
         match stop {
-            None => {}
-            Some(None) => return Ok(len),
-            Some(Some((offset, reason))) => return cut_bad_tail(inner, &mut sc, offset, reason, len, report),
+            BatchEnd::Full => {}
+            BatchEnd::LogEnd => return Ok(len),
+            BatchEnd::Bad { offset, reason } => {
+                return cut_bad_tail(inner, &mut sc, offset, reason, len, report)
+            }
         }
     }
+}
+
+/// Why `ReplayBatch::read` stopped.
+enum BatchEnd {
+    /// `REPLAY_BATCH_RECORDS` records read; more may follow.
+    Full,
+    /// The end of the range.
+    LogEnd,
+    /// A record that fails its checks, at `offset`.
+    Bad { offset: u64, reason: String },
 }
 
 /// Records replayed per `Inner::apply_batch` call.
@@ -268,7 +266,26 @@ impl ReplayBatch {
         self.offsets.push(offset);
     }
 
-    fn apply(&self, inner: &Inner, report: &mut RecoveryReport) -> Result<(), Error> {
+    /// Read the next records into the (cleared) batch; I/O errors are returned.
+    fn read(&mut self, sc: &mut Scanner) -> Result<BatchEnd, Error> {
+        self.clear();
+        loop {
+            match sc.next_record() {
+                Ok(Some((offset, header, bytes))) => {
+                    self.push(offset, &header, record::key_of(bytes, &header));
+                    if self.offsets.len() == REPLAY_BATCH_RECORDS {
+                        return Ok(BatchEnd::Full);
+                    }
+                }
+                Ok(None) => return Ok(BatchEnd::LogEnd),
+                Err(Error::Corrupt { offset, reason }) => return Ok(BatchEnd::Bad { offset, reason }),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// Apply the batch's records (from the cold log with `cold`).
+    fn apply(&self, inner: &Inner, cold: bool, report: &mut RecoveryReport) -> Result<(), Error> {
         if self.records.is_empty() {
             return Ok(());
         }
@@ -282,7 +299,7 @@ impl ReplayBatch {
                 len: *len,
             })
             .collect();
-        let growth = inner.apply_batch(&records, &self.hashes, &self.offsets)?;
+        let growth = inner.apply_batch(&records, &self.hashes, &self.offsets, cold)?;
         let max_seq = records.iter().map(|r| r.meta.seq).max().unwrap_or(0);
         inner.max_seq.fetch_max(max_seq, Ordering::AcqRel);
         inner.after_apply(growth);
@@ -314,23 +331,22 @@ impl AppliedRecord for Replayed<'_> {
     }
 }
 
-/// Replay the whole cold log (before the hot log: every cold record is older). The cold
-/// log was fsynced up to its committed length before that length was committed, so any
-/// bad record in it is damage to durable data: open fails.
+/// Replay the whole cold log (before the hot log: every cold record is older), in batches
+/// as `replay` does. The cold log was fsynced up to its committed length before that length
+/// was committed, so any bad record in it is damage to durable data: open fails.
 fn replay_cold(inner: &Inner, report: &mut RecoveryReport) -> Result<(), Error> {
     let Some(cold) = &inner.cold else { return Ok(()) };
     let mut sc = Scanner::new(Arc::clone(&cold.log), LOG_HEADER_BYTES, cold.end.load(Ordering::Acquire));
-    while let Some((offset, header, bytes)) = sc.next_record()? {
-        let key = record::key_of(bytes, &header).to_vec();
-        let kh = KeyHash::of(&key);
-        let existing = inner.find_existing(kh, &key)?;
-        let units = (offset / crate::limits::OFFSET_UNIT) as u32 | COLD_UNITS_BIT;
-        let growth = inner.apply(header.kind, &header.meta, kh, existing, units, header.total_len() as u64);
-        inner.max_seq.fetch_max(header.meta.seq, Ordering::AcqRel);
-        inner.after_apply(growth);
-        report.records_replayed += 1;
+    let mut batch = ReplayBatch::default();
+    loop {
+        let stop = batch.read(&mut sc)?;
+        batch.apply(inner, true, report)?;
+        match stop {
+            BatchEnd::Full => {}
+            BatchEnd::LogEnd => return Ok(()),
+            BatchEnd::Bad { offset, reason } => return Err(Error::Corrupt { offset, reason }),
+        }
     }
-    Ok(())
 }
 
 /// Before `salvage` cuts acknowledged records off the log, copy the bytes to

@@ -572,7 +572,7 @@ impl Inner {
         self.append(&mut w, base, &buf)?;
         self.counters.appended_bytes.fetch_add(buf.len() as u64, Ordering::Relaxed);
         let max_seq = ops.iter().map(|op| op.meta.seq).max().unwrap_or(0);
-        let growth = match self.apply_batch(ops, &hashes, &offsets) {
+        let growth = match self.apply_batch(ops, &hashes, &offsets, false) {
             Ok(g) => g,
             Err(e) => {
                 // The log holds records the index does not: only a reopen (replay) can make
@@ -588,8 +588,9 @@ impl Inner {
         Ok(new_end)
     }
 
-    /// Point the index at the records of a batch just appended, or replayed at open (hot
-    /// log, at `offsets`), in order, as `apply` one by one would. A record whose fragment
+    /// Point the index at the records of a batch just appended, or replayed at open (at
+    /// `offsets` in the hot log, or with `cold` in the cold log), in order, as `apply` one by
+    /// one would. A record whose fragment
     /// matches no index entry (a new key, almost every record of a bulk load or of a
     /// rebuild) needs no log read: such records are
     /// applied in runs under one index lock hold of at most `APPLY_RUN_RECORDS`, each found
@@ -601,7 +602,10 @@ impl Inner {
         ops: &[R],
         hashes: &[KeyHash],
         offsets: &[u64],
+        cold: bool,
     ) -> Result<Growth, Error> {
+        let cold_bit = if cold { COLD_UNITS_BIT } else { 0 };
+        let live_counter = if cold { &self.cold_live_bytes } else { &self.live_bytes };
         let mut growth = Growth::default();
         let mut found = Vec::new();
         let mut i = 0;
@@ -626,10 +630,16 @@ impl Inner {
                     let len = ops[i].len();
                     // Delete of an absent key: no index change; the record counts as live.
                     if ops[i].kind() == RecordKind::Put {
-                        let units = (offsets[i] / OFFSET_UNIT) as u32;
+                        let units = (offsets[i] / OFFSET_UNIT) as u32 | cold_bit;
                         // Applied in log order: every record the index points at ends at or
-                        // below this one's end (hot) or below the cold log's end.
-                        let started = idx.insert(kh, units, [offsets[i] + len, self.cold_end()]);
+                        // below this one's end (in its log) or below the other log's end.
+                        let end = offsets[i] + len;
+                        let limits = if cold {
+                            [self.written_end.load(Ordering::Acquire), end]
+                        } else {
+                            [end, self.cold_end()]
+                        };
+                        let started = idx.insert(kh, units, limits);
                         growth.started |= started;
                     }
                     growth.behind = idx.owe(1);
@@ -637,7 +647,7 @@ impl Inner {
                     i += 1;
                 }
             }
-            self.live_bytes.fetch_add(live, Ordering::AcqRel);
+            live_counter.fetch_add(live, Ordering::AcqRel);
             for op in &ops[run_start..i] {
                 if Reclaim::concerns(op.kind(), op.meta()) {
                     self.reclaim.lock().note(op.kind(), op.meta(), op.len());
@@ -648,7 +658,7 @@ impl Inner {
                 let op = &ops[i];
                 let ahead = hashes.get(i + crate::index::PREFETCH_AHEAD).copied();
                 let existing = self.find_existing_ahead(hashes[i], op.key(), ahead)?;
-                let units = (offsets[i] / OFFSET_UNIT) as u32;
+                let units = (offsets[i] / OFFSET_UNIT) as u32 | cold_bit;
                 let g = self.apply(op.kind(), op.meta(), hashes[i], existing, units, op.len());
                 growth = Growth { started: growth.started || g.started, behind: g.behind };
                 i += 1;
@@ -1140,7 +1150,7 @@ pub(crate) struct Growth {
     pub behind: u64,
 }
 
-/// A record appended (or replayed) at the hot log's end, as `apply_batch` needs it: what
+/// A record appended (or replayed) at a log's end, as `apply_batch` needs it: what
 /// it does, to which key, and its length in the log (padding before it excluded).
 pub(crate) trait AppliedRecord {
     fn kind(&self) -> RecordKind;
