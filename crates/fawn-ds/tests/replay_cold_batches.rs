@@ -25,15 +25,26 @@ fn opts() -> Options {
     }
 }
 
-fn value(seq: u64, rng: &mut SmallRng) -> Vec<u8> {
-    format!("v{seq}-{}", "x".repeat(rng.gen_range(0..200))).into_bytes()
+/// Delete `key` with probability `p_delete`, else put a fresh value; the model follows.
+fn write(ds: &DataStore, model: &mut Model, rng: &mut SmallRng, seq: u64, key: Vec<u8>, p_delete: f64) {
+    let meta = Meta { seq, ..Meta::default() };
+    if rng.gen_bool(p_delete) {
+        ds.delete(&key, meta).unwrap();
+        model.remove(&key);
+    } else {
+        let value = format!("v{seq}-{}", "x".repeat(rng.gen_range(0..200))).into_bytes();
+        ds.store(&key, &value, meta).unwrap();
+        model.insert(key, value);
+    }
 }
+
+type Model = BTreeMap<Vec<u8>, Vec<u8>>;
 
 #[test]
 fn rebuild_of_cold_and_hot_logs_matches_the_store_before() {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = SmallRng::seed_from_u64(SEED);
-    let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
+    let mut model = Model::new();
     let ds = DataStore::open(dir.path(), opts()).unwrap();
     let mut seq = 0;
     // Puts, overwrites (runs of one key inside a batch) and deletes; compaction moves the
@@ -41,28 +52,14 @@ fn rebuild_of_cold_and_hot_logs_matches_the_store_before() {
     for i in 0..KEYS * 2 {
         seq += 1;
         let key = format!("key:{}", (i / 3 + rng.gen_range(0..2)) % KEYS).into_bytes();
-        if rng.gen_bool(0.1) {
-            ds.delete(&key, Meta { seq, ..Meta::default() }).unwrap();
-            model.remove(&key);
-        } else {
-            let v = value(seq, &mut rng);
-            ds.store(&key, &v, Meta { seq, ..Meta::default() }).unwrap();
-            model.insert(key, v);
-        }
+        write(&ds, &mut model, &mut rng, seq, key, 0.1);
     }
     ds.compact().unwrap();
     assert!(ds.stats().cold_log_bytes > 0, "seed {SEED:#x}: compaction made no cold log");
     for _ in 0..HOT_OPS {
         seq += 1;
         let key = format!("key:{}", rng.gen_range(0..KEYS)).into_bytes();
-        if rng.gen_bool(0.2) {
-            ds.delete(&key, Meta { seq, ..Meta::default() }).unwrap();
-            model.remove(&key);
-        } else {
-            let v = value(seq, &mut rng);
-            ds.store(&key, &v, Meta { seq, ..Meta::default() }).unwrap();
-            model.insert(key, v);
-        }
+        write(&ds, &mut model, &mut rng, seq, key, 0.2);
     }
     let before = ds.stats();
     drop(ds);
