@@ -332,6 +332,27 @@ impl Inner {
         self.cold.as_ref().map_or(0, |c| c.end.load(Ordering::Acquire))
     }
 
+    /// The live-byte counter of the hot log, or with `cold` of the cold log.
+    fn live_counter(&self, cold: bool) -> &AtomicU64 {
+        if cold {
+            &self.cold_live_bytes
+        } else {
+            &self.live_bytes
+        }
+    }
+
+    /// The refresh-scan limits (`[hot, cold]`) for inserting a record that ends at `end` in
+    /// its log (the cold log with `cold`). Records are applied in log order: every record
+    /// the index points at ends at or below this one's end (in its log) or below the other
+    /// log's end.
+    fn insert_limits(&self, cold: bool, end: u64) -> [u64; 2] {
+        if cold {
+            [self.written_end.load(Ordering::Acquire), end]
+        } else {
+            [end, self.cold_end()]
+        }
+    }
+
     /// Read header + key of the record an index entry points at (offset units with the cold
     /// bit; no checksum: the value is not read)
     /// into `buf`: one short `pread` for the usual short key (writes compare keys behind
@@ -589,12 +610,11 @@ impl Inner {
     }
 
     /// Point the index at the records of a batch just appended, or replayed at open (at
-    /// `offsets` in the hot log, or with `cold` in the cold log), in order, as `apply` one by
-    /// one would. A record whose fragment
-    /// matches no index entry (a new key, almost every record of a bulk load or of a
-    /// rebuild) needs no log read: such records are
-    /// applied in runs under one index lock hold of at most `APPLY_RUN_RECORDS`, each found
-    /// and inserted in one probe, instead of a read-lock probe plus a write-lock insert per
+    /// `offsets` in the hot log, or with `cold` in the cold log), in order, as `apply` one
+    /// by one would. A record whose fragment matches no index entry (a new key, almost every
+    /// record of a bulk load or of a rebuild) needs no log read: such records are applied in
+    /// runs under one index lock hold of at most `APPLY_RUN_RECORDS`, each found and
+    /// inserted in one probe, instead of a read-lock probe plus a write-lock insert per
     /// record. A record with a fragment match goes through `find_existing` (its log read
     /// happens without the index lock) and `apply`.
     pub(crate) fn apply_batch<R: AppliedRecord>(
@@ -605,7 +625,6 @@ impl Inner {
         cold: bool,
     ) -> Result<Growth, Error> {
         let cold_bit = if cold { COLD_UNITS_BIT } else { 0 };
-        let live_counter = if cold { &self.cold_live_bytes } else { &self.live_bytes };
         let mut growth = Growth::default();
         let mut found = Vec::new();
         let mut i = 0;
@@ -631,15 +650,7 @@ impl Inner {
                     // Delete of an absent key: no index change; the record counts as live.
                     if ops[i].kind() == RecordKind::Put {
                         let units = (offsets[i] / OFFSET_UNIT) as u32 | cold_bit;
-                        // Applied in log order: every record the index points at ends at or
-                        // below this one's end (in its log) or below the other log's end.
-                        let end = offsets[i] + len;
-                        let limits = if cold {
-                            [self.written_end.load(Ordering::Acquire), end]
-                        } else {
-                            [end, self.cold_end()]
-                        };
-                        let started = idx.insert(kh, units, limits);
+                        let started = idx.insert(kh, units, self.insert_limits(cold, offsets[i] + len));
                         growth.started |= started;
                     }
                     growth.behind = idx.owe(1);
@@ -647,7 +658,7 @@ impl Inner {
                     i += 1;
                 }
             }
-            live_counter.fetch_add(live, Ordering::AcqRel);
+            self.live_counter(cold).fetch_add(live, Ordering::AcqRel);
             for op in &ops[run_start..i] {
                 if Reclaim::concerns(op.kind(), op.meta()) {
                     self.reclaim.lock().note(op.kind(), op.meta(), op.len());
@@ -698,11 +709,12 @@ impl Inner {
         if Reclaim::concerns(kind, meta) {
             self.reclaim.lock().note(kind, meta, len);
         }
-        let counter = |cold: bool| if cold { &self.cold_live_bytes } else { &self.live_bytes };
-        counter(units & COLD_UNITS_BIT != 0).fetch_add(len, Ordering::AcqRel);
+        let cold = units & COLD_UNITS_BIT != 0;
+        self.live_counter(cold).fetch_add(len, Ordering::AcqRel);
         if let Some((_, old_len, old_cold)) = existing {
             // Saturating: a checkpoint/replay mismatch must never wrap the counter.
-            let _ = counter(old_cold)
+            let _ = self
+                .live_counter(old_cold)
                 .fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| Some(v.saturating_sub(old_len)));
         }
         let existing = existing.map(|(loc, _, _)| loc);
@@ -713,15 +725,8 @@ impl Inner {
                 false
             }
             (RecordKind::Put, None) => {
-                // Records are applied in log order: every record the index points at ends
-                // at or below this one's end (hot) or below the other log's end.
                 let end = (units & !COLD_UNITS_BIT) as u64 * OFFSET_UNIT + len;
-                let limits = if units & COLD_UNITS_BIT == 0 {
-                    [end, self.cold_end()]
-                } else {
-                    [self.written_end.load(Ordering::Acquire), end]
-                };
-                idx.insert(kh, units, limits)
+                idx.insert(kh, units, self.insert_limits(cold, end))
             }
             (RecordKind::Delete, Some(loc)) => {
                 idx.remove(loc, kh);
