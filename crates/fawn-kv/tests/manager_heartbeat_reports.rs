@@ -122,7 +122,11 @@ async fn frontends_report_and_the_manager_decides() {
     ];
     for (node, addr) in addrs.iter().enumerate() {
         let r = pool
-            .call(&manager_addr, Request::RegisterBackend { node: node as NodeId, addr: addr.clone() }, LIMIT)
+            .call(
+                &manager_addr,
+                Request::RegisterBackend { node: node as NodeId, addr: addr.clone(), logs_complete: true },
+                LIMIT,
+            )
             .await;
         assert!(matches!(r, Ok(Response::Config(_))), "register {node}: {r:?}");
     }

@@ -22,7 +22,9 @@ use fawn_ring::{KeyId, NodeId, Range};
 /// 3: ranges split on join (`RangeConfig::splitting`, `Request::SplitReady`).
 /// 4: ranges merge after a leave (`RangeConfig::merging`, `Request::MergeReady`).
 /// 5: front-ends heartbeat the back-ends and report to the manager (`Request::Heartbeats`).
-pub const PROTOCOL_VERSION: u8 = 5;
+/// 6: `Request::Committed` names the key; `Request::RegisterBackend` says whether the
+/// back-end's logs are complete.
+pub const PROTOCOL_VERSION: u8 = 6;
 /// Largest frame body accepted (a 1 MiB value plus key and headers fits many times over).
 pub const FRAME_BYTES_MAX: usize = 8 << 20;
 /// Bytes before the body: length (4) + version (1) + request id (8).
@@ -71,8 +73,10 @@ pub enum Request {
     ItemStats,
     /// The current cluster configuration (manager, front-end).
     GetConfig,
-    /// A back-end announces itself to the manager.
-    RegisterBackend { node: NodeId, addr: String },
+    /// A back-end announces itself to the manager. `logs_complete`: its datastores hold
+    /// every update it acknowledged (it may resume its chain positions); false after a restart
+    /// of its host under a sync policy other than `always`, when it must resync first.
+    RegisterBackend { node: NodeId, addr: String, logs_complete: bool },
     /// A syncing back-end has caught up on a range (to the manager).
     SyncDone { node: NodeId, range: Range },
     /// Begin a graceful leave of a back-end (to the manager).
@@ -89,8 +93,14 @@ pub enum Request {
     RangeDigest { range: Range, after_key: Option<Vec<u8>>, limit: u32 },
     /// Liveness probe (heartbeats).
     Ping,
-    /// The tail committed a front-end's update (tail → front-end).
-    Committed { req: ReqId, outcome: Outcome },
+    /// The tail committed a front-end's update (tail → front-end). `key` lets a front-end
+    /// that stopped waiting for the update (or restarted since) invalidate its cache.
+    Committed {
+        req: ReqId,
+        outcome: Outcome,
+        #[serde(with = "serde_bytes")]
+        key: Vec<u8>,
+    },
     /// Back-end `node` cannot reach its chain neighbour `peer` although both still reach the
     /// manager: updates it forwarded to `peer` went unacknowledged past its repair threshold
     /// and `peer` did not answer a direct probe (to the manager; answered with `Config`).

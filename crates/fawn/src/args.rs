@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use fawn_ds::SyncPolicy;
 use fawn_kv::backend::BackendOptions;
+use fawn_kv::frontend::cache::CacheTiming;
 use fawn_kv::frontend::FrontendOptions;
 use fawn_kv::local::LocalCluster;
 use fawn_kv::manager::ManagerOptions;
@@ -319,6 +320,12 @@ pub struct FrontendArgs {
     /// Query cache capacity in items (0 disables it).
     #[arg(long, default_value_t = 100_000)]
     cache_entries: usize,
+    /// Milliseconds a key's cache slot takes no fill after an update of the key ended with its
+    /// outcome unknown (it may still commit, after a chain repair); also how long after
+    /// start-up the cache takes no fill at all (an earlier process may have left updates in
+    /// the chains). Keep it above the back-ends' manager lease (1.5 s).
+    #[arg(long, default_value_t = fawn_kv::frontend::cache::UNSETTLED_UPDATE_HOLD.as_millis() as u64)]
+    cache_unsettled_hold_ms: u64,
     /// Milliseconds before a request to a back-end times out.
     #[arg(long, default_value_t = 3000)]
     request_timeout_ms: u64,
@@ -347,6 +354,7 @@ impl FrontendArgs {
             native_advertise: self.advertise.unwrap_or_else(|| self.listen.clone()),
             memcache_advertise: self.memcached.clone(),
             cache_entries: self.cache_entries,
+            cache_timing: CacheTiming { unsettled_hold: Duration::from_millis(self.cache_unsettled_hold_ms) },
             request_timeout: Duration::from_millis(self.request_timeout_ms),
             heartbeat: Duration::from_millis(self.heartbeat_ms.max(1)),
         };

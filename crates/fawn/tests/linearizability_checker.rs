@@ -19,7 +19,7 @@ fn entry(
     call: u64,
     ret: u64,
 ) -> Entry {
-    Entry { client, op, key: key.into(), value: value.map(Into::into), outcome, call, ret }
+    Entry { client, op, key: key.into(), value: value.map(Into::into), expect: None, outcome, call, ret }
 }
 
 fn write_and_check(name: &str, entries: &[Entry]) -> common::history::Verdict {

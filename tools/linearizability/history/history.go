@@ -5,10 +5,14 @@
 //
 //		{"client":0,"op":"put","key":"k1","value":"v-0-17","output":null,"ok":true,"call":120,"return":450}
 //
-//	  - op: "get", "put" or "delete".
-//	  - value: the value a put writes (unique per put, so a read names the write it saw).
+//	  - op: "get", "put", "delete" or "cas".
+//	  - value: the value a put or cas writes (unique per write, so a read names the write it
+//	    saw).
+//	  - expect: for a cas, the value its unique was read with (values are unique per write,
+//	    so "the item is still the one read" is "the key still holds this value").
 //	  - output: for a get, the value read or null for a miss; for a delete, "deleted" (the key
-//	    existed), "not_found" (it did not) or null (not checked); ignored for a put.
+//	    existed), "not_found" (it did not) or null (not checked); for a cas, "stored",
+//	    "exists" (the key holds another value), "not_found" or null; ignored for a put.
 //	  - ok: true (returned with this output), false (failed with no effect: the operation is
 //	    dropped) or "unknown" (timed out or failed ambiguously: it may or may not have taken
 //	    effect; its return time is taken as +infinity and its output is ignored).
@@ -46,6 +50,7 @@ type Record struct {
 	Op     string  `json:"op"`
 	Key    string  `json:"key"`
 	Value  *string `json:"value"`
+	Expect *string `json:"expect"`
 	Output *string `json:"output"`
 	Ok     Outcome `json:"-"`
 	Call   int64   `json:"call"`
@@ -79,9 +84,10 @@ func (r *Record) UnmarshalJSON(data []byte) error {
 
 // Input is what an operation asked for (the model's input).
 type Input struct {
-	Op    string
-	Key   string
-	Value string
+	Op     string
+	Key    string
+	Value  string
+	Expect string
 }
 
 // Output is what an operation returned (the model's output).
@@ -90,9 +96,11 @@ type Output struct {
 	Unknown bool
 	// Present: for a get, whether a value was returned; for a delete, whether the key existed.
 	Present bool
-	// Checked: for a delete, whether Present was observed.
+	// Checked: for a delete or a cas, whether its result was observed.
 	Checked bool
 	Value   string
+	// CasResult: for a checked cas, "stored", "exists" or "not_found".
+	CasResult string
 }
 
 // State is the model state of one key.
@@ -133,6 +141,13 @@ func (r *Record) validate() error {
 		if r.Value == nil {
 			return fmt.Errorf("put without a value")
 		}
+	case "cas":
+		if r.Value == nil || r.Expect == nil {
+			return fmt.Errorf("cas without a value or an expected value")
+		}
+		if r.Output != nil && *r.Output != "stored" && *r.Output != "exists" && *r.Output != "not_found" {
+			return fmt.Errorf(`cas output must be "stored", "exists", "not_found" or null, got %q`, *r.Output)
+		}
 	default:
 		return fmt.Errorf("unknown op %q", r.Op)
 	}
@@ -161,6 +176,9 @@ func Operations(records []Record) []porcupine.Operation {
 		if r.Value != nil {
 			in.Value = *r.Value
 		}
+		if r.Expect != nil {
+			in.Expect = *r.Expect
+		}
 		var out Output
 		ret := r.Return
 		if r.Ok == Unknown {
@@ -177,6 +195,11 @@ func Operations(records []Record) []porcupine.Operation {
 				if r.Output != nil {
 					out.Checked = true
 					out.Present = *r.Output == "deleted"
+				}
+			case "cas":
+				if r.Output != nil {
+					out.Checked = true
+					out.CasResult = *r.Output
 				}
 			}
 		}
@@ -259,6 +282,24 @@ var Model = porcupine.Model{
 				return false, st
 			}
 			return true, State{}
+		case "cas":
+			matches := st.Present && st.Value == in.Expect
+			if !out.Unknown && out.Checked {
+				want := "exists"
+				switch {
+				case !st.Present:
+					want = "not_found"
+				case matches:
+					want = "stored"
+				}
+				if out.CasResult != want {
+					return false, st
+				}
+			}
+			if matches {
+				return true, State{Present: true, Value: in.Value}
+			}
+			return true, st
 		default: // get
 			if out.Unknown {
 				return true, st
@@ -285,12 +326,16 @@ var Model = porcupine.Model{
 			res = "deleted"
 		case in.Op == "delete" && out.Checked:
 			res = "not_found"
+		case in.Op == "cas" && out.Checked:
+			res = out.CasResult
 		default:
 			res = "ok"
 		}
 		switch in.Op {
 		case "put":
 			return fmt.Sprintf("put(%q, %q) -> %s", in.Key, in.Value, res)
+		case "cas":
+			return fmt.Sprintf("cas(%q, %q if %q) -> %s", in.Key, in.Value, in.Expect, res)
 		default:
 			return fmt.Sprintf("%s(%q) -> %s", in.Op, in.Key, res)
 		}
@@ -352,7 +397,7 @@ func Check(records []Record, perKey time.Duration) Report {
 		if r.Ok == Unknown && r.Op != "get" {
 			rep.Unknown++
 		}
-		if r.Op == "put" {
+		if r.Op == "put" || r.Op == "cas" {
 			k := r.Key + "\x00" + *r.Value
 			if prev, dup := seen[k]; dup {
 				rep.Warnings = append(rep.Warnings,

@@ -229,3 +229,50 @@ func TestVisualizationIsWritten(t *testing.T) {
 		t.Fatalf("no visualization: %v", err)
 	}
 }
+
+const casBase = `
+{"client":0,"op":"put","key":"a","value":"a1","output":null,"ok":true,"call":0,"return":10}
+`
+
+// A cas that read a1 succeeds while a1 is current; one that read an older value fails.
+func TestCasResultsAreChecked(t *testing.T) {
+	ok := verdict(t, casBase+`
+{"client":1,"op":"cas","key":"a","value":"a2","expect":"a1","output":"stored","ok":true,"call":11,"return":20}
+{"client":2,"op":"cas","key":"a","value":"a3","expect":"a1","output":"exists","ok":true,"call":21,"return":30}
+{"client":2,"op":"get","key":"a","value":null,"output":"a2","ok":true,"call":31,"return":40}
+{"client":2,"op":"delete","key":"a","value":null,"output":"deleted","ok":true,"call":41,"return":50}
+{"client":2,"op":"cas","key":"a","value":"a4","expect":"a2","output":"not_found","ok":true,"call":51,"return":60}
+`)
+	if len(ok.Illegal()) != 0 {
+		t.Fatalf("expected linearizable, got %+v", ok)
+	}
+	for name, text := range map[string]string{
+		"stored on a stale expectation": `
+{"client":0,"op":"put","key":"a","value":"a2","output":null,"ok":true,"call":11,"return":20}
+{"client":1,"op":"cas","key":"a","value":"a3","expect":"a1","output":"stored","ok":true,"call":21,"return":30}
+`,
+		"exists on a current expectation": `
+{"client":1,"op":"cas","key":"a","value":"a3","expect":"a1","output":"exists","ok":true,"call":21,"return":30}
+`,
+		"the stored value is not read back": `
+{"client":1,"op":"cas","key":"a","value":"a3","expect":"a1","output":"stored","ok":true,"call":21,"return":30}
+{"client":1,"op":"get","key":"a","value":null,"output":"a1","ok":true,"call":31,"return":40}
+`,
+	} {
+		rep := verdict(t, casBase+text)
+		if got := rep.Illegal(); len(got) != 1 {
+			t.Errorf("%s: expected key a illegal, got %+v", name, rep)
+		}
+	}
+}
+
+// A cas of unknown outcome may or may not have written.
+func TestUnknownCas(t *testing.T) {
+	rep := verdict(t, casBase+`
+{"client":1,"op":"cas","key":"a","value":"a2","expect":"a1","output":null,"ok":"unknown","call":11,"return":20}
+{"client":2,"op":"get","key":"a","value":null,"output":"a2","ok":true,"call":31,"return":40}
+`)
+	if len(rep.Illegal()) != 0 {
+		t.Fatalf("expected linearizable, got %+v", rep)
+	}
+}

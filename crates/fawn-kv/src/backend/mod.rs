@@ -1,6 +1,7 @@
 //! The back-end: hosts one datastore per range it replicates and plays head, middle, tail or
 //! syncing replica of each range's chain (paper §3.4.3–3.4.4).
 
+mod boot;
 mod drain;
 mod link;
 mod merge;
@@ -189,7 +190,19 @@ impl Backend {
     /// Registers with the manager, waits for the ranges to form, opens this node's datastores.
     pub async fn start(options: BackendOptions) -> anyhow::Result<Arc<Backend>> {
         let pool = Pool::new(Duration::from_secs(2));
-        let config = register(&pool, &options).await?;
+        let boot_id = boot::current_boot_id();
+        let logs_complete = boot::logs_complete(&options.data_dir, options.sync, boot_id.as_deref());
+        if !logs_complete {
+            warn!(sync = ?options.sync,
+                "the host restarted since this back-end last ran (or the restart cannot be told): its datastores may lack updates it acknowledged, so it resyncs its ranges before serving");
+        }
+        let config = register(&pool, &options, logs_complete).await?;
+        // Only once the manager knows: a crash before this proves nothing at the next start.
+        if let Some(boot_id) = &boot_id {
+            boot::record_boot(&options.data_dir, boot_id).map_err(|e| {
+                anyhow::anyhow!("recording the boot id in {}: {e}", options.data_dir.display())
+            })?;
+        }
         let backend = Arc::new_cyclic(|me| Backend {
             options,
             view: RwLock::new(Arc::new(View::new(ClusterConfig::default()))),
@@ -1265,11 +1278,12 @@ impl LinkTo for Linker {
         }
     }
 
-    fn committed(&self, reply_to: &str, req: ReqId, outcome: Outcome) {
+    fn committed(&self, reply_to: &str, req: ReqId, outcome: Outcome, key: &[u8]) {
         let Some(b) = self.0.clone() else { return };
         let addr = reply_to.to_string();
+        let key = key.to_vec();
         tokio::spawn(async move {
-            let msg = Request::Committed { req, outcome };
+            let msg = Request::Committed { req, outcome, key };
             let _ = b.pool.call(&addr, msg, COMMITTED_NOTICE_TIMEOUT).await;
         });
     }
@@ -1435,8 +1449,14 @@ pub fn expected_keys_by_range(total: u64, node: NodeId, config: &ClusterConfig) 
     held.iter().copied().zip(apportion_expected_keys(total, &held)).collect()
 }
 
-async fn register(pool: &Pool, options: &BackendOptions) -> anyhow::Result<ClusterConfig> {
-    let request = Request::RegisterBackend { node: options.node, addr: options.advertise.clone() };
+/// Registers with the manager; `logs_complete` as in `Request::RegisterBackend`.
+async fn register(
+    pool: &Pool,
+    options: &BackendOptions,
+    logs_complete: bool,
+) -> anyhow::Result<ClusterConfig> {
+    let request =
+        Request::RegisterBackend { node: options.node, addr: options.advertise.clone(), logs_complete };
     let mut logged = false;
     loop {
         match pool.call(&options.manager, request.clone(), Duration::from_secs(5)).await {
@@ -1463,7 +1483,8 @@ async fn poll_config(backend: Weak<Backend>) {
         let me = config.backends.iter().find(|x| x.node == b.options.node).map(|x| x.state);
         if me == Some(NodeState::Failed) {
             warn!("the manager declared this back-end failed; registering again to rejoin");
-            match register(&b.pool, &b.options).await {
+            // The process kept running: its datastores hold what it acknowledged.
+            match register(&b.pool, &b.options, true).await {
                 Ok(c) => {
                     let _ = b.install(c).await;
                 }

@@ -49,7 +49,7 @@ const EMPTY_BATCH_OPS: usize = 4096;
 pub trait LinkTo: Send + Sync {
     fn link(&self, peer: NodeId) -> mpsc::Sender<ChainMsg>;
     /// Tell the front-end at `reply_to` that its update committed (fire and forget).
-    fn committed(&self, reply_to: &str, req: ReqId, outcome: Outcome);
+    fn committed(&self, reply_to: &str, req: ReqId, outcome: Outcome, key: &[u8]);
 }
 
 /// This node's place in one range's chain, in one epoch.
@@ -661,14 +661,14 @@ impl RangeReplica {
         }
         let notify = origin.as_ref().filter(|_| st.route.is_tail()).and_then(|o| {
             let addr = o.reply_to.clone()?;
-            Some((addr, o.req, o.outcome.clone()))
+            Some((addr, o.req, o.outcome.clone(), key.clone()))
         });
         let is_tail = st.route.is_tail();
         self.forward(st, seq, msg, links);
         if is_tail {
             self.on_ack_local(seq);
-            if let Some((addr, req, outcome)) = notify {
-                links.committed(&addr, req, outcome);
+            if let Some((addr, req, outcome, key)) = notify {
+                links.committed(&addr, req, outcome, &key);
             }
             self.ack_upstream(st, seq, links);
         }
@@ -1545,7 +1545,7 @@ mod tests {
         fn link(&self, peer: NodeId) -> mpsc::Sender<ChainMsg> {
             self.0.lock().entry(peer).or_insert_with(|| mpsc::channel(1024)).0.clone()
         }
-        fn committed(&self, _: &str, _: ReqId, _: Outcome) {}
+        fn committed(&self, _: &str, _: ReqId, _: Outcome, _: &[u8]) {}
     }
 
     impl Wires {
@@ -1670,7 +1670,7 @@ mod tests {
                 None => mpsc::channel(1).0,
             }
         }
-        fn committed(&self, _: &str, _: ReqId, _: Outcome) {}
+        fn committed(&self, _: &str, _: ReqId, _: Outcome, _: &[u8]) {}
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,13 +1,29 @@
 //! The front-end's query cache: bounded, and coherent because every update of a key in this
 //! front-end's wedge passes through it.
 //!
-//! Coherence rule: a get that misses records the key's *generation* before asking the tail;
-//! every update bumps the generation when it starts and when it ends. The get's answer is
-//! cached only if the generation did not move meanwhile, so a slow read can never overwrite a
-//! newer value.
+//! Coherence rule: a cached item must be the key's latest committed value for as long as it
+//! is served. Three things guard that:
+//!
+//! * **Updates in flight.** An update takes an [`UpdateGuard`] before it leaves for the head
+//!   and releases it once its outcome is known. While any update of a key's slot is in flight
+//!   no read may fill the cache for that slot: the tail may commit the update at any moment,
+//!   and the front-end learns it only later. The guard also drops the cached item and moves
+//!   the slot's *generation* when it is taken and when it is released.
+//! * **Generations.** A get that misses records the generation before asking the tail and
+//!   fills only if it did not move: no update started or ended while it read.
+//! * **Unsettled updates.** An update whose outcome the front-end never learned (it timed
+//!   out, failed ambiguously, or its request was dropped) may still commit later, when a
+//!   repaired chain resends it. Its slot takes no fill for [`CacheTiming::unsettled_hold`];
+//!   nor does any slot in the first such period after the front-end starts (an earlier
+//!   process may have left updates in the chains). A later commit still reaches the cache:
+//!   the tail's `Committed` notice names the key, and any notice invalidates it.
+//!
+//! Together: a fill is accepted only if, during the whole read, no update of the slot that
+//! could still commit was known to this front-end.
 
 use std::collections::HashMap;
 use std::hash::BuildHasher;
+use std::time::{Duration, Instant};
 
 use fawn_proto::op::Item;
 use parking_lot::Mutex;
@@ -16,13 +32,58 @@ use parking_lot::Mutex;
 const GENERATION_SLOTS: usize = 4096;
 /// Cache shards (each with its own lock).
 const SHARDS: usize = 16;
+/// How long an update whose outcome is unknown keeps its slot from being filled. It covers a
+/// chain repair: failure detection, the new configuration, the head resending what its
+/// successor never acknowledged. A back-end that loses the manager stops serving after its
+/// lease, which is shorter.
+pub const UNSETTLED_UPDATE_HOLD: Duration = Duration::from_secs(5);
+
+const _: () = assert!(
+    UNSETTLED_UPDATE_HOLD.as_millis() > crate::backend::MANAGER_LEASE.as_millis(),
+    "an unsettled update must be held longer than a back-end may serve without the manager"
+);
+
+/// Timing of the cache's holds (a parameter so tests can shorten them).
+#[derive(Clone, Copy, Debug)]
+pub struct CacheTiming {
+    /// See [`UNSETTLED_UPDATE_HOLD`].
+    pub unsettled_hold: Duration,
+}
+
+impl Default for CacheTiming {
+    fn default() -> Self {
+        CacheTiming { unsettled_hold: UNSETTLED_UPDATE_HOLD }
+    }
+}
 
 /// A bounded cache of items by key.
 pub struct QueryCache {
     shards: Vec<Mutex<Shard>>,
-    generations: Vec<Mutex<u64>>,
+    slots: Vec<Mutex<Slot>>,
     entries_per_shard_max: usize,
+    timing: CacheTiming,
+    /// No fill before this (a previous process's updates may still commit).
+    fills_from: Instant,
     hasher: std::collections::hash_map::RandomState,
+}
+
+/// What the cache knows of the updates of the keys that hash to one slot.
+#[derive(Default)]
+struct Slot {
+    /// Moves whenever an update of the slot starts, ends or commits elsewhere.
+    generation: u64,
+    /// Updates of the slot that left for the head and whose outcome is not known yet.
+    updates_in_flight: u32,
+    /// An update of the slot was abandoned with its outcome unknown: no fill until then.
+    held_until: Option<Instant>,
+}
+
+impl Slot {
+    fn fillable(&self, generation: u64, now: Instant) -> bool {
+        self.generation == generation
+            && self.updates_in_flight == 0
+            && self.held_until.is_none_or(|until| now >= until)
+    }
 }
 
 #[derive(Default)]
@@ -31,19 +92,75 @@ struct Shard {
     clock: u64,
 }
 
+/// An update of one key in flight at this front-end (see the module comment). Release it
+/// with [`UpdateGuard::settled`] once the outcome is known; dropping it otherwise marks the
+/// update unsettled.
+#[must_use = "an update guard must live until the update's outcome is known"]
+pub struct UpdateGuard<'c> {
+    cache: &'c QueryCache,
+    key: Vec<u8>,
+    released: bool,
+}
+
+impl UpdateGuard<'_> {
+    /// The update's outcome is known: it committed, or it was decided without a write.
+    pub fn settled(mut self) {
+        self.release(false);
+    }
+
+    /// The update's outcome is unknown (a time-out, an ambiguous failure): it may commit
+    /// later.
+    pub fn unsettled(mut self) {
+        self.release(true);
+    }
+
+    fn release(&mut self, unsettled: bool) {
+        if std::mem::replace(&mut self.released, true) {
+            return;
+        }
+        let now = Instant::now();
+        let mut slot = self.cache.slot(&self.key);
+        assert!(slot.updates_in_flight > 0, "an update guard outlived its count");
+        slot.updates_in_flight -= 1;
+        slot.generation += 1;
+        if unsettled {
+            let until = now + self.cache.timing.unsettled_hold;
+            slot.held_until = Some(slot.held_until.map_or(until, |u| u.max(until)));
+        }
+        self.cache.remove(&self.key);
+    }
+}
+
+impl Drop for UpdateGuard<'_> {
+    fn drop(&mut self) {
+        // Dropped without an outcome: the request future was cancelled mid-flight.
+        self.release(true);
+    }
+}
+
 impl QueryCache {
     /// A cache of at most `entries_max` items (0 disables it).
-    pub fn new(entries_max: usize) -> QueryCache {
+    pub fn new(entries_max: usize, timing: CacheTiming) -> QueryCache {
         QueryCache {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
-            generations: (0..GENERATION_SLOTS).map(|_| Mutex::new(0)).collect(),
+            slots: (0..GENERATION_SLOTS).map(|_| Mutex::new(Slot::default())).collect(),
             entries_per_shard_max: entries_max.div_ceil(SHARDS),
+            timing,
+            fills_from: Instant::now() + timing.unsettled_hold,
             hasher: Default::default(),
         }
     }
 
     fn hash(&self, key: &[u8]) -> usize {
         self.hasher.hash_one(key) as usize
+    }
+
+    fn slot(&self, key: &[u8]) -> parking_lot::MutexGuard<'_, Slot> {
+        self.slots[self.hash(key) % GENERATION_SLOTS].lock()
+    }
+
+    fn remove(&self, key: &[u8]) {
+        self.shards[self.hash(key) % SHARDS].lock().map.remove(key);
     }
 
     /// The cached item, if any.
@@ -62,38 +179,40 @@ impl QueryCache {
 
     /// The key's generation, to pass to [`QueryCache::fill`].
     pub fn generation(&self, key: &[u8]) -> u64 {
-        *self.generations[self.hash(key) % GENERATION_SLOTS].lock()
+        self.slot(key).generation
     }
 
-    /// Caches a value read from the tail if no update touched the key since `generation`
-    /// and the cache holds nothing newer. Two reads of one key can finish out of order (an
-    /// update may commit without passing this front-end's cache, e.g. when it was sent through
-    /// a predecessor of this process that crashed); the later-started read must win.
+    /// An update of `key` leaves for the head: no fill of its slot until the guard is
+    /// released, and the cached item is dropped now.
+    pub fn begin_update(&self, key: &[u8]) -> UpdateGuard<'_> {
+        let mut slot = self.slot(key);
+        slot.updates_in_flight += 1;
+        slot.generation += 1;
+        drop(slot);
+        self.remove(key);
+        UpdateGuard { cache: self, key: key.to_vec(), released: false }
+    }
+
+    /// Caches a value read from the tail if the read overlapped no update of the key that
+    /// this front-end knew of (see the module comment) and the cache holds nothing newer.
+    /// Two reads of one key can finish out of order; the later-started read must win.
     pub fn fill(&self, key: &[u8], item: Item, generation: u64) {
-        let gen = self.generations[self.hash(key) % GENERATION_SLOTS].lock();
-        if *gen != generation || self.entries_per_shard_max == 0 {
-            return;
-        }
-        let shard = self.shards[self.hash(key) % SHARDS].lock();
-        if shard.map.get(key).is_some_and(|(cached, _)| cached.cas >= item.cas) {
-            return;
-        }
-        drop(shard);
-        self.insert(key, item);
-    }
-
-    /// An update of `key` starts or ends: drop the cached item and move the generation.
-    pub fn invalidate(&self, key: &[u8]) {
-        let mut gen = self.generations[self.hash(key) % GENERATION_SLOTS].lock();
-        *gen += 1;
-        self.shards[self.hash(key) % SHARDS].lock().map.remove(key);
-    }
-
-    fn insert(&self, key: &[u8], item: Item) {
         if self.entries_per_shard_max == 0 {
             return;
         }
+        let now = Instant::now();
+        if now < self.fills_from {
+            return;
+        }
+        // Held across the insert: an update cannot start between the check and the fill.
+        let slot = self.slot(key);
+        if !slot.fillable(generation, now) {
+            return;
+        }
         let mut shard = self.shards[self.hash(key) % SHARDS].lock();
+        if shard.map.get(key).is_some_and(|(cached, _)| cached.cas >= item.cas) {
+            return;
+        }
         shard.clock += 1;
         let clock = shard.clock;
         if shard.map.len() >= self.entries_per_shard_max && !shard.map.contains_key(key) {
@@ -102,14 +221,34 @@ impl QueryCache {
         shard.map.insert(key.to_vec(), (item, clock));
     }
 
+    /// `key` changed without an update in flight here (a read found it absent, a tail
+    /// reported a commit this front-end had stopped waiting for): drop the cached item and
+    /// move the generation.
+    pub fn invalidate(&self, key: &[u8]) {
+        let mut slot = self.slot(key);
+        slot.generation += 1;
+        drop(slot);
+        self.remove(key);
+    }
+
     /// Drops everything (after a `flush_all` or a configuration change).
     pub fn clear(&self) {
-        for g in &self.generations {
-            *g.lock() += 1;
+        for s in &self.slots {
+            s.lock().generation += 1;
         }
         for s in &self.shards {
             s.lock().map.clear();
         }
+    }
+
+    /// Items cached now.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().map.len()).sum()
+    }
+
+    /// Whether nothing is cached.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -129,11 +268,15 @@ mod tests {
         Item { value: v.to_vec(), flags: 0, expiry: 0, cas }
     }
 
+    fn cache() -> QueryCache {
+        QueryCache::new(100, CacheTiming { unsettled_hold: Duration::ZERO })
+    }
+
     #[test]
     fn a_fill_that_raced_an_update_is_dropped() {
-        let c = QueryCache::new(100);
+        let c = cache();
         let g = c.generation(b"k");
-        c.invalidate(b"k");
+        c.begin_update(b"k").settled();
         c.fill(b"k", item(b"old", 1), g);
         assert!(c.get(b"k").is_none());
         let g = c.generation(b"k");
@@ -142,8 +285,68 @@ mod tests {
     }
 
     #[test]
+    fn no_fill_while_an_update_is_in_flight_even_if_the_read_started_after_it() {
+        let c = cache();
+        let update = c.begin_update(b"k");
+        // The read starts after the update started and reads the tail before the update
+        // reaches it: its generation did not move, but the update may commit any moment.
+        let g = c.generation(b"k");
+        c.fill(b"k", item(b"old", 1), g);
+        assert!(c.get(b"k").is_none(), "a fill during an update in flight must be refused");
+        update.settled();
+        let g = c.generation(b"k");
+        c.fill(b"k", item(b"new", 2), g);
+        assert_eq!(c.get(b"k").unwrap().value, b"new");
+    }
+
+    #[test]
+    fn an_update_dropped_without_outcome_holds_its_slot() {
+        let c = QueryCache::new(100, CacheTiming { unsettled_hold: Duration::from_secs(3600) });
+        // Past the start-up hold of a fresh cache is not reachable here: check the slot.
+        drop(c.begin_update(b"k"));
+        let slot = c.slot(b"k");
+        assert_eq!(slot.updates_in_flight, 0);
+        assert!(!slot.fillable(slot.generation, Instant::now()));
+    }
+
+    #[test]
+    fn an_unsettled_update_holds_until_its_deadline() {
+        let c = QueryCache::new(100, CacheTiming { unsettled_hold: Duration::from_millis(30) });
+        std::thread::sleep(Duration::from_millis(40));
+        c.begin_update(b"k").unsettled();
+        let g = c.generation(b"k");
+        c.fill(b"k", item(b"v", 1), g);
+        assert!(c.get(b"k").is_none(), "filled during the hold");
+        std::thread::sleep(Duration::from_millis(40));
+        c.fill(b"k", item(b"v", 1), g);
+        assert_eq!(c.get(b"k").unwrap().value, b"v");
+    }
+
+    #[test]
+    fn no_fill_in_the_start_up_hold() {
+        let c = QueryCache::new(100, CacheTiming { unsettled_hold: Duration::from_secs(3600) });
+        c.fill(b"k", item(b"v", 1), c.generation(b"k"));
+        assert!(c.get(b"k").is_none());
+    }
+
+    #[test]
+    fn overlapping_updates_hold_until_the_last_one_ends() {
+        let c = cache();
+        let a = c.begin_update(b"k");
+        let b = c.begin_update(b"k");
+        a.settled();
+        let g = c.generation(b"k");
+        c.fill(b"k", item(b"v", 1), g);
+        assert!(c.get(b"k").is_none());
+        b.settled();
+        let g = c.generation(b"k");
+        c.fill(b"k", item(b"v", 1), g);
+        assert!(c.get(b"k").is_some());
+    }
+
+    #[test]
     fn an_older_read_never_replaces_a_newer_one() {
-        let c = QueryCache::new(100);
+        let c = cache();
         let g = c.generation(b"k");
         c.fill(b"k", item(b"new", 9), g);
         c.fill(b"k", item(b"old", 5), g);
@@ -152,12 +355,11 @@ mod tests {
 
     #[test]
     fn stays_bounded() {
-        let c = QueryCache::new(64);
+        let c = QueryCache::new(64, CacheTiming { unsettled_hold: Duration::ZERO });
         for i in 0..10_000u32 {
             let key = i.to_le_bytes();
             c.fill(&key, item(b"v", 1), c.generation(&key));
         }
-        let total: usize = c.shards.iter().map(|s| s.lock().map.len()).sum();
-        assert!(total <= 64, "{total}");
+        assert!(c.len() <= 64, "{}", c.len());
     }
 }

@@ -22,7 +22,7 @@ use crate::metrics::{self, Exposition, Histogram};
 use crate::server::{self, Handler};
 use crate::service::{ItemStats, KvService, ServiceError};
 use crate::view::{fetch_config, View};
-use cache::QueryCache;
+use cache::{CacheTiming, QueryCache};
 
 /// How often a front-end polls the manager for a newer configuration.
 pub const CONFIG_POLL_INTERVAL: Duration = Duration::from_millis(500);
@@ -43,6 +43,8 @@ pub struct FrontendOptions {
     pub memcache_advertise: String,
     /// Query cache capacity in items (0 disables it).
     pub cache_entries: usize,
+    /// The query cache's holds after an update of unknown outcome and after start-up.
+    pub cache_timing: CacheTiming,
     /// Time-out of one request to a back-end.
     pub request_timeout: Duration,
     /// Interval between this front-end's heartbeats to each back-end (t_hb); each round is
@@ -84,7 +86,7 @@ impl Frontend {
         let pool = Pool::new(Duration::from_secs(2));
         let config = register(&pool, &options).await?;
         let frontend = Arc::new(Frontend {
-            cache: QueryCache::new(options.cache_entries),
+            cache: QueryCache::new(options.cache_entries, options.cache_timing),
             options,
             view: RwLock::new(Arc::new(View::new(config))),
             pool,
@@ -229,7 +231,8 @@ impl Frontend {
             }
         }
         let key = update.key.clone();
-        self.cache.invalidate(&key);
+        // Held until the outcome is known: no get fills the key's cache slot meanwhile.
+        let guard = self.cache.begin_update(&key);
         let id = key_id(&key);
         let head =
             |v: &View| v.config.range_of(id).and_then(|rc| v.backend_addr(rc.head()?).map(str::to_string));
@@ -253,11 +256,15 @@ impl Frontend {
             Ok(outcome) = committed => Ok(outcome),
         };
         self.committed.lock().remove(&req);
-        // Invalidate, never install the written value: concurrent updates of one key can
-        // finish here in a different order than the head applied them (found by the
-        // linearizability checker), and a delete's outcome carries no sequence number to order
-        // it by. The next get refills the cache from the tail.
-        self.cache.invalidate(&key);
+        // Releasing the guard invalidates; the written value is never installed: concurrent
+        // updates of one key can finish here in a different order than the head applied
+        // them, and a delete's outcome carries no sequence number to order it by. The next
+        // get refills the cache from the tail.
+        // Any error may hide an earlier attempt that reached the head and commits later.
+        match &result {
+            Ok(_) => guard.settled(),
+            Err(_) => guard.unsettled(),
+        }
         result
     }
 
@@ -439,9 +446,14 @@ impl Handler for Frontend {
                 self.route_update(req, update, forwarded).await.map(Response::Update)
             }
             Request::GetConfig => Ok(Response::Config(self.config())),
-            Request::Committed { req, outcome } => {
-                if let Some(tx) = self.committed.lock().remove(&req) {
-                    let _ = tx.send(outcome);
+            Request::Committed { req, outcome, key } => {
+                match self.committed.lock().remove(&req) {
+                    Some(tx) => {
+                        let _ = tx.send(outcome);
+                    }
+                    // An update this process stopped waiting for, or sent before it
+                    // restarted, committed: its key's cached item may be older.
+                    None => self.cache.invalidate(&key),
                 }
                 Ok(Response::Ok)
             }

@@ -218,10 +218,14 @@ impl Handler for Manager {
     async fn request(self: Arc<Self>, request: Request) -> Response {
         match request {
             Request::GetConfig => Response::Config(self.config()),
-            Request::RegisterBackend { node, addr } => {
+            Request::RegisterBackend { node, addr, logs_complete } => {
                 let expected = self.options.expected_backends;
                 let cuts = self.link_cuts();
-                self.apply(|c| state::register_backend(c, expected, node, &addr, &cuts))
+                if logs_complete {
+                    self.apply(|c| state::register_backend(c, expected, node, &addr, &cuts))
+                } else {
+                    self.apply(|c| state::register_backend_unproven(c, expected, node, &addr, &cuts))
+                }
             }
             Request::RegisterFrontend { id, native_addr, memcache_addr } => {
                 self.apply(|c| state::register_frontend(c, id, &native_addr, &memcache_addr))

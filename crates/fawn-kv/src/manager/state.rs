@@ -107,6 +107,26 @@ pub fn register_backend(
     Ok(Some(next))
 }
 
+/// A back-end registers after a restart that may have cost its datastores updates it had
+/// acknowledged (its host lost the page cache while its sync policy let acknowledged writes
+/// wait there). It must not resume its chain positions from those datastores: it is failed
+/// first, so that registering adds it back as a syncing replica of its ranges, which asks
+/// the tail for the suffix after its last record and serves only once it caught up. A node in
+/// no chain, leaving, or the sole replica of a range registers as usual.
+pub fn register_backend_unproven(
+    config: &ClusterConfig,
+    expected_backends: usize,
+    node: NodeId,
+    addr: &str,
+    cuts: &LinkCuts,
+) -> Result<Option<ClusterConfig>, Refused> {
+    let alive = config.backends.iter().any(|b| b.node == node && b.state == NodeState::Alive);
+    let in_a_chain = config.ranges.iter().any(|rc| rc.chain.contains(&node) && rc.chain != [node]);
+    let failed = if alive && in_a_chain { fail_node(config, node, cuts)? } else { None };
+    let base = failed.as_ref().unwrap_or(config);
+    Ok(register_backend(base, expected_backends, node, addr, cuts)?.or(failed))
+}
+
 /// Fixes the ranges and their chains from the ring of the registered back-ends.
 fn form(config: &mut ClusterConfig) {
     let ring = alive_ring(config);
@@ -651,6 +671,24 @@ mod tests {
             assert!(same_nodes(&rc.chain, &preferred(&ring, &rc.range)), "{rc:?}");
             assert!(rc.merging.is_none() && rc.splitting.is_none(), "{rc:?}");
         }
+    }
+
+    #[test]
+    fn a_node_whose_logs_may_lack_acknowledged_writes_resyncs_before_serving() {
+        let c = formed(3);
+        let held: Vec<Range> = c.ranges.iter().filter(|r| r.chain.contains(&1)).map(|r| r.range).collect();
+        assert!(!held.is_empty());
+        let next = register_backend_unproven(&c, 3, 1, "a:1", &none()).unwrap().unwrap();
+        assert!(next.epoch > c.epoch);
+        for rc in next.ranges.iter().filter(|r| held.contains(&r.range)) {
+            assert!(!rc.chain.contains(&1), "node 1 still serves {rc:?}");
+            assert!(rc.syncing.contains(&1), "node 1 does not resync {rc:?}");
+        }
+        assert!(next.backends.iter().any(|b| b.node == 1 && b.state == NodeState::Alive));
+        // Once synced it is a replica again, as before.
+        assert_ranges_are_the_rings(&converge(next));
+        // A proven restart changes nothing.
+        assert!(register_backend(&c, 3, 1, "a:1", &none()).unwrap().is_none());
     }
 
     #[test]

@@ -27,6 +27,8 @@ pub enum Op {
     Get,
     Put,
     Delete,
+    /// Store if the key still holds the value (and so the cas unique) read before it.
+    Cas,
 }
 
 impl Op {
@@ -35,6 +37,7 @@ impl Op {
             Op::Get => "get",
             Op::Put => "put",
             Op::Delete => "delete",
+            Op::Cas => "cas",
         }
     }
 }
@@ -43,7 +46,8 @@ impl Op {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
     /// Returned. For a get: the value read (`None` = miss). For a delete: `Some("deleted")`
-    /// or `Some("not_found")` (or `None` if not observed). Ignored for a put.
+    /// or `Some("not_found")` (or `None` if not observed). For a cas: `Some("stored")`,
+    /// `Some("exists")` or `Some("not_found")`. Ignored for a put.
     Ok(Option<String>),
     /// Failed without effect (dropped by the checker).
     Failed,
@@ -58,6 +62,8 @@ pub struct Entry {
     pub op: Op,
     pub key: String,
     pub value: Option<String>,
+    /// For a cas: the value its unique was read with.
+    pub expect: Option<String>,
     pub outcome: Outcome,
     /// Nanoseconds on the recorder's clock.
     pub call: u64,
@@ -71,6 +77,7 @@ pub struct Invocation {
     op: Op,
     key: String,
     value: Option<String>,
+    expect: Option<String>,
     call: u64,
 }
 
@@ -112,7 +119,19 @@ impl Recorder {
     /// Stamps the invocation of an operation.
     pub fn invoke(&self, client: u64, op: Op, key: &str, value: Option<String>) -> Invocation {
         assert_eq!(op == Op::Put, value.is_some(), "a put, and only a put, carries a value");
-        Invocation { client, op, key: key.to_string(), value, call: self.now() }
+        Invocation { client, op, key: key.to_string(), value, expect: None, call: self.now() }
+    }
+
+    /// Stamps the invocation of a cas that writes `value` if the key still holds `expect`.
+    pub fn invoke_cas(&self, client: u64, key: &str, value: String, expect: String) -> Invocation {
+        Invocation {
+            client,
+            op: Op::Cas,
+            key: key.to_string(),
+            value: Some(value),
+            expect: Some(expect),
+            call: self.now(),
+        }
     }
 
     /// Stamps the return of an operation and records it.
@@ -123,6 +142,7 @@ impl Recorder {
             op: inv.op,
             key: inv.key,
             value: inv.value,
+            expect: inv.expect,
             outcome,
             call: inv.call,
             ret,
@@ -176,6 +196,10 @@ pub fn to_jsonl(entries: &[Entry]) -> String {
         json_str(&mut out, Some(&e.key));
         out.push_str(",\"value\":");
         json_str(&mut out, e.value.as_deref());
+        if e.expect.is_some() {
+            out.push_str(",\"expect\":");
+            json_str(&mut out, e.expect.as_deref());
+        }
         out.push_str(",\"output\":");
         let (output, ok) = match &e.outcome {
             Outcome::Ok(o) => (o.as_deref(), "true"),
@@ -196,7 +220,13 @@ pub fn to_jsonl(entries: &[Entry]) -> String {
 /// the history with the final reads appended is the exact one).
 pub fn allowed_final_values(entries: &[Entry]) -> BTreeMap<String, BTreeSet<Option<String>>> {
     let mut by_key: BTreeMap<String, Vec<&Entry>> = BTreeMap::new();
-    for e in entries.iter().filter(|e| e.op != Op::Get) {
+    // A cas that answered `exists` or `not_found` wrote nothing.
+    let wrote_or_may_have = |e: &&Entry| match (e.op, &e.outcome) {
+        (Op::Get, _) => false,
+        (Op::Cas, Outcome::Ok(out)) => out.as_deref() == Some("stored"),
+        _ => true,
+    };
+    for e in entries.iter().filter(wrote_or_may_have) {
         by_key.entry(e.key.clone()).or_default().push(e);
     }
     let mut out = BTreeMap::new();
@@ -295,33 +325,59 @@ use fawn_client::{Client, ClientError, ClientOptions};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
+use fawn_proto::op::{Mutation, Update};
+
+use super::memc::{CasReply, MemcClient, MemcError};
 use super::procs::{ProcShape, Procs};
 
-/// The mixed load several clients put on a cluster.
+/// How one recorded client reaches the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    /// The ring-aware Rust client (native protocol, straight to the key's front-end).
+    Native,
+    /// The memcached text protocol through front-end `i % frontends` (keys outside its wedge
+    /// are forwarded to their owner).
+    Memcached(usize),
+}
+
+/// The mixed load several clients put on a cluster. The default is the one the stale-read
+/// hunt needed: many clients on few hot keys, every kind of update, every client-facing
+/// protocol, the cache on.
 #[derive(Clone, Debug)]
 pub struct Workload {
-    /// Concurrent clients (each its own `Client`, so its own request ids and connections).
+    /// Concurrent clients (each with its own connection(s) and request ids).
     pub clients: u64,
-    /// Keys `k0..kN`: few, so that clients contend on them.
+    /// Client `i` speaks `protocols[i % len]`.
+    pub protocols: Vec<Protocol>,
+    /// Hot keys at a time: few, so that clients contend on them.
     pub keys: u32,
-    /// Percent of gets and of puts; the rest are deletes.
+    /// Every key is replaced by a fresh one this often (short per-key histories keep the
+    /// check fast however long the run); `None` keeps `k0..kN` for the whole run.
+    pub key_rotation: Option<Duration>,
+    /// Percent of gets, of gets followed by a cas with the unique read, and of sets; the
+    /// rest are deletes.
     pub get_percent: u32,
+    pub cas_percent: u32,
     pub put_percent: u32,
     /// Pause between one client's operations.
     pub think: Duration,
     /// An operation not finished after this is abandoned and recorded as unknown.
     pub op_deadline: Duration,
-    /// The client's per-request timeout (it retries on its own up to its retry bound).
+    /// The client's per-request timeout (the native client retries on its own up to its
+    /// retry bound).
     pub request_timeout: Duration,
 }
 
 impl Default for Workload {
     fn default() -> Self {
         Workload {
-            clients: 4,
+            clients: 16,
+            protocols: vec![Protocol::Native, Protocol::Memcached(0), Protocol::Memcached(1)],
             keys: 8,
-            get_percent: 50,
-            put_percent: 40,
+            key_rotation: Some(Duration::from_secs(1)),
+            get_percent: 40,
+            cas_percent: 25,
+            put_percent: 25,
             think: Duration::from_millis(2),
             op_deadline: Duration::from_secs(8),
             request_timeout: Duration::from_millis(1500),
@@ -337,49 +393,158 @@ impl Workload {
     pub fn key(i: u32) -> String {
         format!("k{i}")
     }
+
+    /// The name of hot key `i` at `now` nanoseconds into the run.
+    pub fn key_at(&self, i: u32, now: u64) -> String {
+        match self.key_rotation {
+            Some(every) => format!("k{i}.{}", now / every.as_nanos().max(1) as u64),
+            None => Workload::key(i),
+        }
+    }
 }
 
-/// Runs one recorded operation through `client`.
+/// One recorded client: a connection of one protocol.
+pub enum KvClient {
+    Native(Arc<Client>),
+    Memcached(MemcClient),
+}
+
+/// A failed update: certainly without effect, or perhaps applied.
+enum UpdateFail {
+    NoEffect,
+    Ambiguous,
+}
+
+impl KvClient {
+    /// Client `slot` of `w` on `procs`.
+    pub async fn connect(procs: &Procs, w: &Workload, slot: u64) -> KvClient {
+        match w.protocols[slot as usize % w.protocols.len()] {
+            Protocol::Native => KvClient::Native(procs.client(w.client_options()).await),
+            Protocol::Memcached(i) => {
+                let addr = &procs.frontend_addrs[i % procs.frontend_addrs.len()].1;
+                KvClient::Memcached(MemcClient::new(addr, w.op_deadline))
+            }
+        }
+    }
+
+    /// The value and its cas unique; `Err` tells nothing.
+    async fn get(&mut self, key: &str, with_cas: bool) -> Result<Option<(String, u64)>, ()> {
+        match self {
+            KvClient::Native(c) => c
+                .get(key.as_bytes())
+                .await
+                .map(|item| item.map(|i| (String::from_utf8_lossy(&i.value).into_owned(), i.cas)))
+                .map_err(drop),
+            KvClient::Memcached(c) => c.get(key, with_cas).await.map_err(drop),
+        }
+    }
+
+    async fn update(&mut self, key: &str, mutation: Mutation, value: &str) -> Result<Outcome, UpdateFail> {
+        match self {
+            KvClient::Native(c) => {
+                let update = Update {
+                    key: key.as_bytes().to_vec(),
+                    mutation,
+                    value: value.as_bytes().to_vec(),
+                    flags: 0,
+                    expiry: 0,
+                };
+                match c.update(update).await {
+                    Ok(outcome) => Ok(native_outcome(mutation, &outcome)),
+                    Err(ClientError::NoFrontend) => Err(UpdateFail::NoEffect),
+                    Err(_) => Err(UpdateFail::Ambiguous),
+                }
+            }
+            KvClient::Memcached(c) => {
+                let reply = match mutation {
+                    Mutation::Set => c.set(key, value).await.map(|()| None),
+                    Mutation::Delete => {
+                        c.delete(key).await.map(|existed| Some(if existed { "deleted" } else { "not_found" }))
+                    }
+                    Mutation::Cas { unique } => c.cas(key, value, unique).await.map(|r| {
+                        Some(match r {
+                            CasReply::Stored => "stored",
+                            CasReply::Exists => "exists",
+                            CasReply::NotFound => "not_found",
+                        })
+                    }),
+                    other => unreachable!("the workload does not send {other:?}"),
+                };
+                match reply {
+                    Ok(out) => Ok(Outcome::Ok(out.map(str::to_string))),
+                    Err(MemcError::NotSent(_)) => Err(UpdateFail::NoEffect),
+                    Err(MemcError::Ambiguous(_)) => Err(UpdateFail::Ambiguous),
+                }
+            }
+        }
+    }
+}
+
+fn native_outcome(mutation: Mutation, outcome: &fawn_proto::op::Outcome) -> Outcome {
+    use fawn_proto::op::Outcome as O;
+    let said = match (mutation, outcome) {
+        (Mutation::Set, _) => return Outcome::Ok(None),
+        (Mutation::Delete, O::Deleted) => "deleted",
+        (Mutation::Delete, _) => "not_found",
+        (_, O::Stored { .. }) => "stored",
+        (_, O::Exists) => "exists",
+        _ => "not_found",
+    };
+    Outcome::Ok(Some(said.to_string()))
+}
+
+/// Runs one recorded operation (a get, a set, a delete, or a `gets` followed by a cas with
+/// the unique it read, recorded as two operations).
 pub async fn recorded_op(
     rec: &Recorder,
-    client: &Client,
+    client: &mut KvClient,
     client_id: u64,
     op: Op,
     key: &str,
     deadline: Duration,
 ) -> Outcome {
-    let value = (op == Op::Put).then(|| rec.unique_value(client_id));
-    let inv = rec.invoke(client_id, op, key, value.clone());
-    let k = key.as_bytes();
-    let outcome = match op {
-        Op::Get => match tokio::time::timeout(deadline, client.get(k)).await {
-            Ok(Ok(item)) => Outcome::Ok(item.map(|i| String::from_utf8_lossy(&i.value).into_owned())),
-            _ => Outcome::Failed,
-        },
-        Op::Put => {
-            let v = value.expect("put value");
-            match tokio::time::timeout(deadline, client.put(k, v.as_bytes())).await {
-                Ok(Ok(_)) => Outcome::Ok(None),
-                Ok(Err(ClientError::NoFrontend)) => Outcome::Failed,
-                _ => Outcome::Unknown,
-            }
-        }
-        Op::Delete => match tokio::time::timeout(deadline, client.delete(k)).await {
-            Ok(Ok(existed)) => Outcome::Ok(Some(if existed { "deleted" } else { "not_found" }.to_string())),
-            Ok(Err(ClientError::NoFrontend)) => Outcome::Failed,
-            _ => Outcome::Unknown,
-        },
+    if op == Op::Get || op == Op::Cas {
+        let inv = rec.invoke(client_id, Op::Get, key, None);
+        let read = tokio::time::timeout(deadline, client.get(key, op == Op::Cas)).await;
+        let (outcome, seen) = match read {
+            Ok(Ok(item)) => (Outcome::Ok(item.as_ref().map(|(v, _)| v.clone())), item),
+            _ => (Outcome::Failed, None),
+        };
+        rec.complete(inv, outcome.clone());
+        let Some((expect, unique)) = seen.filter(|_| op == Op::Cas) else { return outcome };
+        let value = rec.unique_value(client_id);
+        let inv = rec.invoke_cas(client_id, key, value.clone(), expect);
+        let done = tokio::time::timeout(deadline, client.update(key, Mutation::Cas { unique }, &value)).await;
+        let outcome = update_outcome(done);
+        rec.complete(inv, outcome.clone());
+        return outcome;
+    }
+    let (mutation, value) = match op {
+        Op::Put => (Mutation::Set, Some(rec.unique_value(client_id))),
+        _ => (Mutation::Delete, None),
     };
+    let inv = rec.invoke(client_id, op, key, value.clone());
+    let done =
+        tokio::time::timeout(deadline, client.update(key, mutation, value.as_deref().unwrap_or(""))).await;
+    let outcome = update_outcome(done);
     rec.complete(inv, outcome.clone());
     outcome
 }
 
-/// One client's loop: random operations on random keys until `stop`. After an operation of
-/// unknown outcome the client continues under a new id (its old id's operation is still
+fn update_outcome(done: Result<Result<Outcome, UpdateFail>, tokio::time::error::Elapsed>) -> Outcome {
+    match done {
+        Ok(Ok(outcome)) => outcome,
+        Ok(Err(UpdateFail::NoEffect)) => Outcome::Failed,
+        Ok(Err(UpdateFail::Ambiguous)) | Err(_) => Outcome::Unknown,
+    }
+}
+
+/// One client's loop: random operations on random hot keys until `stop`. After an operation
+/// of unknown outcome the client continues under a new id (its old id's operation is still
 /// "in flight" forever, as far as the checker knows).
 pub async fn client_loop(
     rec: Arc<Recorder>,
-    client: Arc<Client>,
+    mut client: KvClient,
     slot: u64,
     w: Workload,
     seed: u64,
@@ -388,16 +553,18 @@ pub async fn client_loop(
     let mut rng = SmallRng::seed_from_u64(seed ^ (slot.wrapping_add(1)).wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let mut id = slot;
     while !stop.load(Ordering::Relaxed) {
-        let key = Workload::key(rng.gen_range(0..w.keys));
+        let key = w.key_at(rng.gen_range(0..w.keys), rec.now());
         let roll = rng.gen_range(0..100);
         let op = if roll < w.get_percent {
             Op::Get
-        } else if roll < w.get_percent + w.put_percent {
+        } else if roll < w.get_percent + w.cas_percent {
+            Op::Cas
+        } else if roll < w.get_percent + w.cas_percent + w.put_percent {
             Op::Put
         } else {
             Op::Delete
         };
-        if recorded_op(&rec, &client, id, op, &key, w.op_deadline).await == Outcome::Unknown {
+        if recorded_op(&rec, &mut client, id, op, &key, w.op_deadline).await == Outcome::Unknown {
             id += w.clients;
         }
         tokio::time::sleep(w.think).await;
@@ -511,7 +678,7 @@ pub fn run_seed(sc: &Scenario, seed: u64, faults: &mut dyn FnMut(&mut FaultCtx))
     let w = sc.workload.clone();
     let mut tasks = Vec::new();
     for slot in 0..w.clients {
-        let client = rt.block_on(procs.client(w.client_options()));
+        let client = rt.block_on(KvClient::connect(&procs, &w, slot));
         tasks.push(rt.spawn(client_loop(rec.clone(), client, slot, w.clone(), seed, stop.clone())));
     }
     std::thread::sleep(sc.warmup);
@@ -541,6 +708,7 @@ pub fn run_seed(sc: &Scenario, seed: u64, faults: &mut dyn FnMut(&mut FaultCtx))
     if acked_after_faults == 0 {
         problems.push(format!("no operation succeeded in the {:?} after the faults ended", sc.cooldown));
     }
+    let cache_hits = procs.frontend_counter_sum("cache_hits");
     let dead = procs.exited();
     if !dead.is_empty() {
         problems.push(format!("processes exited on their own: {}", dead.join(", ")));
@@ -548,13 +716,13 @@ pub fn run_seed(sc: &Scenario, seed: u64, faults: &mut dyn FnMut(&mut FaultCtx))
 
     // Final scan: one client, every key, retried until the cluster serves it or `settle` ends.
     let scan_id = 1_000_000;
-    let scan_client = rt.block_on(procs.client(w.client_options()));
+    let mut scan_client = KvClient::Native(rt.block_on(procs.client(w.client_options())));
     let settle_end = Instant::now() + sc.settle;
     let mut scanned = BTreeMap::new();
-    for i in 0..w.keys {
-        let key = Workload::key(i);
+    let keys: BTreeSet<String> = rec.entries().into_iter().map(|e| e.key).collect();
+    for key in keys {
         loop {
-            let out = rt.block_on(recorded_op(&rec, &scan_client, scan_id, Op::Get, &key, w.op_deadline));
+            let out = rt.block_on(recorded_op(&rec, &mut scan_client, scan_id, Op::Get, &key, w.op_deadline));
             if let Outcome::Ok(v) = out {
                 scanned.insert(key.clone(), v);
                 break;
@@ -593,7 +761,7 @@ pub fn run_seed(sc: &Scenario, seed: u64, faults: &mut dyn FnMut(&mut FaultCtx))
     }
     let (operations, acknowledged, failed, unknown) = rec.counts();
     eprintln!(
-        "   seed {seed}: {operations} ops ({acknowledged} acknowledged, {failed} failed, {unknown} unknown), {} faults, {}",
+        "   seed {seed}: {operations} ops ({acknowledged} acknowledged, {failed} failed, {unknown} unknown), {cache_hits} cache hits, {} faults, {}",
         fault_log.len(),
         if problems.is_empty() { "OK" } else { "FAILED" }
     );

@@ -264,6 +264,7 @@ impl Memcached {
     }
 }
 pub mod history;
+pub mod memc;
 pub mod netns;
 pub mod procs;
 

@@ -20,6 +20,12 @@ use std::time::{Duration, Instant};
 use fawn_client::{Client, ClientOptions};
 use fawn_proto::native::{ClusterConfig, Request, Response};
 
+/// The `fawn` binary the roles run: `FAWN_BIN` if set (e.g. an older build, to show that a
+/// scenario catches a bug it fixed), else this package's.
+pub fn fawn_binary() -> PathBuf {
+    std::env::var_os("FAWN_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_fawn")), PathBuf::from)
+}
+
 /// How long a cluster gets to form (every back-end and front-end registered).
 pub const FORM_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -278,11 +284,12 @@ impl Procs {
             OpenOptions::new().create(true).append(true).open(self.log_path(&p.name)).expect("open role log");
         let _ = writeln!(log, "===== test harness {}: starting {} {}", utc_now(), p.name, p.args.join(" "));
         // `ip netns exec` execs the command, so the child's pid is the role's own.
+        let bin = fawn_binary();
         let mut cmd = if p.prefix.is_empty() {
-            Command::new(env!("CARGO_BIN_EXE_fawn"))
+            Command::new(&bin)
         } else {
             let mut c = Command::new("ip");
-            c.args(&p.prefix).arg(env!("CARGO_BIN_EXE_fawn"));
+            c.args(&p.prefix).arg(&bin);
             c
         };
         let child = cmd
@@ -320,19 +327,12 @@ impl Procs {
     /// The sum of one `Status` counter (e.g. `link_stalls`, `lease_refusals`) over every
     /// back-end that answers.
     pub fn backend_counter_sum(&self, name: &str) -> u64 {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-        rt.block_on(async {
-            let pool = fawn_client::pool::Pool::new(Duration::from_secs(1));
-            let mut total = 0;
-            for addr in self.backend_addrs.values() {
-                if let Ok(Response::Status(s)) =
-                    pool.call(addr, Request::Status, Duration::from_secs(2)).await
-                {
-                    total += s.counters.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v);
-                }
-            }
-            total
-        })
+        counter_sum(self.backend_addrs.values(), name)
+    }
+
+    /// The sum of one `Status` counter (e.g. `cache_hits`) over every front-end that answers.
+    pub fn frontend_counter_sum(&self, name: &str) -> u64 {
+        counter_sum(self.frontend_addrs.iter().map(|(native, _)| native), name)
     }
 
     /// One back-end's `Status` counters (panics if it does not answer).
@@ -648,4 +648,19 @@ impl Drop for Procs {
     fn drop(&mut self) {
         self.kill_all();
     }
+}
+
+/// The sum of one `Status` counter over the processes at `addrs` that answer.
+fn counter_sum<'a>(addrs: impl Iterator<Item = &'a String>, name: &str) -> u64 {
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+    rt.block_on(async {
+        let pool = fawn_client::pool::Pool::new(Duration::from_secs(1));
+        let mut total = 0;
+        for addr in addrs {
+            if let Ok(Response::Status(s)) = pool.call(addr, Request::Status, Duration::from_secs(2)).await {
+                total += s.counters.iter().find(|(n, _)| n == name).map_or(0, |(_, v)| *v);
+            }
+        }
+        total
+    })
 }
