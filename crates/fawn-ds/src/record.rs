@@ -5,7 +5,7 @@
 
 use crate::error::Error;
 use crate::limits::{pad_to_unit, KEY_BYTES_MAX, OFFSET_UNIT, RECORD_HEADER_BYTES, VALUE_BYTES_MAX};
-use crate::{Meta, RecordKind};
+use crate::types::{Meta, RecordKind};
 
 const KIND_PUT: u8 = b'P';
 const KIND_DELETE: u8 = b'D';

@@ -10,23 +10,21 @@
 //! it is truncated and reported. Cut records are counted and their bytes kept.
 
 use std::fs::{self, File, OpenOptions};
-use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::checkpoint::{self, CHECKPOINT_FILE};
+use crate::checkpoint;
 use crate::error::Error;
-use crate::index::KeyHash;
+use crate::files::{self, CHECKPOINT_FILE, LOG_FILE};
+use crate::index::{Index, KeyHash};
 use crate::limits::LOG_HEADER_BYTES;
 use crate::log::{self, LogFile, Scanner};
 use crate::record;
 use crate::store::{AppliedRecord, ColdLog, Counters, Inner};
-use crate::{Options, RecoveryReport};
+use crate::types::{Meta, Options, RecordKind, RecoveryReport};
 
-pub(crate) const LOG_FILE: &str = "data.log";
-const LOCK_FILE: &str = "LOCK";
 /// Rebuilds of logs larger than this first estimate the key count to size the index.
 const PRESIZE_MIN_LOG_BYTES: u64 = 1 << 20;
 
@@ -38,13 +36,13 @@ pub(crate) fn open(
 ) -> Result<(Inner, RecoveryReport, u64), Error> {
     let t0 = Instant::now();
     fs::create_dir_all(dir).map_err(|e| Error::io("creating the datastore directory", e))?;
-    let lock = lock_dir(dir)?;
+    let lock = files::lock_dir(dir)?;
     // A compaction or merge killed before its rename: the old log stands, drop the new one.
-    crate::maint::remove_leftovers(dir)?;
+    files::remove_leftovers(dir)?;
     // Which hot/cold state stands after an interrupted maintenance (the LOGS manifest); its
     // `max_seq` floor (a merge's) counts like `MAXSEQ`.
     let (cold, state) = crate::manifest::settle(dir, &dir.join(LOG_FILE), &opts.faults)?;
-    let floor = crate::maint::read_seq_floor(dir)?.max(state.map_or(0, |s| s.seq_floor));
+    let floor = files::read_seq_floor(dir)?.max(state.map_or(0, |s| s.seq_floor));
     let mut report = RecoveryReport::default();
     let (log, nonce, len) = open_log(dir, &opts, &mut report)?;
     let cold = cold.map(|c| ColdLog { log: Arc::new(c.log), nonce: c.nonce, end: AtomicU64::new(c.len) });
@@ -72,39 +70,6 @@ pub(crate) fn open(
     Ok((inner, report, floor))
 }
 
-/// Take an exclusive `flock` on `dir/LOCK` (per open file description, so a second open in
-/// the same process is refused too).
-fn lock_dir(dir: &Path) -> Result<File, Error> {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(dir.join(LOCK_FILE))
-        .map_err(|e| Error::io("opening the lock file", e))?;
-    // SAFETY: flock on a valid, owned file descriptor has no memory-safety preconditions.
-    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            return Err(Error::Locked);
-        }
-        return Err(Error::io("locking the datastore directory", e));
-    }
-    Ok(f)
-}
-
-pub(crate) fn new_nonce() -> u64 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    let stack = &t as *const u64 as u64;
-    let mut z = t ^ (std::process::id() as u64).rotate_left(32) ^ stack;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z ^ (z >> 31)
-}
-
 /// Open or create the log; returns it with its nonce and length.
 fn open_log(dir: &Path, opts: &Options, report: &mut RecoveryReport) -> Result<(LogFile, u64, u64), Error> {
     let f = OpenOptions::new()
@@ -124,7 +89,7 @@ fn open_log(dir: &Path, opts: &Options, report: &mut RecoveryReport) -> Result<(
     }
     // New log, or one whose creation was torn (no record can exist before the header).
     report.truncated_bytes = len;
-    let nonce = new_nonce();
+    let nonce = files::new_nonce();
     let init = || -> std::io::Result<()> {
         log.set_len(0)?;
         log.write_all_at(&log::encode_header(nonce), 0)?;
@@ -182,7 +147,7 @@ fn presize_index(inner: &Inner, start: u64, len: u64) {
     for (log, from, to) in parts {
         let mut sc = Scanner::new(log, from, to);
         while let Ok(Some((header, key))) = sc.next_key_unchecked() {
-            if header.kind == crate::RecordKind::Put {
+            if header.kind == RecordKind::Put {
                 puts += 1;
                 let h = fawn_ring::key_id(key).low64();
                 let rank = ((h << P) | (1 << (P - 1))).leading_zeros() + 1;
@@ -201,7 +166,7 @@ fn presize_index(inner: &Inner, start: u64, len: u64) {
     // +2 %: the estimate's error is ~0.8 %; the growth threshold leaves more headroom.
     let keys = ((est * 1.02) as u64).min(puts);
     if keys > inner.opts.expected_keys {
-        *inner.index.write() = crate::index::Index::for_keys(keys);
+        *inner.index.write() = Index::for_keys(keys);
     }
 }
 
@@ -245,7 +210,7 @@ const REPLAY_BATCH_RECORDS: usize = 256;
 struct ReplayBatch {
     keys: Vec<u8>,
     /// Kind, meta, key span in `keys` and record length of each record.
-    records: Vec<(crate::RecordKind, crate::Meta, std::ops::Range<usize>, u64)>,
+    records: Vec<(RecordKind, Meta, std::ops::Range<usize>, u64)>,
     hashes: Vec<KeyHash>,
     offsets: Vec<u64>,
 }
@@ -310,20 +275,20 @@ impl ReplayBatch {
 
 /// A record of a `ReplayBatch`, as `Inner::apply_batch` takes it.
 struct Replayed<'a> {
-    kind: crate::RecordKind,
-    meta: crate::Meta,
+    kind: RecordKind,
+    meta: Meta,
     key: &'a [u8],
     len: u64,
 }
 
 impl AppliedRecord for Replayed<'_> {
-    fn kind(&self) -> crate::RecordKind {
+    fn kind(&self) -> RecordKind {
         self.kind
     }
     fn key(&self) -> &[u8] {
         self.key
     }
-    fn meta(&self) -> &crate::Meta {
+    fn meta(&self) -> &Meta {
         &self.meta
     }
     fn len(&self) -> u64 {
