@@ -18,7 +18,7 @@ use std::time::Instant;
 use crate::checkpoint;
 use crate::error::Error;
 use crate::files::{self, CHECKPOINT_FILE, LOG_FILE};
-use crate::index::{Index, KeyHash};
+use crate::index::KeyHash;
 use crate::limits::LOG_HEADER_BYTES;
 use crate::log::{self, LogFile, Scanner};
 use crate::record;
@@ -59,11 +59,8 @@ pub(crate) fn open(
     let end = replay(&inner, start, len, &mut report)?;
     // The previous process may have died with appends still only in the page cache: make
     // them durable now, so later `Always` writes never sit behind a non-durable hole.
-    inner.log.sync_data().map_err(|e| Error::io("syncing the log at open", e))?;
-    inner.writer.lock().end = end;
-    inner.written_end.store(end, Ordering::Release);
-    inner.applied_end.store(end, Ordering::Release);
-    inner.durable.store(end, Ordering::Release);
+    inner.log().sync_data().map_err(|e| Error::io("syncing the log at open", e))?;
+    inner.set_recovered_end(end);
     inner.sync_to(end)?;
     report.log_end = end;
     report.duration_us = t0.elapsed().as_micros() as u64;
@@ -104,7 +101,7 @@ fn open_log(dir: &Path, opts: &Options, report: &mut RecoveryReport) -> Result<(
 
 /// Load a valid checkpoint into `inner`; returns where replay starts.
 fn load_checkpoint(inner: &Inner, log_len: u64, report: &mut RecoveryReport) -> u64 {
-    let bytes = match fs::read(inner.dir.join(CHECKPOINT_FILE)) {
+    let bytes = match fs::read(inner.dir().join(CHECKPOINT_FILE)) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return LOG_HEADER_BYTES,
         Err(e) => {
@@ -112,16 +109,13 @@ fn load_checkpoint(inner: &Inner, log_len: u64, report: &mut RecoveryReport) -> 
             return LOG_HEADER_BYTES;
         }
     };
-    let cold = inner.cold.as_ref().map_or((0, 0), |c| (c.nonce, c.end.load(Ordering::Acquire)));
-    match checkpoint::decode(&bytes, inner.nonce, log_len, cold) {
+    let cold = inner.cold().map_or((0, 0), |c| (c.nonce, c.end.load(Ordering::Acquire)));
+    match checkpoint::decode(&bytes, inner.nonce(), log_len, cold) {
         Ok(loaded) => {
-            *inner.index.write() = loaded.index;
-            inner.max_seq.store(loaded.max_seq, Ordering::Release);
-            inner.live_bytes.store(loaded.live_bytes, Ordering::Release);
-            inner.cold_live_bytes.store(loaded.cold_live_bytes, Ordering::Release);
-            *inner.ckpt.lock() = loaded.covered_end;
+            let covered_end = loaded.covered_end;
+            inner.restore_checkpoint(loaded);
             report.from_checkpoint = true;
-            loaded.covered_end
+            covered_end
         }
         Err(reason) => {
             report.checkpoint_error = Some(reason);
@@ -140,8 +134,8 @@ fn presize_index(inner: &Inner, start: u64, len: u64) {
     const P: u32 = 14;
     let mut regs = vec![0u8; 1 << P];
     let mut puts = 0u64;
-    let mut parts = vec![(Arc::clone(&inner.log), start, len)];
-    if let Some(c) = &inner.cold {
+    let mut parts = vec![(Arc::clone(inner.log()), start, len)];
+    if let Some(c) = inner.cold() {
         parts.push((Arc::clone(&c.log), LOG_HEADER_BYTES, c.end.load(Ordering::Acquire)));
     }
     for (log, from, to) in parts {
@@ -165,8 +159,8 @@ fn presize_index(inner: &Inner, start: u64, len: u64) {
     }
     // +2 %: the estimate's error is ~0.8 %; the growth threshold leaves more headroom.
     let keys = ((est * 1.02) as u64).min(puts);
-    if keys > inner.opts.expected_keys {
-        *inner.index.write() = Index::for_keys(keys);
+    if keys > inner.opts().expected_keys {
+        inner.presize_index(keys);
     }
 }
 
@@ -175,7 +169,7 @@ fn presize_index(inner: &Inner, start: u64, len: u64) {
 /// (`Inner::apply_batch`): one index lock hold and prefetching across many records, instead
 /// of two lock holds and a cold probe per record.
 fn replay(inner: &Inner, start: u64, len: u64, report: &mut RecoveryReport) -> Result<u64, Error> {
-    let mut sc = Scanner::new(Arc::clone(&inner.log), start, len);
+    let mut sc = Scanner::new(Arc::clone(inner.log()), start, len);
     let mut batch = ReplayBatch::default();
     loop {
         let stop = batch.read(&mut sc)?;
@@ -266,7 +260,7 @@ impl ReplayBatch {
             .collect();
         let growth = inner.apply_batch(&records, &self.hashes, &self.offsets, cold)?;
         let max_seq = records.iter().map(|r| r.meta.seq).max().unwrap_or(0);
-        inner.max_seq.fetch_max(max_seq, Ordering::AcqRel);
+        inner.raise_max_seq(max_seq);
         inner.after_apply(growth);
         report.records_replayed += records.len() as u64;
         Ok(())
@@ -300,7 +294,7 @@ impl AppliedRecord for Replayed<'_> {
 /// as `replay` does. The cold log was fsynced up to its committed length before that length
 /// was committed, so any bad record in it is damage to durable data: open fails.
 fn replay_cold(inner: &Inner, report: &mut RecoveryReport) -> Result<(), Error> {
-    let Some(cold) = &inner.cold else { return Ok(()) };
+    let Some(cold) = inner.cold() else { return Ok(()) };
     let mut sc = Scanner::new(Arc::clone(&cold.log), LOG_HEADER_BYTES, cold.end.load(Ordering::Acquire));
     let mut batch = ReplayBatch::default();
     loop {
@@ -317,13 +311,13 @@ fn replay_cold(inner: &Inner, report: &mut RecoveryReport) -> Result<(), Error> 
 /// Before `salvage` cuts acknowledged records off the log, copy the bytes to
 /// `data.log.cut-<offset>` so an operator can still inspect or recover them by hand.
 fn keep_cut_bytes(inner: &Inner, from: u64, len: u64) -> Result<(), Error> {
-    let path = inner.dir.join(format!("{LOG_FILE}.cut-{from}"));
+    let path = inner.dir().join(format!("{LOG_FILE}.cut-{from}"));
     let ctx = |e| Error::io("saving the salvaged log tail", e);
     let mut out = File::create(&path).map_err(ctx)?;
     let mut buf = vec![0u8; 1 << 20];
     let mut at = from;
     while at < len {
-        let n = inner.log.read_at(&mut buf[..((len - at) as usize).min(1 << 20)], at)?;
+        let n = inner.log().read_at(&mut buf[..((len - at) as usize).min(1 << 20)], at)?;
         if n == 0 {
             break;
         }
@@ -331,7 +325,7 @@ fn keep_cut_bytes(inner: &Inner, from: u64, len: u64) -> Result<(), Error> {
         at += n as u64;
     }
     out.sync_all().map_err(ctx)?;
-    File::open(&inner.dir).and_then(|d| d.sync_all()).map_err(ctx)
+    File::open(inner.dir()).and_then(|d| d.sync_all()).map_err(ctx)
 }
 
 /// The record at `bad` failed its checks: truncate a torn tail, refuse mid-log damage.
@@ -347,7 +341,7 @@ fn cut_bad_tail(
     let after = sc.valid_after(bad)?;
     // A later record stamped with a durable offset beyond `bad` proves the bad bytes had
     // been fsynced: this is damage to synced (acknowledged) data, not a torn tail.
-    if after.max_durable > bad && !inner.opts.salvage {
+    if after.max_durable > bad && !inner.opts().salvage {
         return Err(Error::corrupt(
             bad,
             format!(
@@ -361,9 +355,9 @@ fn cut_bad_tail(
         keep_cut_bytes(inner, bad, len)?;
     }
     inner
-        .log
+        .log()
         .set_len(bad)
-        .and_then(|()| inner.log.sync_data())
+        .and_then(|()| inner.log().sync_data())
         .map_err(|e| Error::io("truncating the log tail", e))?;
     report.truncated_bytes += len - bad;
     // The bad record itself plus every valid one after it.

@@ -113,9 +113,9 @@ impl DataStore {
         let (a, b) = (Arc::clone(self.shared()), Arc::clone(other.shared()));
         let rewrite = self.merge_locked(other, |a, b| {
             let begun = rewrite_begin(a, Some(b), Some(other_keys))?;
-            let synced = match &begun.new.cold {
+            let synced = match begun.new.cold() {
                 Some(cold) => cold.log.sync_data(),
-                None => begun.new.log.sync_data(),
+                None => begun.new.log().sync_data(),
             };
             if let Err(e) = synced {
                 abandon(a, &begun.old, begun.cold_out);

@@ -36,8 +36,8 @@ pub struct DataStore {
 fn spawn_interval_sync(shared: &Arc<Shared>, every: Duration) -> Result<Background, Error> {
     Background::spawn_periodic(shared, "fawn-ds-sync", every.max(Duration::from_millis(1)), |shared| {
         let inner = shared.current();
-        let end = inner.written_end.load(Ordering::Acquire);
-        if end > inner.synced() && !inner.poisoned.load(Ordering::Acquire) {
+        let end = inner.written_end();
+        if end > inner.synced() && !inner.is_poisoned() {
             // A failure poisons the store; writers see it on their next call.
             let _ = inner.sync_to(end);
         }
@@ -54,7 +54,7 @@ impl DataStore {
         let (inner, report, floor) = recovery::open(dir, options.clone(), Arc::clone(&counters))?;
         let drop_floor = files::read_drop_floor(dir)?;
         let inner = Arc::new(inner);
-        let _ = inner.this.set(Arc::downgrade(&inner));
+        inner.register();
         inner.start_migrator();
         let shared = Arc::new(Shared {
             cur: RwLock::new(Arc::clone(&inner)),
@@ -70,7 +70,7 @@ impl DataStore {
             cancel: AtomicBool::new(false),
             merge_reserved: AtomicBool::new(false),
         });
-        let background = match inner.opts.sync {
+        let background = match inner.opts().sync {
             SyncPolicy::Interval(every) => Some(spawn_interval_sync(&shared, every)?),
             _ => None,
         };
@@ -151,9 +151,9 @@ impl DataStore {
     /// records follow this one's) — sort by seq if you need that.
     pub fn iter(&self) -> Iter {
         let inner = self.shared.current();
-        let end = inner.written_end.load(Ordering::Acquire);
-        let hot = (Arc::clone(&inner.log), LOG_HEADER_BYTES, end);
-        match &inner.cold {
+        let end = inner.written_end();
+        let hot = (Arc::clone(inner.log()), LOG_HEADER_BYTES, end);
+        match inner.cold() {
             Some(c) => {
                 Iter::chain((Arc::clone(&c.log), LOG_HEADER_BYTES, c.end.load(Ordering::Acquire)), vec![hot])
             }
@@ -169,20 +169,20 @@ impl DataStore {
     /// offsets are positions in the cold log, not valid here.
     pub fn iter_from(&self, offset: u64) -> Iter {
         let inner = self.shared.current();
-        let end = inner.written_end.load(Ordering::Acquire);
-        Iter::new(Arc::clone(&inner.log), offset, end)
+        let end = inner.written_end();
+        Iter::new(Arc::clone(inner.log()), offset, end)
     }
 
     /// Log position after the last appended record (shrinks when compaction replaces the log).
     pub fn end_offset(&self) -> u64 {
-        self.shared.current().written_end.load(Ordering::Acquire)
+        self.shared.current().written_end()
     }
 
     /// Highest `meta.seq` appended or recovered (puts and deletes), 0 if none. Never goes
     /// backwards: not when compaction drops the record that held it, not after a restart
     /// (maintenance persists it in the `MAXSEQ` file).
     pub fn max_seq(&self) -> u64 {
-        let inner = self.shared.current().max_seq.load(Ordering::Acquire);
+        let inner = self.shared.current().max_seq();
         inner.max(self.shared.seq_floor.load(Ordering::Acquire))
     }
 
@@ -201,7 +201,7 @@ impl DataStore {
     pub fn sync(&self) -> Result<(), Error> {
         loop {
             let inner = self.shared.current();
-            let end = inner.written_end.load(Ordering::Acquire);
+            let end = inner.written_end();
             inner.sync_to(end)?;
             // A maintenance swap may have replaced that log while it was synced, after the
             // swap's check of what the old log had durable: then the records live on in

@@ -94,7 +94,7 @@ impl DataStore {
             cancel: Some(&shared.cancel),
             pending: Pending::default(),
         };
-        let end = src.applied_end.load(Ordering::Acquire);
+        let end = src.applied_end();
         c.copy_all(&src, end, &keep, false)?;
         split.pos = c.catch_up(&src, end, &keep)?;
         split.rep = c.rep;
@@ -144,13 +144,13 @@ impl DataStore {
             ph.wait_us = (held - wait0).as_micros() as u64;
             c.rep.lock_wait_us = ph.wait_us;
             let (records0, bytes0) = (c.rep.records_scanned, c.rep.bytes_scanned);
-            let end = src.applied_end.load(Ordering::Acquire);
+            let end = src.applied_end();
             c.rep.locked_catch_up_bytes = end - pos;
             let copied = c.copy(&src, pos, end, &keep, false);
             ph.catch_up_us = micros_since(held);
             ph.catch_up_records = c.rep.records_scanned - records0;
             ph.catch_up_bytes = c.rep.bytes_scanned - bytes0;
-            let cut_seq = src.max_seq.load(Ordering::Acquire).max(shared.seq_floor.load(Ordering::Acquire));
+            let cut_seq = src.max_seq().max(shared.seq_floor.load(Ordering::Acquire));
             let t = Instant::now();
             drop(guard);
             ph.release_us = micros_since(t);
@@ -169,7 +169,7 @@ impl DataStore {
             }
             Ok::<_, Error>(())
         })();
-        c.rep.log_bytes_after = dst.applied_end.load(Ordering::Acquire);
+        c.rep.log_bytes_after = dst.applied_end();
         let rep = c.rep;
         drop(dst);
         let finished = result.and_then(|()| built.close());

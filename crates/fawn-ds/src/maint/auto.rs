@@ -17,9 +17,9 @@ use crate::store::Inner;
 /// one runs when its ratio garbage freed / bytes copied is at least the full one's.
 pub(crate) fn clean(shared: &Shared) -> Result<MaintenanceReport, Error> {
     let inner = shared.current();
-    let hot_live = inner.live_bytes.load(Ordering::Acquire) as u128;
+    let hot_live = inner.live_bytes() as u128;
     let hot_garbage = inner.hot_garbage_bytes() as u128;
-    let all_live = hot_live + inner.cold_live_bytes.load(Ordering::Acquire) as u128;
+    let all_live = hot_live + inner.cold_live_bytes() as u128;
     // Expired puts and droppable tombstones: only a full compaction frees them.
     let all_garbage = inner.garbage_bytes() as u128 + droppable_bytes(shared, &inner) as u128;
     drop(inner);
@@ -37,15 +37,15 @@ pub(crate) fn clean(shared: &Shared) -> Result<MaintenanceReport, Error> {
 /// keys, so it is rewritten.
 pub(crate) fn append_merge_is_cheaper(shared: &Shared) -> bool {
     let inner = shared.current();
-    let hot_live = inner.live_bytes.load(Ordering::Acquire);
-    let cold_live = inner.cold_live_bytes.load(Ordering::Acquire);
-    shared.opts.hot_cold && inner.cold.is_some() && hot_live <= cold_live
+    let hot_live = inner.live_bytes();
+    let cold_live = inner.cold_live_bytes();
+    shared.opts.hot_cold && inner.cold().is_some() && hot_live <= cold_live
 }
 
 /// Bytes a full compaction would drop beyond garbage: expired puts and delete records at or
 /// below the tombstone watermark (an estimate, `reclaim`).
 pub(crate) fn droppable_bytes(shared: &Shared, inner: &Inner) -> u64 {
-    inner.reclaim.lock().droppable_bytes(files::now_secs(), shared.watermark.load(Ordering::Acquire))
+    inner.droppable_bytes(files::now_secs(), shared.watermark.load(Ordering::Acquire))
 }
 
 /// Whether the store's garbage crosses both automatic-compaction thresholds (both logs

@@ -61,8 +61,8 @@ pub(crate) enum ColdOut {
 /// The files of a state, as the LOGS manifest names them, with the state's `max_seq` floor.
 pub(crate) fn state_of(inner: &Inner, seq_floor: u64) -> LogState {
     LogState {
-        hot_nonce: inner.nonce,
-        cold_nonce: inner.cold.as_ref().map_or(0, |c| c.nonce),
+        hot_nonce: inner.nonce(),
+        cold_nonce: inner.cold().map_or(0, |c| c.nonce),
         cold_len: inner.cold_end(),
         seq_floor,
     }
@@ -77,7 +77,7 @@ pub(crate) fn abandon(shared: &Shared, old: &Inner, cold_out: ColdOut) {
             let _ = fs::remove_file(shared.dir.join(COLD_NEW_FILE));
         }
         ColdOut::Append(len) => {
-            if let Some(c) = &old.cold {
+            if let Some(c) = old.cold() {
                 // Readers of the old state never look past `len`.
                 let _ = c.log.set_len(len);
             }
@@ -89,7 +89,7 @@ pub(crate) fn abandon(shared: &Shared, old: &Inner, cold_out: ColdOut) {
 /// A new cold log for a state being built: a fresh `data.cold.compact`, or the old state's
 /// cold log appended to in place.
 pub(crate) fn cold_for(shared: &Shared, old: &Inner, fresh: bool) -> Result<(ColdLog, ColdOut), Error> {
-    match &old.cold {
+    match old.cold() {
         Some(c) if !fresh => {
             let len = c.end.load(Ordering::Acquire);
             Ok((

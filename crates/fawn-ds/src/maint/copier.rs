@@ -107,7 +107,7 @@ impl Copier<'_> {
     /// Scan all of `src` (cold log, then hot log up to `to`) and append the records `keep`
     /// wants to the new cold log (`to_cold`) or hot log.
     pub(crate) fn copy_all(&mut self, src: &Inner, to: u64, keep: &Keep, to_cold: bool) -> Result<(), Error> {
-        if src.cold.is_some() {
+        if src.cold().is_some() {
             self.copy_log(src, true, LOG_HEADER_BYTES, src.cold_end(), keep, true, to_cold)?;
         }
         self.copy_log(src, false, LOG_HEADER_BYTES, to, keep, true, to_cold)
@@ -124,10 +124,10 @@ impl Copier<'_> {
         paced: bool,
         to_cold: bool,
     ) -> Result<(), Error> {
-        let log = match (&src.cold, cold) {
+        let log = match (src.cold(), cold) {
             (Some(c), true) => Arc::clone(&c.log),
             (None, true) => return Ok(()),
-            (_, false) => Arc::clone(&src.log),
+            (_, false) => Arc::clone(src.log()),
         };
         let bit = if cold { COLD_UNITS_BIT } else { 0 };
         if self.pending.cold != to_cold {
@@ -157,7 +157,7 @@ impl Copier<'_> {
                 }
                 self.rep.records_written += 1;
                 self.rep.bytes_written += total;
-                self.dst.counters.cleaning_bytes.fetch_add(total, Ordering::Relaxed);
+                self.dst.counters().cleaning_bytes.fetch_add(total, Ordering::Relaxed);
             }
             if paced {
                 self.limiter.account(total);
@@ -170,7 +170,7 @@ impl Copier<'_> {
     /// the position reached.
     pub(crate) fn catch_up(&mut self, src: &Inner, mut pos: u64, keep: &Keep) -> Result<u64, Error> {
         for _ in 0..CATCH_UP_PASSES_MAX {
-            let end = src.applied_end.load(Ordering::Acquire);
+            let end = src.applied_end();
             if end.saturating_sub(pos) <= CATCH_UP_LOCKED_BYTES_MAX {
                 break;
             }
@@ -182,7 +182,7 @@ impl Copier<'_> {
 
     /// One unpaced pass over `src` from `pos` to its current end; returns that end.
     pub(crate) fn last_pass(&mut self, src: &Inner, pos: u64, keep: &Keep) -> Result<u64, Error> {
-        let end = src.applied_end.load(Ordering::Acquire);
+        let end = src.applied_end();
         if end > pos {
             self.copy(src, pos, end, keep, false)?;
         }

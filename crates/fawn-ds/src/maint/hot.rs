@@ -17,7 +17,7 @@ use crate::maint::swap::finish;
 use crate::record;
 use crate::report::{MaintenanceKind, MaintenanceReport};
 use crate::shared::Shared;
-use crate::store::Inner;
+use crate::store::{Inner, Snapshot};
 use crate::types::RecordKind;
 
 /// Hot compaction (`Options::hot_cold`): the hot log's survivors, as of a snapshot of the
@@ -44,7 +44,7 @@ pub(crate) fn compact_hot(shared: &Shared, other: Option<&Shared>) -> Result<Mai
     old.check_writable()?;
     let (cold, cold_out) = cold_for(shared, &old, false)?;
     let path = shared.dir.join(COMPACT_FILE);
-    let new = match fresh_inner(shared, &path, 0, Arc::clone(&old.lock), Some(cold)) {
+    let new = match fresh_inner(shared, &path, 0, Arc::clone(old.lock_file()), Some(cold)) {
         Ok(n) => Arc::new(n),
         Err(e) => {
             abandon(shared, &old, cold_out);
@@ -76,7 +76,7 @@ pub(crate) fn compact_hot(shared: &Shared, other: Option<&Shared>) -> Result<Mai
     };
     let mut other_end = LOG_HEADER_BYTES;
     if let Some((_, oi)) = &sides.other {
-        other_end = oi.applied_end.load(Ordering::Acquire);
+        other_end = oi.applied_end();
         if let Err(e) = c.copy_all(oi, other_end, &sides.keep_other, true) {
             abandon(shared, &old, cold_out);
             return Err(e);
@@ -97,17 +97,13 @@ pub(crate) fn move_hot_to_cold(
     new: &Inner,
     rep: &mut MaintenanceReport,
 ) -> Result<u64, Error> {
-    let Some(cold) = &new.cold else {
+    let Some(cold) = new.cold() else {
         return Err(Error::InvalidRequest("hot compaction without a cold log".into()));
     };
     // A consistent snapshot, as for a checkpoint: writers pause for one copy of the index.
     // The reclaim estimate of the records below `end` moves with them (they are not
     // re-applied); what the catch-up copies later is noted again as it is applied.
-    let (mut index, end, cold_live, reclaim) = {
-        let w = old.writer.lock();
-        let reclaim = old.reclaim.lock().clone();
-        (old.index.read().clone(), w.end, old.cold_live_bytes.load(Ordering::Acquire), reclaim)
-    };
+    let Snapshot { mut index, end, cold_live, reclaim } = old.snapshot();
     let mut limiter = Limiter::new(shared.opts.maintenance_bytes_per_sec);
     let start = cold.end.load(Ordering::Acquire);
     let mut flushed = start;
@@ -120,7 +116,7 @@ pub(crate) fn move_hot_to_cold(
         batch.clear();
         Ok(())
     };
-    let mut sc = Scanner::new(Arc::clone(&old.log), LOG_HEADER_BYTES, end);
+    let mut sc = Scanner::new(Arc::clone(old.log()), LOG_HEADER_BYTES, end);
     while let Some((offset, header, bytes)) = sc.next_record()? {
         if shared.cancel.load(Ordering::Acquire) {
             return Err(Error::Cancelled);
@@ -174,12 +170,9 @@ pub(crate) fn move_hot_to_cold(
         ));
     }
     let moved = flushed - start;
-    new.counters.appended_bytes.fetch_add(moved, Ordering::Relaxed);
-    new.counters.cleaning_bytes.fetch_add(moved, Ordering::Relaxed);
+    new.counters().appended_bytes.fetch_add(moved, Ordering::Relaxed);
+    new.counters().cleaning_bytes.fetch_add(moved, Ordering::Relaxed);
     cold.end.store(flushed, Ordering::Release);
-    *new.index.write() = index;
-    *new.reclaim.lock() = reclaim;
-    new.cold_live_bytes.store(cold_live + moved, Ordering::Release);
-    new.max_seq.fetch_max(max_seq, Ordering::AcqRel);
+    new.install_moved(index, reclaim, cold_live + moved, max_seq);
     Ok(end)
 }

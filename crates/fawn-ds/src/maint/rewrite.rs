@@ -1,7 +1,6 @@
 //! Full compaction and the rewriting merges: every survivor of the source logs into a new
 //! log, then the swap.
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -57,7 +56,7 @@ pub(crate) fn rewrite_begin(
     let old = shared.current();
     old.check_writable()?;
     let other_inner = other.map(|o| o.current());
-    let expected = old.index.read().live() + other_inner.as_ref().map_or(0, |o| o.index.read().live());
+    let expected = old.live_keys() + other_inner.as_ref().map_or(0, |o| o.live_keys());
     let (cold, cold_out) = if shared.opts.hot_cold {
         let (c, out) = cold_for(shared, &old, true)?;
         (Some(c), out)
@@ -65,7 +64,7 @@ pub(crate) fn rewrite_begin(
         (None, ColdOut::None)
     };
     let path = shared.dir.join(COMPACT_FILE);
-    let built = fresh_inner(shared, &path, expected, Arc::clone(&old.lock), cold);
+    let built = fresh_inner(shared, &path, expected, Arc::clone(old.lock_file()), cold);
     let new = match built {
         Ok(n) => Arc::new(n),
         Err(e) => {
@@ -82,13 +81,13 @@ pub(crate) fn rewrite_begin(
         cancel: Some(&shared.cancel),
         pending: Pending::default(),
     };
-    let to_cold = new.cold.is_some();
+    let to_cold = new.cold().is_some();
     let scanned = (|| {
-        let end = old.applied_end.load(Ordering::Acquire);
+        let end = old.applied_end();
         c.copy_all(&old, end, &keep_self, to_cold)?;
         let mut other_end = LOG_HEADER_BYTES;
         if let Some(oi) = &other_inner {
-            other_end = oi.applied_end.load(Ordering::Acquire);
+            other_end = oi.applied_end();
             c.copy_all(oi, other_end, &keep_other, to_cold)?;
         }
         Ok::<_, Error>((end, other_end))

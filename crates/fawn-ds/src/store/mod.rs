@@ -8,13 +8,14 @@ mod read;
 mod write;
 
 use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use parking_lot::{Condvar, Mutex, RwLock};
 
+use crate::checkpoint::Loaded;
 use crate::error::Error;
 use crate::index::{Index, Loc};
 use crate::limits::{
@@ -97,52 +98,52 @@ pub(crate) struct ColdLog {
 /// State shared by the store handle and its background sync thread.
 #[derive(Debug)]
 pub(crate) struct Inner {
-    pub dir: PathBuf,
-    pub opts: Options,
-    pub log: Arc<LogFile>,
+    dir: PathBuf,
+    opts: Options,
+    log: Arc<LogFile>,
     /// Random id written in the log header; a checkpoint is only valid for the same log.
-    pub nonce: u64,
+    nonce: u64,
     /// The cold log, if this store separates hot and cold records (`Options::hot_cold`).
-    pub cold: Option<ColdLog>,
+    cold: Option<ColdLog>,
     /// Bytes of live records in the cold log (`live_bytes` counts the hot log's).
-    pub cold_live_bytes: AtomicU64,
-    pub index: RwLock<Index>,
-    pub writer: Mutex<WriterState>,
+    cold_live_bytes: AtomicU64,
+    index: RwLock<Index>,
+    writer: Mutex<WriterState>,
     /// End of the fully appended records (readers and iterators stop here).
-    pub written_end: AtomicU64,
+    written_end: AtomicU64,
     /// End of the records whose index update is done too (trails `written_end` briefly):
     /// maintenance scans stop here, so every record they judge is already in the index.
-    pub applied_end: AtomicU64,
-    pub max_seq: AtomicU64,
+    applied_end: AtomicU64,
+    max_seq: AtomicU64,
     /// Bytes of records that are live: the current put of every key, and delete records.
-    pub live_bytes: AtomicU64,
+    live_bytes: AtomicU64,
     /// Log bytes known durable (mirror of `SyncState::synced`, readable without the lock);
     /// stamped into every record for recovery.
-    pub durable: AtomicU64,
-    pub poisoned: AtomicBool,
+    durable: AtomicU64,
+    poisoned: AtomicBool,
     /// This state's log was renamed into place by maintenance and the directory entry may
     /// not be durable yet: `sync_to` syncs the directory before it reports anything durable
     /// (see `maint::finish`, which clears it after its own directory sync).
-    pub dir_sync_pending: AtomicBool,
+    dir_sync_pending: AtomicBool,
     /// Expiring puts and delete records by when a full compaction may drop them.
-    pub reclaim: Mutex<Reclaim>,
+    reclaim: Mutex<Reclaim>,
     sync: Mutex<SyncState>,
     sync_cv: Condvar,
     /// Serializes checkpoints; holds the log end the last one covered.
-    pub ckpt: Mutex<u64>,
-    pub counters: Arc<Counters>,
+    ckpt: Mutex<u64>,
+    counters: Arc<Counters>,
     /// The background index migrator (see `start_migrator`).
     migrator: Mutex<Migrator>,
     /// The growth scan's turn (one scanner at a time) and its scanner, kept between steps
     /// of one range so each log byte is read once: (migration, cold log?, scanner).
     growth: Mutex<Option<(u64, bool, Scanner)>>,
     /// A weak handle on ourselves, for spawning the migrator (set once by `DataStore::open`).
-    pub this: std::sync::OnceLock<std::sync::Weak<Inner>>,
+    this: std::sync::OnceLock<std::sync::Weak<Inner>>,
     /// The flock'ed lock file; closing it releases the directory. Shared with the `Inner`
     /// that replaces this one after maintenance.
-    pub lock: Arc<File>,
+    lock: Arc<File>,
     /// Bytes of the last checkpoint file written (spaces automatic checkpoints).
-    pub ckpt_image_bytes: AtomicU64,
+    ckpt_image_bytes: AtomicU64,
     /// Records are kept inside 4 KiB pages (`page_aligned_records`, on a log that allows it).
     pads: bool,
     /// Size of the last record a lookup read: the next lookup's first read (one `pread`
@@ -231,6 +232,140 @@ impl Inner {
             Some(c) => Ok((&c.log, offset)),
             None => Err(Error::corrupt(offset, "index entry points into a cold log that does not exist")),
         }
+    }
+
+    /// The datastore directory.
+    pub(crate) fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub(crate) fn opts(&self) -> &Options {
+        &self.opts
+    }
+
+    /// The hot log.
+    pub(crate) fn log(&self) -> &Arc<LogFile> {
+        &self.log
+    }
+
+    /// The hot log's random id (a checkpoint is valid only for the same log).
+    pub(crate) fn nonce(&self) -> u64 {
+        self.nonce
+    }
+
+    /// The cold log, if this state has one.
+    pub(crate) fn cold(&self) -> Option<&ColdLog> {
+        self.cold.as_ref()
+    }
+
+    pub(crate) fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// The flock'ed lock file, handed on to the state that replaces this one.
+    pub(crate) fn lock_file(&self) -> &Arc<File> {
+        &self.lock
+    }
+
+    /// End of the fully appended records of the hot log.
+    pub(crate) fn written_end(&self) -> u64 {
+        self.written_end.load(Ordering::Acquire)
+    }
+
+    /// End of the hot-log records whose index update is done too.
+    pub(crate) fn applied_end(&self) -> u64 {
+        self.applied_end.load(Ordering::Acquire)
+    }
+
+    /// Highest seq appended or replayed in this state.
+    pub(crate) fn max_seq(&self) -> u64 {
+        self.max_seq.load(Ordering::Acquire)
+    }
+
+    /// Raises `max_seq` to at least `seq`.
+    pub(crate) fn raise_max_seq(&self, seq: u64) {
+        self.max_seq.fetch_max(seq, Ordering::AcqRel);
+    }
+
+    /// Bytes of live records in the hot log.
+    pub(crate) fn live_bytes(&self) -> u64 {
+        self.live_bytes.load(Ordering::Acquire)
+    }
+
+    /// Bytes of live records in the cold log.
+    pub(crate) fn cold_live_bytes(&self) -> u64 {
+        self.cold_live_bytes.load(Ordering::Acquire)
+    }
+
+    /// Keys with a live value.
+    pub(crate) fn live_keys(&self) -> u64 {
+        self.index.read().live()
+    }
+
+    pub(crate) fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
+    }
+
+    /// Estimated bytes a full compaction would drop beyond garbage as of `now` and
+    /// `watermark`: expired puts and delete records at or below it (`Reclaim`).
+    pub(crate) fn droppable_bytes(&self, now: u32, watermark: u64) -> u64 {
+        self.reclaim.lock().droppable_bytes(now, watermark)
+    }
+
+    /// Makes this state reachable by its helper threads (the migrator, the checkpointer):
+    /// called once it is in an `Arc`, before it is published.
+    pub(crate) fn register(self: &Arc<Self>) {
+        let _ = self.this.set(Arc::downgrade(self));
+    }
+
+    /// Maintenance renamed this state's log into place and has not synced the directory yet
+    /// (`true`), or has (`false`); see `sync_to`.
+    pub(crate) fn set_dir_sync_pending(&self, pending: bool) {
+        self.dir_sync_pending.store(pending, Ordering::Release);
+    }
+
+    #[cfg(test)]
+    pub(crate) fn dir_sync_pending(&self) -> bool {
+        self.dir_sync_pending.load(Ordering::Acquire)
+    }
+
+    /// Open: appends continue at `end`, where recovery left the log, all of it durable.
+    pub(crate) fn set_recovered_end(&self, end: u64) {
+        self.writer.lock().end = end;
+        self.written_end.store(end, Ordering::Release);
+        self.applied_end.store(end, Ordering::Release);
+        self.durable.store(end, Ordering::Release);
+    }
+
+    /// Open: the index and counters of a valid checkpoint.
+    pub(crate) fn restore_checkpoint(&self, loaded: Loaded) {
+        *self.index.write() = loaded.index;
+        self.max_seq.store(loaded.max_seq, Ordering::Release);
+        self.live_bytes.store(loaded.live_bytes, Ordering::Release);
+        self.cold_live_bytes.store(loaded.cold_live_bytes, Ordering::Release);
+        *self.ckpt.lock() = loaded.covered_end;
+    }
+
+    /// Open, before a rebuild from the logs: an empty index sized for `keys`.
+    pub(crate) fn presize_index(&self, keys: u64) {
+        *self.index.write() = Index::for_keys(keys);
+    }
+
+    /// A consistent snapshot for a hot compaction, as for a checkpoint: writers pause for
+    /// one copy of the index.
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        let w = self.writer.lock();
+        let reclaim = self.reclaim.lock().clone();
+        Snapshot { index: self.index.read().clone(), end: w.end, cold_live: self.cold_live_bytes(), reclaim }
+    }
+
+    /// Gives a state being built (not yet published) a snapshot's index, updated to point at
+    /// the records moved into this state's cold log, with the matching counters.
+    pub(crate) fn install_moved(&self, index: Index, reclaim: Reclaim, cold_live: u64, max_seq: u64) {
+        *self.index.write() = index;
+        *self.reclaim.lock() = reclaim;
+        self.cold_live_bytes.store(cold_live, Ordering::Release);
+        self.raise_max_seq(max_seq);
     }
 
     /// End of the cold log (0 without one).
@@ -324,6 +459,15 @@ impl Inner {
         let hot = self.applied_end.load(Ordering::Acquire).saturating_sub(LOG_HEADER_BYTES);
         hot + self.cold_end().saturating_sub(LOG_HEADER_BYTES)
     }
+}
+
+/// A state's index with the log end it reflects, its cold live bytes and its reclaim
+/// estimate, taken together under the writer lock (`Inner::snapshot`).
+pub(crate) struct Snapshot {
+    pub index: Index,
+    pub end: u64,
+    pub cold_live: u64,
+    pub reclaim: Reclaim,
 }
 
 /// What applying records asks of index growth: it started (start the migrator), and how
