@@ -9,8 +9,7 @@
 //! Architecture Invariant: no networking, no async runtime. This crate is synchronous Rust
 //! over `std::fs`; callers on an async runtime use `spawn_blocking`.
 //!
-//! Module map, bottom-up (a module imports only from the layers below it; checked by
-//! `tools/modcycles.py`):
+//! Module map, bottom-up (a module imports only from the layers below it; no import cycle):
 //! - leaves: [`limits`] (every size limit, relations checked at compile time), `error`,
 //!   `fault` (fault injection), `report` (maintenance reports), `types` (options, metadata,
 //!   stats), `files` (the directory's file names, fsync, lock and floor files).

@@ -141,7 +141,7 @@ pub(crate) struct ValidAfter {
 pub(crate) type RawRecord<'a> = (u64, Header, &'a [u8]);
 
 /// Bytes read per refill when scanning.
-const SCAN_CHUNK: usize = 1 << 20;
+const SCAN_CHUNK_BYTES: usize = 1 << 20;
 
 /// Reads records in log order from `pos` up to `end`, through a buffer.
 pub(crate) struct Scanner {
@@ -167,7 +167,7 @@ impl Scanner {
     fn fill(&mut self, at: u64, n: usize) -> Result<&[u8], Error> {
         let have = at >= self.buf_start && at + n as u64 <= self.buf_start + self.buf.len() as u64;
         if !have {
-            let want = (n.max(SCAN_CHUNK) as u64).min(self.end.saturating_sub(at)) as usize;
+            let want = (n.max(SCAN_CHUNK_BYTES) as u64).min(self.end.saturating_sub(at)) as usize;
             self.buf.resize(want, 0);
             let got = self.log.read_at(&mut self.buf, at)?;
             self.buf.truncate(got);

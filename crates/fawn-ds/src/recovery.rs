@@ -26,7 +26,7 @@ use crate::store::{AppliedRecord, ColdLog, Counters, Inner};
 use crate::types::{Meta, Options, RecordKind, RecoveryReport};
 
 /// Rebuilds of logs larger than this first estimate the key count to size the index.
-const PRESIZE_MIN_LOG_BYTES: u64 = 1 << 20;
+const PRESIZE_LOG_BYTES_MIN: u64 = 1 << 20;
 
 /// Returns the engine state, the report and the persisted `max_seq` floor.
 pub(crate) fn open(
@@ -51,7 +51,7 @@ pub(crate) fn open(
     if !report.from_checkpoint {
         let cold_len = inner.cold_end().saturating_sub(LOG_HEADER_BYTES);
         // Small logs replay quickly even with growth; large ones get an index sized up front.
-        if len - start + cold_len > PRESIZE_MIN_LOG_BYTES {
+        if len - start + cold_len > PRESIZE_LOG_BYTES_MIN {
             presize_index(&inner, start, len);
         }
         replay_cold(&inner, &mut report)?;
@@ -129,7 +129,7 @@ fn load_checkpoint(inner: &Inner, log_len: u64, report: &mut RecoveryReport) -> 
 /// The pass reads headers and keys without checking checksums (the replay that follows
 /// checks every record): a damaged value costs nothing, a damaged key skews the estimate
 /// by one, and a damaged header stops the pass early, as before (the index then grows
-/// during replay). At 10 M × 1 KiB this pass took 2.0–2.2 s instead of 2.7–3.3 s.
+/// during replay). Skipping the checksums makes this pass a copy out of the page cache.
 fn presize_index(inner: &Inner, start: u64, len: u64) {
     const P: u32 = 14;
     let mut regs = vec![0u8; 1 << P];

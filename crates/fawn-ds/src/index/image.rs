@@ -91,7 +91,7 @@ fn get_table(r: &mut Reader, bounds: Bounds) -> Result<Table, String> {
     let level = r.u64()?;
     let split = r.u64()?;
     let stash_len = r.u64()?;
-    if !(MIN_LEVEL as u64..MAX_LEVEL as u64).contains(&level) || split >= 1 << level || stash_len > (1 << 24)
+    if !(LEVEL_MIN as u64..LEVEL_MAX as u64).contains(&level) || split >= 1 << level || stash_len > (1 << 24)
     {
         return Err(format!("implausible table: level {level}, split {split}, stash {stash_len}"));
     }

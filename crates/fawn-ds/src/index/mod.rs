@@ -13,7 +13,7 @@
 //! `v mod 2^(L+1)` if `v mod 2^L < p`, else `v mod 2^L` (linear hashing). A key's two
 //! candidate buckets are those of `v1` and `v2`.
 //!
-//! **Growth, a bucket at a time.** When the load passes `INDEX_MAX_LOAD`, bucket `p` splits:
+//! **Growth, a bucket at a time.** When the load passes `INDEX_LOAD_MAX`, bucket `p` splits:
 //! each entry in it moves to bucket `p + 2^L` or stays, by bit `L` of the value that placed
 //! it; `p` advances, and when it reaches `2^L` the level goes up. So the table is always
 //! within one bucket of its target load (6 B / 0.94 = 6.4 B per key), never half empty as a
@@ -32,7 +32,7 @@
 //! (`Table::other`). No operation ever rehashes the whole table.
 
 use crate::limits::{
-    COLD_UNITS_BIT, INDEX_FRAGMENT_BITS, INDEX_MAX_LOAD, INDEX_SIZING_LOAD, LOG_HEADER_BYTES,
+    COLD_UNITS_BIT, INDEX_FRAGMENT_BITS, INDEX_LOAD_MAX, INDEX_SIZING_LOAD, LOG_HEADER_BYTES,
     SLOTS_PER_BUCKET,
 };
 
@@ -91,7 +91,7 @@ impl Chunk {
 }
 /// Cuckoo walk steps (each looks at up to 16 other buckets) before an entry goes to the
 /// stash.
-const MAX_KICKS: usize = 64;
+const KICKS_MAX: usize = 64;
 /// Entries ahead whose buckets a batch loop prefetches.
 pub(crate) const PREFETCH_AHEAD: usize = 8;
 /// Writes scan the log themselves only when the refresh scan is this far behind their share
@@ -103,12 +103,12 @@ fn write_slack(scan_bytes: u64) -> u64 {
 }
 /// Placeable stash entries tolerated before buckets split early (each costs a compare per
 /// lookup).
-const STASH_GROW_AT: usize = 16;
+const STASH_ENTRIES_GROW_AT: usize = 16;
 /// Bucket splits one insert may do (bounds its work when the stash asks for growth).
 const SPLITS_PER_INSERT_MAX: usize = 4;
-/// Smallest and largest table: `2^MIN_LEVEL` and `2^MAX_LEVEL` buckets.
-const MIN_LEVEL: u32 = 6;
-const MAX_LEVEL: u32 = 40;
+/// Smallest and largest table: `2^LEVEL_MIN` and `2^LEVEL_MAX` buckets.
+const LEVEL_MIN: u32 = 6;
+const LEVEL_MAX: u32 = 40;
 /// Buckets per allocation: the table grows a bucket at a time, so it is stored in chunks
 /// (the last one grows by a quarter at a time up to this size) instead of one vector that
 /// would double.
@@ -121,8 +121,8 @@ const TAG_PARITY_SHIFT: u32 = 2;
 const FRAG_SHIFT: u32 = 3;
 const FRAG_MASK: u16 = (1 << INDEX_FRAGMENT_BITS) - 1;
 const _: () = assert!(INDEX_FRAGMENT_BITS + FRAG_SHIFT == 16);
-const _: () = assert!(CHUNK_BUCKETS.is_power_of_two() && (1 << MIN_LEVEL) <= CHUNK_BUCKETS);
-const _: () = assert!((1usize << MIN_LEVEL).is_multiple_of(BUCKETS_PER_TAG_LINE));
+const _: () = assert!(CHUNK_BUCKETS.is_power_of_two() && (1 << LEVEL_MIN) <= CHUNK_BUCKETS);
+const _: () = assert!((1usize << LEVEL_MIN).is_multiple_of(BUCKETS_PER_TAG_LINE));
 
 /// What the index needs of a key: its primary hash and its fragment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -289,7 +289,7 @@ pub(crate) struct Table {
 
 impl Table {
     pub fn with_buckets(buckets: u64) -> Table {
-        let buckets = buckets.clamp(1 << MIN_LEVEL, 1 << MAX_LEVEL);
+        let buckets = buckets.clamp(1 << LEVEL_MIN, 1 << LEVEL_MAX);
         let level = 63 - buckets.leading_zeros();
         let mut chunks = Vec::new();
         let mut left = buckets as usize;
@@ -481,13 +481,13 @@ impl Table {
         }
         // A cuckoo walk with one step of lookahead: before displacing anyone, look for a
         // resident of the full bucket(s) whose other bucket has room (those buckets are
-        // prefetched together, so a step costs about one memory latency). At 94-95 % load a
-        // plain random walk took ~20 dependent misses per insert: the buckets a level has
-        // not split yet hold twice the keys of the split ones, so they are nearly all full.
+        // prefetched together, so a step costs about one memory latency). A plain random walk
+        // is a chain of dependent misses at the load this table keeps: the buckets a level
+        // has not split yet hold twice the keys of the split ones, so they are nearly all full.
         let mut homes = [(b1, t1), (b2, t2)];
         let mut nhomes = if b2 == b1 { 1 } else { 2 };
         let mut units = units;
-        for _ in 0..MAX_KICKS {
+        for _ in 0..KICKS_MAX {
             if self.move_one_resident(&homes[..nhomes], units) {
                 return;
             }
@@ -779,7 +779,7 @@ impl Table {
     /// Stash entries a split could place: not those that know too little of their hash
     /// (their records were unreadable; splitting would not help them).
     fn stash_to_place(&self) -> usize {
-        if self.stash.len() <= STASH_GROW_AT {
+        if self.stash.len() <= STASH_ENTRIES_GROW_AT {
             return self.stash.len();
         }
         self.stash.iter().filter(|e| e.placeable(self.level)).count()
@@ -787,8 +787,8 @@ impl Table {
 
     /// Whether a bucket should split now.
     fn wants_split(&self) -> bool {
-        self.entries() as f64 > INDEX_MAX_LOAD * self.capacity() as f64
-            || self.stash_to_place() > STASH_GROW_AT
+        self.entries() as f64 > INDEX_LOAD_MAX * self.capacity() as f64
+            || self.stash_to_place() > STASH_ENTRIES_GROW_AT
     }
 
     /// Whether the next split ends the level.
@@ -982,7 +982,7 @@ impl Index {
         self.cur.insert(kh, units);
         let mut started = false;
         for _ in 0..SPLITS_PER_INSERT_MAX {
-            if self.cur.stash_to_place() > STASH_GROW_AT {
+            if self.cur.stash_to_place() > STASH_ENTRIES_GROW_AT {
                 self.cur.reinsert_stash();
             }
             if !self.cur.wants_split() || (self.cur.split_ends_level() && self.refresh.is_some()) {

@@ -99,7 +99,11 @@ fn grows_a_bucket_at_a_time_at_high_load() {
     assert!(levels >= 8, "{levels} levels");
     assert!(lowest > 0.93, "load fell to {lowest}");
     assert!(per_key < 6.5, "{per_key} B/key");
-    assert!(idx.cur.stash.len() <= STASH_GROW_AT + SPLITS_PER_INSERT_MAX, "stash {}", idx.cur.stash.len());
+    assert!(
+        idx.cur.stash.len() <= STASH_ENTRIES_GROW_AT + SPLITS_PER_INSERT_MAX,
+        "stash {}",
+        idx.cur.stash.len()
+    );
     assert_finds(&idx, n);
 }
 

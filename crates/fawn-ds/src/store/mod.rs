@@ -168,7 +168,7 @@ impl Inner {
         Inner {
             ckpt_image_bytes: AtomicU64::new(0),
             pads,
-            read_guess: AtomicUsize::new(read::LOOKUP_READ_GUESS),
+            read_guess: AtomicUsize::new(read::LOOKUP_READ_BYTES_GUESS),
             dir,
             opts,
             log: Arc::new(log),

@@ -13,20 +13,20 @@ use crate::types::{Entry, RecordKind};
 /// device page is only read when the record itself crosses into it), and reads as many bytes
 /// as the last record a lookup read had (the guess; records of one store tend to be of one
 /// size), between these bounds: one `pread` for records up to 2 KiB that fit the page...
-const LOOKUP_READ_MAX: usize = 2048;
+const LOOKUP_READ_BYTES_MAX: usize = 2048;
 /// ...unless fewer than this many bytes are left in the page: then the record almost surely
 /// crosses the boundary and the read continues into the next page (never with
 /// `page_aligned_records`: no record crosses).
-const LOOKUP_READ_MIN: usize = 256;
+const LOOKUP_READ_BYTES_MIN: usize = 256;
 /// The first guess.
-pub(super) const LOOKUP_READ_GUESS: usize = 1024;
+pub(super) const LOOKUP_READ_BYTES_GUESS: usize = 1024;
 /// The largest first read of a lookup (a stack buffer: no allocation but the value's).
-const LOOKUP_STACK_BYTES: usize = LOOKUP_READ_MIN + LOOKUP_READ_MAX;
+const LOOKUP_STACK_BYTES: usize = LOOKUP_READ_BYTES_MIN + LOOKUP_READ_BYTES_MAX;
 
 /// Bytes enough for any header + key (key comparisons on the write path).
 const KEY_READ_BYTES: usize = RECORD_HEADER_BYTES + KEY_BYTES_MAX;
 /// First read of a key: header + keys up to 32 bytes (one cache line of key) in one go.
-const KEY_READ_FIRST: usize = RECORD_HEADER_BYTES + 32;
+const KEY_READ_FIRST_BYTES: usize = RECORD_HEADER_BYTES + 32;
 
 thread_local! {
     /// Reused candidate list of this thread's index probes.
@@ -96,11 +96,11 @@ impl Inner {
         buf: &'b mut [u8; KEY_READ_BYTES],
     ) -> Result<(Header, &'b [u8]), Error> {
         let (log, offset) = self.locate(units)?;
-        let n = log.read_at(&mut buf[..KEY_READ_FIRST], offset)?;
+        let n = log.read_at(&mut buf[..KEY_READ_FIRST_BYTES], offset)?;
         let header = record::parse_header(&buf[..n], offset)?;
         let want = RECORD_HEADER_BYTES + header.key_len;
         let mut have = n;
-        if want > n && n == KEY_READ_FIRST {
+        if want > n && n == KEY_READ_FIRST_BYTES {
             have += log.read_at(&mut buf[n..want], offset + n as u64)?;
         }
         if want > have {
@@ -120,10 +120,11 @@ impl Inner {
     ) -> Result<(Header, &'b [u8]), Error> {
         let (log, offset) = self.locate(units)?;
         let in_page = (PAGE - offset % PAGE) as usize;
-        let guess = self.read_guess.load(Ordering::Relaxed).clamp(LOOKUP_READ_MIN, LOOKUP_READ_MAX);
+        let guess =
+            self.read_guess.load(Ordering::Relaxed).clamp(LOOKUP_READ_BYTES_MIN, LOOKUP_READ_BYTES_MAX);
         // Padding is an optimisation only: a log may hold unpadded stretches (written before
         // the option was set), so a short first read is always followed up if needed.
-        let first = if in_page >= LOOKUP_READ_MIN {
+        let first = if in_page >= LOOKUP_READ_BYTES_MIN {
             in_page.min(guess)
         } else if self.pads && in_page >= RECORD_HEADER_BYTES + OFFSET_UNIT as usize {
             in_page
@@ -133,7 +134,7 @@ impl Inner {
         let n = log.read_at(&mut stack[..first], offset)?;
         let header = record::parse_header(&stack[..n], offset)?;
         let total = header.total_len();
-        if total != guess && (LOOKUP_READ_MIN..=LOOKUP_READ_MAX).contains(&total) {
+        if total != guess && (LOOKUP_READ_BYTES_MIN..=LOOKUP_READ_BYTES_MAX).contains(&total) {
             self.read_guess.store(total, Ordering::Relaxed);
         }
         let buf: &[u8] = if total <= n {

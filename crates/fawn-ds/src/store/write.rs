@@ -12,9 +12,9 @@ use crate::reclaim::Reclaim;
 use crate::record;
 use crate::types::{Meta, RecordKind};
 
-/// New keys of a batch one index-lock hold inserts (`Inner::apply_batch`): a few µs of
-/// lookups waiting at most (each insert costs ~0.1–0.3 µs, mostly cache misses), while the
-/// lock's own cost is shared by many records.
+/// New keys of a batch one index-lock hold inserts (`Inner::apply_batch`): few enough that
+/// a lookup waits only a few µs behind the hold (an insert is a handful of cache misses),
+/// many enough that the lock's own cost is shared by many records.
 const APPLY_RUN_RECORDS: usize = 64;
 
 impl Inner {
