@@ -75,7 +75,7 @@ pub(crate) struct Shared {
     pub watermark: AtomicU64,
     /// Keys outside this filter are dropped by compaction.
     pub filter: RwLock<Option<KeyFilter>>,
-    /// Persisted lower bound of `max_seq` (see `maint::write_seq_floor`).
+    /// Persisted lower bound of `max_seq` (the `MAXSEQ` file, `files::write_seq_floor`).
     pub seq_floor: AtomicU64,
     /// Persisted upper bound of the seqs compaction dropped for age or key (see
     /// `DataStore::dropped_seq_max`).

@@ -123,7 +123,7 @@ pub(crate) struct Inner {
     poisoned: AtomicBool,
     /// This state's log was renamed into place by maintenance and the directory entry may
     /// not be durable yet: `sync_to` syncs the directory before it reports anything durable
-    /// (see `maint::finish`, which clears it after its own directory sync).
+    /// (see `maint::swap`, which clears it after its own directory sync).
     dir_sync_pending: AtomicBool,
     /// Expiring puts and delete records by when a full compaction may drop them.
     reclaim: Mutex<Reclaim>,
