@@ -1,4 +1,5 @@
-//! `fawn bench cluster`: the cluster benchmarks of issues 4 and 5, each against a cluster this
+//! `fawn bench cluster`: the cluster benchmarks (throughput and latency, R = 1 vs R = 3,
+//! one back-end vs local, GET/SET vs memcached), each against a cluster this
 //! command starts itself (real processes on loopback, see [`crate::launch`]):
 //!
 //! * `throughput`: get and put throughput and p50/p99/p99.9 at each value size with many

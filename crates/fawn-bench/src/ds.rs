@@ -1,4 +1,4 @@
-//! `fawn bench ds`: FAWN-DS engine benchmarks (issue 2), each beside its baseline in one run.
+//! `fawn bench ds`: FAWN-DS engine benchmarks, each beside its baseline in one run.
 //!
 //! Per value size: bulk insert vs a raw sequential write of the same bytes with the same sync
 //! policy; index DRAM bytes per live key; random lookups with the data in page cache (and

@@ -82,7 +82,7 @@ pub enum BenchCommand {
     /// Cluster benchmarks against clusters this command starts: throughput and latency
     /// (memcached protocol and native), R = 1 vs R = 3, one back-end vs local, vs memcached.
     Cluster(cluster::ClusterArgs),
-    /// FAWN-DS maintenance under load (issue 3): gets during split/merge/compact (Figure 14),
+    /// FAWN-DS maintenance under load: gets during split/merge/compact (Figure 14),
     /// lock hold times, write amplification, put-fraction sweep with compaction (Figure 10).
     Maint(maint::MaintArgs),
     /// Throughput vs concurrency with 0/1/5 ms between front-end and back-ends (netns + netem

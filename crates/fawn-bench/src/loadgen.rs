@@ -28,17 +28,17 @@ use crate::proto::{Protocol, Reply};
 use crate::workload::Workload;
 
 /// Flush the write buffer at least this often (bytes), even when more permits are free.
-const WRITE_BUF_FLUSH: usize = 64 * 1024;
+const WRITE_BUF_FLUSH_BYTES: usize = 64 * 1024;
 /// Keys written per round trip while preloading.
 const PRELOAD_BATCH: u64 = 128;
 /// Connections used for preloading (more would not help one server on 2 cores).
 const PRELOAD_CONNECTIONS: usize = 8;
 /// Highest latency the histograms track, ns (a larger one is clamped, not dropped).
-const HIST_MAX_NS: u64 = 60_000_000_000;
+const HIST_NS_MAX: u64 = 60_000_000_000;
 /// Width of one bucket of [`LoadStats::timeline`].
 pub const TIMELINE_BUCKET: Duration = Duration::from_millis(100);
 /// Longest timeline kept (buckets beyond it are not counted).
-const TIMELINE_MAX_BUCKETS: usize = 36_000;
+const TIMELINE_BUCKETS_MAX: usize = 36_000;
 
 /// What a run measured.
 #[derive(Debug)]
@@ -62,7 +62,7 @@ pub struct LoadStats {
 }
 
 fn new_hist() -> Result<Histogram<u64>> {
-    Histogram::new_with_bounds(1, HIST_MAX_NS, 3).context("creating latency histogram")
+    Histogram::new_with_bounds(1, HIST_NS_MAX, 3).context("creating latency histogram")
 }
 
 impl LoadStats {
@@ -94,7 +94,7 @@ impl LoadStats {
     /// Count one completion at `since_start` in the timeline (and as an error if `error`).
     pub(crate) fn tick(&mut self, since_start: Duration, error: bool) {
         let b = (since_start.as_nanos() / TIMELINE_BUCKET.as_nanos()) as usize;
-        if b >= TIMELINE_MAX_BUCKETS {
+        if b >= TIMELINE_BUCKETS_MAX {
             return;
         }
         if self.timeline.len() <= b {
@@ -304,7 +304,7 @@ async fn write_loop(
     mut tokens: Option<mpsc::UnboundedReceiver<Instant>>,
 ) -> Result<()> {
     let mut rng = SmallRng::seed_from_u64(ctx.w.seed ^ (conn as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15));
-    let (mut buf, mut key) = (Vec::with_capacity(WRITE_BUF_FLUSH), Vec::new());
+    let (mut buf, mut key) = (Vec::with_capacity(WRITE_BUF_FLUSH_BYTES), Vec::new());
     loop {
         let scheduled = match tokens.as_mut() {
             Some(rx) => match rx.recv().await {
@@ -329,7 +329,7 @@ async fn write_loop(
         if tx.send(InFlight { is_get, intended }).is_err() {
             break; // the reader failed; its error is the one reported
         }
-        if ctx.open_loop || buf.len() >= WRITE_BUF_FLUSH {
+        if ctx.open_loop || buf.len() >= WRITE_BUF_FLUSH_BYTES {
             flush(&mut wr, &mut buf).await?;
         }
     }

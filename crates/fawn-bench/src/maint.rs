@@ -1,4 +1,4 @@
-//! `fawn bench maint`: FAWN-DS maintenance under load (issue 3).
+//! `fawn bench maint`: FAWN-DS maintenance under load.
 //!
 //! * `fig14`: get rate over time (100 ms buckets) while split, merge and compact run, at the
 //!   maximum get rate and at ~30 % of it (the paper's Figure 14).

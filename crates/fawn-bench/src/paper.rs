@@ -12,8 +12,8 @@
 //! | `fig11_get_rate.svg` | Figure 11: cluster get rate over time, 256 B and 1 KiB (front-end cache off, as in the paper) |
 //! | `fig13_join.svg` | Figure 13: get rate while a 4th back-end joins, at max and ~30 % load |
 //! | `fig15_latency_cdf.svg` | Figure 15: get latency CDFs, normal and during a join, low and high load |
-//! | `failure.svg` | issue 6: get rate while a back-end is frozen (SIGSTOP) and its ranges repair |
-//! | `resize_puts.svg` | issue 6: put rate while a 5th back-end joins (ranges split) and leaves (ranges merge); the slowest put per phase is in `results.jsonl` |
+//! | `failure.svg` | failure: get rate while a back-end is frozen (SIGSTOP) and its ranges repair |
+//! | `resize_puts.svg` | membership changes: put rate while a 5th back-end joins (ranges split) and leaves (ranges merge); the slowest put per phase is in `results.jsonl` |
 //! | `table3_qpcs.svg` | Table 3 analogue: queries per CPU-second, FAWN vs memcached vs Redis (and embedded FAWN-DS, RocksDB with the `rocksdb` feature) |
 //! | `distance.svg` | throughput vs concurrency with +0/1/5 ms between front-end and back-ends |
 //!
@@ -727,8 +727,8 @@ fn join(c: &mut Ctx) -> Result<()> {
             e.extend([s("--rate"), s((0.3 * max_rate).round().max(100.0)), s("--pipeline"), s(8)]);
         }
         let w = workload(&e)?;
-        // At least 2 s of steady rate before it (4 s at full size: the baseline of the ratio
-        // below, and the rate swings ±15 % between 0.5 s buckets here).
+        // At least 2 s of steady rate before it (4 s at full size): it is the baseline of the
+        // ratio below, and one 0.5 s bucket alone is too noisy a baseline on a shared machine.
         let lead = Duration::from_secs_f64(c.z.warmup + (c.z.join_s / 10.0).max(2.0));
         let join_s = c.z.join_s;
         let (st, (t_start, t_done)) = under_load(&mut cl, &w, c.quiet, |cl, t0| {
@@ -750,7 +750,7 @@ fn join(c: &mut Ctx) -> Result<()> {
             None => c.rep.metric(&sc, "fawn", "join_unfinished", 1.0, "bool", &p)?,
         }
         let pts = timeline(c, &sc, "fawn", &st, &p)?;
-        // Issue 6's goal: the rate during the join (pre-copy) vs the steady rate before it.
+        // The join goal: the rate during the join (pre-copy) vs the steady rate before it.
         let mean = |from: f64, to: f64| {
             let v: Vec<f64> = pts.iter().filter(|(t, _)| *t >= from && *t < to).map(|x| x.1).collect();
             v.iter().sum::<f64>() / v.len().max(1) as f64

@@ -28,7 +28,7 @@ pub enum Reply {
 }
 
 /// Longest response line we accept; anything longer means we lost framing.
-const MAX_LINE: usize = 8 * 1024;
+const LINE_BYTES_MAX: usize = 8 * 1024;
 
 impl Protocol {
     /// Append a get request for `key` to `buf`.
@@ -93,13 +93,13 @@ fn resp_bulk(buf: &mut Vec<u8>, data: &[u8]) {
 /// Read one `\r\n`-terminated line into `line`, without the terminator.
 async fn read_line<R: AsyncBufRead + Unpin>(r: &mut R, line: &mut Vec<u8>) -> Result<()> {
     line.clear();
-    let n = r.take(MAX_LINE as u64).read_until(b'\n', line).await.context("reading a response line")?;
+    let n = r.take(LINE_BYTES_MAX as u64).read_until(b'\n', line).await.context("reading a response line")?;
     if n == 0 {
         bail!("server closed the connection");
     }
     if !line.ends_with(b"\r\n") {
         bail!(
-            "response line not terminated by CRLF within {MAX_LINE} bytes: {:?}",
+            "response line not terminated by CRLF within {LINE_BYTES_MAX} bytes: {:?}",
             String::from_utf8_lossy(&line[..line.len().min(80)])
         );
     }

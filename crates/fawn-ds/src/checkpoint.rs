@@ -1,18 +1,16 @@
 //! Index checkpoints: an image of the index plus the log position it covers, checksummed,
-//! written to a temp file, fsynced, renamed over the old one, directory fsynced.
+//! written to a temp file, fsynced, renamed over the old one, directory fsynced. Pure encode
+//! and decode plus the atomic file replacement; `Inner::write_checkpoint` takes the snapshot.
 
 use std::fs::{self, File};
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 
 use crate::error::Error;
+use crate::files::{CHECKPOINT_FILE, CHECKPOINT_TMP};
 use crate::index::{image, Index};
 use crate::limits::{LOG_HEADER_BYTES, OFFSET_UNIT};
-use crate::store::Inner;
 
-pub(crate) const CHECKPOINT_FILE: &str = "index.ckpt";
-const CHECKPOINT_TMP: &str = "index.ckpt.tmp";
 const MAGIC: [u8; 8] = *b"FAWNCKPT";
 const TRAILER_MAGIC: [u8; 4] = *b"FCKE";
 /// Version 2 added `live_bytes`, version 3 the cold log (hot/cold separation: its nonce,
@@ -39,49 +37,18 @@ pub(crate) struct Loaded {
     pub cold_live_bytes: u64,
 }
 
-/// Write a checkpoint of the current index. Skipped when nothing was appended since the last.
-pub(crate) fn write(inner: &Inner) -> Result<(), Error> {
-    let mut last = inner.ckpt.lock();
-    if inner.poisoned.load(Ordering::Acquire) {
-        return Err(Error::Poisoned);
-    }
-    // Snapshot under the writer lock: index, end and max seq must agree.
-    let (index, end, max_seq, live_bytes, cold_live) = {
-        let w = inner.writer.lock();
-        let index = inner.index.read().clone();
-        let live = inner.live_bytes.load(Ordering::Acquire);
-        let cold_live = inner.cold_live_bytes.load(Ordering::Acquire);
-        (index, w.end, inner.max_seq.load(Ordering::Acquire), live, cold_live)
-    };
-    if end == *last {
-        return Ok(());
-    }
-    // The checkpoint must only cover durable log bytes: otherwise a power loss could leave
-    // a checkpoint pointing at records that never reached the disk.
-    inner.sync_to(end)?;
-    let cold = inner.cold.as_ref().map_or((0, 0), |c| (c.nonce, c.end.load(Ordering::Acquire)));
-    let sums =
-        Sums { covered_end: end, max_seq, live_bytes, cold_nonce: cold.0, cold_len: cold.1, cold_live };
-    let bytes = encode(inner.nonce, &sums, &index);
-    drop(index);
-    replace_file(&inner.dir, &bytes)?;
-    inner.ckpt_image_bytes.store(bytes.len() as u64, Ordering::Relaxed);
-    *last = end;
-    inner.counters.checkpoints.fetch_add(1, Ordering::Relaxed);
-    Ok(())
-}
-
 /// The header fields besides the nonce and the image.
-struct Sums {
-    covered_end: u64,
-    max_seq: u64,
-    live_bytes: u64,
-    cold_nonce: u64,
-    cold_len: u64,
-    cold_live: u64,
+pub(crate) struct Sums {
+    pub covered_end: u64,
+    pub max_seq: u64,
+    pub live_bytes: u64,
+    pub cold_nonce: u64,
+    pub cold_len: u64,
+    pub cold_live: u64,
 }
 
-fn encode(nonce: u64, sums: &Sums, index: &Index) -> Vec<u8> {
+/// The checkpoint of `index` for the log with `nonce`.
+pub(crate) fn encode(nonce: u64, sums: &Sums, index: &Index) -> Vec<u8> {
     let mut out = vec![0u8; HEADER_BYTES];
     image::write(index, &mut out);
     let image_len = (out.len() - HEADER_BYTES) as u64;
@@ -166,7 +133,7 @@ pub(crate) fn decode(buf: &[u8], nonce: u64, log_len: u64, cold: (u64, u64)) -> 
 }
 
 /// Atomically replace the checkpoint file: temp file, fsync, rename, fsync directory.
-fn replace_file(dir: &Path, bytes: &[u8]) -> Result<(), Error> {
+pub(crate) fn replace_file(dir: &Path, bytes: &[u8]) -> Result<(), Error> {
     let tmp = dir.join(CHECKPOINT_TMP);
     let result = (|| {
         let mut f = File::create(&tmp)?;

@@ -6,7 +6,7 @@ use crate::error::Error;
 use crate::limits::LOG_HEADER_BYTES;
 use crate::log::{LogFile, Scanner};
 use crate::record;
-use crate::Record;
+use crate::types::Record;
 
 /// Records in log order, from a start offset to the log end at creation time. Holds its
 /// own handle on the log file, so concurrent writes (and even closing the store) are fine.

@@ -51,7 +51,7 @@ pub const INDEX_SIZING_LOAD: f64 = 0.935;
 /// Load factor above which the index splits a bucket (grows by one bucket): the load a
 /// growing index stays at, 6 B / 0.94 = 6.38 B per key (at 0.95, 6.32 B, inserts did ~1.5x
 /// more displacement work: the buckets a level has not split yet are nearly all full).
-pub const INDEX_MAX_LOAD: f64 = 0.94;
+pub const INDEX_LOAD_MAX: f64 = 0.94;
 
 /// Pause of one write while garbage is past `Options::stall_garbage_ratio` (microseconds):
 /// bounds a single writer to ~2,000 writes/s until compaction has caught up.
@@ -79,4 +79,4 @@ const _: () = assert!(SLOT_BYTES * 8 == OFFSET_BITS as usize + 16);
 // in-log offset (in units) stays below the bit.
 const _: () = assert!(LOG_OFFSET_BITS + 1 == OFFSET_BITS);
 const _: () = assert!(DATASTORE_BYTES_MAX / OFFSET_UNIT <= COLD_UNITS_BIT as u64);
-const _: () = assert!(INDEX_SIZING_LOAD < INDEX_MAX_LOAD && INDEX_MAX_LOAD < 1.0);
+const _: () = assert!(INDEX_SIZING_LOAD < INDEX_LOAD_MAX && INDEX_LOAD_MAX < 1.0);

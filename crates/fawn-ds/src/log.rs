@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::error::Error;
+use crate::fault::{FaultInjector, IoOp};
 use crate::limits::{DATASTORE_BYTES_MAX, LOG_HEADER_BYTES, OFFSET_UNIT, RECORD_HEADER_BYTES};
 use crate::record::{self, Header};
 
@@ -18,42 +19,6 @@ const LOG_MAGIC: [u8; 8] = *b"FAWNLOG\0";
 pub(crate) const LOG_VERSION: u32 = 2;
 /// Oldest log version this code opens.
 const LOG_VERSION_MIN: u32 = 1;
-
-/// An I/O operation a `FaultInjector` may fail.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum IoOp {
-    /// Appending a record to the log.
-    Write,
-    /// `fdatasync` of the log.
-    Sync,
-}
-
-type FaultFn = dyn Fn(IoOp) -> Option<io::Error> + Send + Sync;
-
-/// Test hook: called before every log append and fsync; returning an error makes that
-/// operation fail as if the device had. Costs one branch on the hot path when unset.
-#[derive(Clone, Default)]
-pub struct FaultInjector(Option<Arc<FaultFn>>);
-
-impl FaultInjector {
-    /// A hook that fails an operation whenever `f` returns `Some(error)`.
-    pub fn new(f: impl Fn(IoOp) -> Option<io::Error> + Send + Sync + 'static) -> FaultInjector {
-        FaultInjector(Some(Arc::new(f)))
-    }
-
-    fn check(&self, op: IoOp) -> io::Result<()> {
-        match self.0.as_ref().and_then(|f| f(op)) {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-}
-
-impl std::fmt::Debug for FaultInjector {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "FaultInjector(set)" } else { "FaultInjector(none)" })
-    }
-}
 
 /// The open log file.
 #[derive(Debug)]
@@ -176,7 +141,7 @@ pub(crate) struct ValidAfter {
 pub(crate) type RawRecord<'a> = (u64, Header, &'a [u8]);
 
 /// Bytes read per refill when scanning.
-const SCAN_CHUNK: usize = 1 << 20;
+const SCAN_CHUNK_BYTES: usize = 1 << 20;
 
 /// Reads records in log order from `pos` up to `end`, through a buffer.
 pub(crate) struct Scanner {
@@ -202,7 +167,7 @@ impl Scanner {
     fn fill(&mut self, at: u64, n: usize) -> Result<&[u8], Error> {
         let have = at >= self.buf_start && at + n as u64 <= self.buf_start + self.buf.len() as u64;
         if !have {
-            let want = (n.max(SCAN_CHUNK) as u64).min(self.end.saturating_sub(at)) as usize;
+            let want = (n.max(SCAN_CHUNK_BYTES) as u64).min(self.end.saturating_sub(at)) as usize;
             self.buf.resize(want, 0);
             let got = self.log.read_at(&mut self.buf, at)?;
             self.buf.truncate(got);
@@ -308,7 +273,7 @@ impl Scanner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Meta, RecordKind};
+    use crate::types::{Meta, RecordKind};
     use rand::rngs::SmallRng;
     use rand::{Rng, SeedableRng};
 

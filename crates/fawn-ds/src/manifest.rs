@@ -17,9 +17,9 @@ use std::fs::{self, File, OpenOptions};
 use std::path::Path;
 
 use crate::error::Error;
+use crate::fault::FaultInjector;
 use crate::limits::LOG_HEADER_BYTES;
 use crate::log::{self, LogFile};
-use crate::FaultInjector;
 
 pub(crate) const MANIFEST_FILE: &str = "LOGS";
 const MANIFEST_TMP: &str = "LOGS.tmp";

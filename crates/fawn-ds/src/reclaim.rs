@@ -12,7 +12,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::{Meta, RecordKind};
+use crate::types::{Meta, RecordKind};
 
 /// Expiry times are grouped into buckets of 2^6 = 64 s: a datastore holding TTLs spread over
 /// memcached's 30-day maximum keeps at most ~40 k buckets.
@@ -71,7 +71,7 @@ impl Reclaim {
 #[cfg(test)]
 mod tests {
     use super::Reclaim;
-    use crate::{Meta, RecordKind};
+    use crate::types::{Meta, RecordKind};
 
     #[test]
     fn buckets_count_only_once_wholly_past() {

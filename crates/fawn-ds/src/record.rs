@@ -5,7 +5,7 @@
 
 use crate::error::Error;
 use crate::limits::{pad_to_unit, KEY_BYTES_MAX, OFFSET_UNIT, RECORD_HEADER_BYTES, VALUE_BYTES_MAX};
-use crate::{Meta, RecordKind};
+use crate::types::{Meta, RecordKind};
 
 const KIND_PUT: u8 = b'P';
 const KIND_DELETE: u8 = b'D';
@@ -217,7 +217,7 @@ pub(crate) fn encode_pad(out: &mut Vec<u8>, len: usize) -> Result<(), Error> {
     let start = out.len();
     out.resize(start + len, 0);
     let buf = &mut out[start..];
-    if len < PAD_HEADER_BYTES || !(len as u64).is_multiple_of(OFFSET_UNIT) || len >= PAD_LEN_LIMIT {
+    if len < PAD_HEADER_BYTES || !(len as u64).is_multiple_of(OFFSET_UNIT) || len >= PAD_BYTES_LIMIT {
         out.truncate(start);
         return Err(Error::corrupt(0, format!("bad padding length {len}")));
     }
@@ -235,7 +235,7 @@ pub(crate) fn encode_pad(out: &mut Vec<u8>, len: usize) -> Result<(), Error> {
 }
 
 /// Padding records are shorter than this (they only ever fill the rest of a 4 KiB page).
-const PAD_LEN_LIMIT: usize = 4096;
+const PAD_BYTES_LIMIT: usize = 4096;
 
 /// If `buf` (at least `PAD_HEADER_BYTES`, or what is left of the log) starts with a padding
 /// record, check its header and return its length; `None` for any other record.
@@ -256,7 +256,7 @@ pub(crate) fn pad_len(buf: &[u8], offset: u64) -> Result<Option<usize>, Error> {
     let len = u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as usize;
     let zeros = h[6..8].iter().chain(&h[12..16]).all(|&b| b == 0);
     if !zeros
-        || !(PAD_HEADER_BYTES..PAD_LEN_LIMIT).contains(&len)
+        || !(PAD_HEADER_BYTES..PAD_BYTES_LIMIT).contains(&len)
         || !(len as u64).is_multiple_of(OFFSET_UNIT)
     {
         return Err(Error::corrupt(offset, format!("bad padding record (length {len})")));

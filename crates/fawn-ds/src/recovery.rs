@@ -10,25 +10,23 @@
 //! it is truncated and reported. Cut records are counted and their bytes kept.
 
 use std::fs::{self, File, OpenOptions};
-use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use crate::checkpoint::{self, CHECKPOINT_FILE};
+use crate::checkpoint;
 use crate::error::Error;
+use crate::files::{self, CHECKPOINT_FILE, LOG_FILE};
 use crate::index::KeyHash;
 use crate::limits::LOG_HEADER_BYTES;
 use crate::log::{self, LogFile, Scanner};
 use crate::record;
 use crate::store::{AppliedRecord, ColdLog, Counters, Inner};
-use crate::{Options, RecoveryReport};
+use crate::types::{Meta, Options, RecordKind, RecoveryReport};
 
-pub(crate) const LOG_FILE: &str = "data.log";
-const LOCK_FILE: &str = "LOCK";
 /// Rebuilds of logs larger than this first estimate the key count to size the index.
-const PRESIZE_MIN_LOG_BYTES: u64 = 1 << 20;
+const PRESIZE_LOG_BYTES_MIN: u64 = 1 << 20;
 
 /// Returns the engine state, the report and the persisted `max_seq` floor.
 pub(crate) fn open(
@@ -38,13 +36,13 @@ pub(crate) fn open(
 ) -> Result<(Inner, RecoveryReport, u64), Error> {
     let t0 = Instant::now();
     fs::create_dir_all(dir).map_err(|e| Error::io("creating the datastore directory", e))?;
-    let lock = lock_dir(dir)?;
+    let lock = files::lock_dir(dir)?;
     // A compaction or merge killed before its rename: the old log stands, drop the new one.
-    crate::maint::remove_leftovers(dir)?;
+    files::remove_leftovers(dir)?;
     // Which hot/cold state stands after an interrupted maintenance (the LOGS manifest); its
     // `max_seq` floor (a merge's) counts like `MAXSEQ`.
     let (cold, state) = crate::manifest::settle(dir, &dir.join(LOG_FILE), &opts.faults)?;
-    let floor = crate::maint::read_seq_floor(dir)?.max(state.map_or(0, |s| s.seq_floor));
+    let floor = files::read_seq_floor(dir)?.max(state.map_or(0, |s| s.seq_floor));
     let mut report = RecoveryReport::default();
     let (log, nonce, len) = open_log(dir, &opts, &mut report)?;
     let cold = cold.map(|c| ColdLog { log: Arc::new(c.log), nonce: c.nonce, end: AtomicU64::new(c.len) });
@@ -53,7 +51,7 @@ pub(crate) fn open(
     if !report.from_checkpoint {
         let cold_len = inner.cold_end().saturating_sub(LOG_HEADER_BYTES);
         // Small logs replay quickly even with growth; large ones get an index sized up front.
-        if len - start + cold_len > PRESIZE_MIN_LOG_BYTES {
+        if len - start + cold_len > PRESIZE_LOG_BYTES_MIN {
             presize_index(&inner, start, len);
         }
         replay_cold(&inner, &mut report)?;
@@ -61,48 +59,12 @@ pub(crate) fn open(
     let end = replay(&inner, start, len, &mut report)?;
     // The previous process may have died with appends still only in the page cache: make
     // them durable now, so later `Always` writes never sit behind a non-durable hole.
-    inner.log.sync_data().map_err(|e| Error::io("syncing the log at open", e))?;
-    inner.writer.lock().end = end;
-    inner.written_end.store(end, Ordering::Release);
-    inner.applied_end.store(end, Ordering::Release);
-    inner.durable.store(end, Ordering::Release);
+    inner.log().sync_data().map_err(|e| Error::io("syncing the log at open", e))?;
+    inner.set_recovered_end(end);
     inner.sync_to(end)?;
     report.log_end = end;
     report.duration_us = t0.elapsed().as_micros() as u64;
     Ok((inner, report, floor))
-}
-
-/// Take an exclusive `flock` on `dir/LOCK` (per open file description, so a second open in
-/// the same process is refused too).
-fn lock_dir(dir: &Path) -> Result<File, Error> {
-    let f = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(dir.join(LOCK_FILE))
-        .map_err(|e| Error::io("opening the lock file", e))?;
-    // SAFETY: flock on a valid, owned file descriptor has no memory-safety preconditions.
-    let rc = unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
-        let e = std::io::Error::last_os_error();
-        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-            return Err(Error::Locked);
-        }
-        return Err(Error::io("locking the datastore directory", e));
-    }
-    Ok(f)
-}
-
-pub(crate) fn new_nonce() -> u64 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    let stack = &t as *const u64 as u64;
-    let mut z = t ^ (std::process::id() as u64).rotate_left(32) ^ stack;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z ^ (z >> 31)
 }
 
 /// Open or create the log; returns it with its nonce and length.
@@ -124,7 +86,7 @@ fn open_log(dir: &Path, opts: &Options, report: &mut RecoveryReport) -> Result<(
     }
     // New log, or one whose creation was torn (no record can exist before the header).
     report.truncated_bytes = len;
-    let nonce = new_nonce();
+    let nonce = files::new_nonce();
     let init = || -> std::io::Result<()> {
         log.set_len(0)?;
         log.write_all_at(&log::encode_header(nonce), 0)?;
@@ -139,7 +101,7 @@ fn open_log(dir: &Path, opts: &Options, report: &mut RecoveryReport) -> Result<(
 
 /// Load a valid checkpoint into `inner`; returns where replay starts.
 fn load_checkpoint(inner: &Inner, log_len: u64, report: &mut RecoveryReport) -> u64 {
-    let bytes = match fs::read(inner.dir.join(CHECKPOINT_FILE)) {
+    let bytes = match fs::read(inner.dir().join(CHECKPOINT_FILE)) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return LOG_HEADER_BYTES,
         Err(e) => {
@@ -147,16 +109,13 @@ fn load_checkpoint(inner: &Inner, log_len: u64, report: &mut RecoveryReport) -> 
             return LOG_HEADER_BYTES;
         }
     };
-    let cold = inner.cold.as_ref().map_or((0, 0), |c| (c.nonce, c.end.load(Ordering::Acquire)));
-    match checkpoint::decode(&bytes, inner.nonce, log_len, cold) {
+    let cold = inner.cold().map_or((0, 0), |c| (c.nonce, c.end.load(Ordering::Acquire)));
+    match checkpoint::decode(&bytes, inner.nonce(), log_len, cold) {
         Ok(loaded) => {
-            *inner.index.write() = loaded.index;
-            inner.max_seq.store(loaded.max_seq, Ordering::Release);
-            inner.live_bytes.store(loaded.live_bytes, Ordering::Release);
-            inner.cold_live_bytes.store(loaded.cold_live_bytes, Ordering::Release);
-            *inner.ckpt.lock() = loaded.covered_end;
+            let covered_end = loaded.covered_end;
+            inner.restore_checkpoint(loaded);
             report.from_checkpoint = true;
-            loaded.covered_end
+            covered_end
         }
         Err(reason) => {
             report.checkpoint_error = Some(reason);
@@ -170,19 +129,19 @@ fn load_checkpoint(inner: &Inner, log_len: u64, report: &mut RecoveryReport) -> 
 /// The pass reads headers and keys without checking checksums (the replay that follows
 /// checks every record): a damaged value costs nothing, a damaged key skews the estimate
 /// by one, and a damaged header stops the pass early, as before (the index then grows
-/// during replay). At 10 M × 1 KiB this pass took 2.0–2.2 s instead of 2.7–3.3 s.
+/// during replay). Skipping the checksums makes this pass a copy out of the page cache.
 fn presize_index(inner: &Inner, start: u64, len: u64) {
     const P: u32 = 14;
     let mut regs = vec![0u8; 1 << P];
     let mut puts = 0u64;
-    let mut parts = vec![(Arc::clone(&inner.log), start, len)];
-    if let Some(c) = &inner.cold {
+    let mut parts = vec![(Arc::clone(inner.log()), start, len)];
+    if let Some(c) = inner.cold() {
         parts.push((Arc::clone(&c.log), LOG_HEADER_BYTES, c.end.load(Ordering::Acquire)));
     }
     for (log, from, to) in parts {
         let mut sc = Scanner::new(log, from, to);
         while let Ok(Some((header, key))) = sc.next_key_unchecked() {
-            if header.kind == crate::RecordKind::Put {
+            if header.kind == RecordKind::Put {
                 puts += 1;
                 let h = fawn_ring::key_id(key).low64();
                 let rank = ((h << P) | (1 << (P - 1))).leading_zeros() + 1;
@@ -200,8 +159,8 @@ fn presize_index(inner: &Inner, start: u64, len: u64) {
     }
     // +2 %: the estimate's error is ~0.8 %; the growth threshold leaves more headroom.
     let keys = ((est * 1.02) as u64).min(puts);
-    if keys > inner.opts.expected_keys {
-        *inner.index.write() = crate::index::Index::for_keys(keys);
+    if keys > inner.opts().expected_keys {
+        inner.presize_index(keys);
     }
 }
 
@@ -210,7 +169,7 @@ fn presize_index(inner: &Inner, start: u64, len: u64) {
 /// (`Inner::apply_batch`): one index lock hold and prefetching across many records, instead
 /// of two lock holds and a cold probe per record.
 fn replay(inner: &Inner, start: u64, len: u64, report: &mut RecoveryReport) -> Result<u64, Error> {
-    let mut sc = Scanner::new(Arc::clone(&inner.log), start, len);
+    let mut sc = Scanner::new(Arc::clone(inner.log()), start, len);
     let mut batch = ReplayBatch::default();
     loop {
         let stop = batch.read(&mut sc)?;
@@ -245,7 +204,7 @@ const REPLAY_BATCH_RECORDS: usize = 256;
 struct ReplayBatch {
     keys: Vec<u8>,
     /// Kind, meta, key span in `keys` and record length of each record.
-    records: Vec<(crate::RecordKind, crate::Meta, std::ops::Range<usize>, u64)>,
+    records: Vec<(RecordKind, Meta, std::ops::Range<usize>, u64)>,
     hashes: Vec<KeyHash>,
     offsets: Vec<u64>,
 }
@@ -301,7 +260,7 @@ impl ReplayBatch {
             .collect();
         let growth = inner.apply_batch(&records, &self.hashes, &self.offsets, cold)?;
         let max_seq = records.iter().map(|r| r.meta.seq).max().unwrap_or(0);
-        inner.max_seq.fetch_max(max_seq, Ordering::AcqRel);
+        inner.raise_max_seq(max_seq);
         inner.after_apply(growth);
         report.records_replayed += records.len() as u64;
         Ok(())
@@ -310,20 +269,20 @@ impl ReplayBatch {
 
 /// A record of a `ReplayBatch`, as `Inner::apply_batch` takes it.
 struct Replayed<'a> {
-    kind: crate::RecordKind,
-    meta: crate::Meta,
+    kind: RecordKind,
+    meta: Meta,
     key: &'a [u8],
     len: u64,
 }
 
 impl AppliedRecord for Replayed<'_> {
-    fn kind(&self) -> crate::RecordKind {
+    fn kind(&self) -> RecordKind {
         self.kind
     }
     fn key(&self) -> &[u8] {
         self.key
     }
-    fn meta(&self) -> &crate::Meta {
+    fn meta(&self) -> &Meta {
         &self.meta
     }
     fn len(&self) -> u64 {
@@ -335,7 +294,7 @@ impl AppliedRecord for Replayed<'_> {
 /// as `replay` does. The cold log was fsynced up to its committed length before that length
 /// was committed, so any bad record in it is damage to durable data: open fails.
 fn replay_cold(inner: &Inner, report: &mut RecoveryReport) -> Result<(), Error> {
-    let Some(cold) = &inner.cold else { return Ok(()) };
+    let Some(cold) = inner.cold() else { return Ok(()) };
     let mut sc = Scanner::new(Arc::clone(&cold.log), LOG_HEADER_BYTES, cold.end.load(Ordering::Acquire));
     let mut batch = ReplayBatch::default();
     loop {
@@ -352,13 +311,13 @@ fn replay_cold(inner: &Inner, report: &mut RecoveryReport) -> Result<(), Error> 
 /// Before `salvage` cuts acknowledged records off the log, copy the bytes to
 /// `data.log.cut-<offset>` so an operator can still inspect or recover them by hand.
 fn keep_cut_bytes(inner: &Inner, from: u64, len: u64) -> Result<(), Error> {
-    let path = inner.dir.join(format!("{LOG_FILE}.cut-{from}"));
+    let path = inner.dir().join(format!("{LOG_FILE}.cut-{from}"));
     let ctx = |e| Error::io("saving the salvaged log tail", e);
     let mut out = File::create(&path).map_err(ctx)?;
     let mut buf = vec![0u8; 1 << 20];
     let mut at = from;
     while at < len {
-        let n = inner.log.read_at(&mut buf[..((len - at) as usize).min(1 << 20)], at)?;
+        let n = inner.log().read_at(&mut buf[..((len - at) as usize).min(1 << 20)], at)?;
         if n == 0 {
             break;
         }
@@ -366,7 +325,7 @@ fn keep_cut_bytes(inner: &Inner, from: u64, len: u64) -> Result<(), Error> {
         at += n as u64;
     }
     out.sync_all().map_err(ctx)?;
-    File::open(&inner.dir).and_then(|d| d.sync_all()).map_err(ctx)
+    File::open(inner.dir()).and_then(|d| d.sync_all()).map_err(ctx)
 }
 
 /// The record at `bad` failed its checks: truncate a torn tail, refuse mid-log damage.
@@ -382,7 +341,7 @@ fn cut_bad_tail(
     let after = sc.valid_after(bad)?;
     // A later record stamped with a durable offset beyond `bad` proves the bad bytes had
     // been fsynced: this is damage to synced (acknowledged) data, not a torn tail.
-    if after.max_durable > bad && !inner.opts.salvage {
+    if after.max_durable > bad && !inner.opts().salvage {
         return Err(Error::corrupt(
             bad,
             format!(
@@ -396,9 +355,9 @@ fn cut_bad_tail(
         keep_cut_bytes(inner, bad, len)?;
     }
     inner
-        .log
+        .log()
         .set_len(bad)
-        .and_then(|()| inner.log.sync_data())
+        .and_then(|()| inner.log().sync_data())
         .map_err(|e| Error::io("truncating the log tail", e))?;
     report.truncated_bytes += len - bad;
     // The bad record itself plus every valid one after it.

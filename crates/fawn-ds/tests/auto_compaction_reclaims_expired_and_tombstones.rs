@@ -1,4 +1,4 @@
-//! Guards space reclamation for data that is never superseded (issue 3): a store whose keys
+//! Guards space reclamation for data that is never superseded: a store whose keys
 //! only expire (a memcached session store) or only receive delete records has no garbage by
 //! the index's accounting, yet expired puts and tombstones under the watermark are what a
 //! full compaction drops. They must count toward the automatic compaction thresholds

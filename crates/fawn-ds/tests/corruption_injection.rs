@@ -13,13 +13,12 @@ use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use fawn_ds::{DataStore, Error, Meta, Options, SyncPolicy};
+use fawn_ds::{DataStore, Error, Meta, Options};
+
+mod support;
+use support::no_checkpoint_opts;
 
 const N: u64 = 200;
-
-fn opts() -> Options {
-    Options { sync: SyncPolicy::Never, checkpoint_every_bytes: 0, ..Options::default() }
-}
 
 fn value(i: u64) -> Vec<u8> {
     vec![(i % 251) as u8; (i * 37 % 500) as usize + 1]
@@ -27,7 +26,7 @@ fn value(i: u64) -> Vec<u8> {
 
 /// Fill a store with N keys, fsyncing after the first half; returns the record offsets.
 fn fill(dir: &Path, checkpoint_at: Option<u64>) -> Vec<u64> {
-    let ds = DataStore::open(dir, opts()).unwrap();
+    let ds = DataStore::open(dir, no_checkpoint_opts()).unwrap();
     for i in 0..N {
         if i == N / 2 {
             ds.sync().unwrap();
@@ -72,7 +71,7 @@ fn torn_tail_is_truncated_and_reported() {
         let len = std::fs::metadata(log_path(dir.path())).unwrap().len();
         let f = OpenOptions::new().write(true).open(log_path(dir.path())).unwrap();
         f.set_len(len - cut).unwrap();
-        let ds = DataStore::open(dir.path(), opts()).unwrap();
+        let ds = DataStore::open(dir.path(), no_checkpoint_opts()).unwrap();
         let r = ds.recovery_report().clone();
         let last = *offsets.last().unwrap();
         assert_eq!(r.corrupt_offset, Some(last), "cut {cut}: {r:?}");
@@ -82,7 +81,7 @@ fn torn_tail_is_truncated_and_reported() {
         // The store keeps working after the cut, and the next open is clean.
         ds.store(b"after", b"x", Meta::default()).unwrap();
         drop(ds);
-        let ds = DataStore::open(dir.path(), opts()).unwrap();
+        let ds = DataStore::open(dir.path(), no_checkpoint_opts()).unwrap();
         assert_eq!(ds.recovery_report().truncated_bytes, 0);
         assert!(ds.lookup(b"after").unwrap().is_some());
     }
@@ -96,7 +95,7 @@ fn garbage_after_the_last_record_is_truncated() {
     let f = OpenOptions::new().write(true).open(log_path(dir.path())).unwrap();
     let garbage: Vec<u8> = (0..4000u32).map(|i| (i.wrapping_mul(2654435761) >> 13) as u8).collect();
     f.write_all_at(&garbage, len).unwrap();
-    let ds = DataStore::open(dir.path(), opts()).unwrap();
+    let ds = DataStore::open(dir.path(), no_checkpoint_opts()).unwrap();
     let r = ds.recovery_report().clone();
     assert!(r.from_checkpoint, "{r:?}");
     assert_eq!((r.corrupt_offset, r.truncated_bytes), (Some(len), 4000), "{r:?}");
@@ -109,7 +108,7 @@ fn flipped_byte_in_synced_data_refuses_to_open_then_salvage_reports_loss() {
     let offsets = fill(dir.path(), None);
     let bad = offsets[N as usize / 4];
     flip_byte(&log_path(dir.path()), bad + 40); // inside the key/value
-    match DataStore::open(dir.path(), opts()) {
+    match DataStore::open(dir.path(), no_checkpoint_opts()) {
         Err(Error::Corrupt { offset, reason }) => {
             assert_eq!(offset, bad);
             assert!(reason.contains("salvage"), "{reason}");
@@ -117,8 +116,8 @@ fn flipped_byte_in_synced_data_refuses_to_open_then_salvage_reports_loss() {
         other => panic!("expected Corrupt at {bad}, got {other:?}"),
     }
     // The refused open changed nothing: the same error again.
-    assert!(matches!(DataStore::open(dir.path(), opts()), Err(Error::Corrupt { .. })));
-    let ds = DataStore::open(dir.path(), Options { salvage: true, ..opts() }).unwrap();
+    assert!(matches!(DataStore::open(dir.path(), no_checkpoint_opts()), Err(Error::Corrupt { .. })));
+    let ds = DataStore::open(dir.path(), Options { salvage: true, ..no_checkpoint_opts() }).unwrap();
     let r = ds.recovery_report().clone();
     assert_eq!(r.corrupt_offset, Some(bad));
     assert_eq!(r.dropped_records_estimate, N - N / 4, "{r:?}");
@@ -136,7 +135,7 @@ fn damage_in_the_unsynced_tail_is_cut_like_a_torn_write() {
     // A hole of zeros, as a page lost in writeback leaves it, with valid records after it.
     let f = OpenOptions::new().write(true).open(log_path(dir.path())).unwrap();
     f.write_all_at(&[0u8; 64], bad).unwrap();
-    let ds = DataStore::open(dir.path(), opts()).unwrap();
+    let ds = DataStore::open(dir.path(), no_checkpoint_opts()).unwrap();
     let r = ds.recovery_report().clone();
     assert_eq!(r.corrupt_offset, Some(bad), "{r:?}");
     assert_eq!(r.dropped_records_estimate, N - 3 * N / 4, "{r:?}");
@@ -153,7 +152,7 @@ fn flipped_header_byte_mid_log_is_caught_too() {
     let bad = offsets[10];
     flip_byte(&log_path(dir.path()), bad + 10);
     assert!(
-        matches!(DataStore::open(dir.path(), opts()), Err(Error::Corrupt { offset, .. }) if offset == bad)
+        matches!(DataStore::open(dir.path(), no_checkpoint_opts()), Err(Error::Corrupt { offset, .. }) if offset == bad)
     );
 }
 
@@ -165,7 +164,7 @@ fn corrupt_checkpoint_falls_back_to_the_log() {
     let len = std::fs::metadata(&ckpt).unwrap().len();
     for at in [3, 30, len / 2, len - 2] {
         flip_byte(&ckpt, at);
-        let ds = DataStore::open(dir.path(), opts()).unwrap();
+        let ds = DataStore::open(dir.path(), no_checkpoint_opts()).unwrap();
         let r = ds.recovery_report().clone();
         assert!(!r.from_checkpoint && r.checkpoint_error.is_some(), "flip at {at}: {r:?}");
         assert_eq!(r.records_replayed, N);
@@ -173,11 +172,11 @@ fn corrupt_checkpoint_falls_back_to_the_log() {
         drop(ds);
         flip_byte(&ckpt, at); // restore
     }
-    let ds = DataStore::open(dir.path(), opts()).unwrap();
+    let ds = DataStore::open(dir.path(), no_checkpoint_opts()).unwrap();
     assert!(ds.recovery_report().from_checkpoint);
     drop(ds);
     std::fs::write(&ckpt, b"short").unwrap();
-    let ds = DataStore::open(dir.path(), opts()).unwrap();
+    let ds = DataStore::open(dir.path(), no_checkpoint_opts()).unwrap();
     assert!(ds.recovery_report().checkpoint_error.is_some());
     check_keys(&ds, 0..N);
 }
@@ -188,7 +187,7 @@ fn checkpoint_of_another_log_is_rejected() {
     fill(a.path(), Some(N - 1));
     fill(b.path(), None);
     std::fs::copy(a.path().join("index.ckpt"), b.path().join("index.ckpt")).unwrap();
-    let ds = DataStore::open(b.path(), opts()).unwrap();
+    let ds = DataStore::open(b.path(), no_checkpoint_opts()).unwrap();
     let r = ds.recovery_report();
     assert!(!r.from_checkpoint && r.checkpoint_error.as_deref().unwrap_or("").contains("different log"));
 }
@@ -198,5 +197,8 @@ fn damaged_log_header_refuses_to_open() {
     let dir = tempfile::tempdir().unwrap();
     fill(dir.path(), None);
     flip_byte(&log_path(dir.path()), 2);
-    assert!(matches!(DataStore::open(dir.path(), opts()), Err(Error::Corrupt { offset: 0, .. })));
+    assert!(matches!(
+        DataStore::open(dir.path(), no_checkpoint_opts()),
+        Err(Error::Corrupt { offset: 0, .. })
+    ));
 }

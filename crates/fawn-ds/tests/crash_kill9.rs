@@ -11,15 +11,16 @@
 //! 4 KiB pages (`page_aligned_records`). Reproduce with FAWN_DS_SEED=<seed>.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use fawn_ds::{BatchOp, DataStore, Meta, Options, RecordKind, SyncPolicy};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+
+mod support;
+use support::mix;
 
 const CHILD_DIR_ENV: &str = "FAWN_DS_CRASH_CHILD_DIR";
 const CHILD_BASE_ENV: &str = "FAWN_DS_CRASH_CHILD_BASE";
@@ -29,13 +30,6 @@ const CHILD_ALIGN_ENV: &str = "FAWN_DS_CRASH_CHILD_ALIGN";
 const THREADS: u64 = 4;
 const KEYS_PER_THREAD: u64 = 64;
 const ROUNDS: u64 = 200;
-
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
 
 /// The operation with sequence number `seq` in a round starting at `base`: (key, is_delete).
 /// Thread t issues seqs base+t, base+t+THREADS, ... and owns keys ≡ t (mod THREADS), so
@@ -141,49 +135,21 @@ fn crash_child_writer() {
 
 /// Run one child until a random kill point; returns the acknowledged seqs.
 fn run_child(dir: &Path, base: u64, policy: &str, batching: bool, rng: &mut SmallRng) -> Vec<u64> {
-    let exe = std::env::current_exe().expect("current exe");
-    let mut child = Command::new(exe)
-        .args(["crash_child_writer", "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_DIR_ENV, dir)
-        .env(CHILD_BASE_ENV, base.to_string())
-        .env(CHILD_POLICY_ENV, policy)
-        .env(CHILD_BATCH_ENV, if batching { "1" } else { "0" })
-        .env(CHILD_ALIGN_ENV, if rng.gen_bool(0.5) { "1" } else { "0" })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn child");
-    let stdout = child.stdout.take().expect("child stdout");
-    let (tx, rx) = mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        let mut r = BufReader::new(stdout);
-        let mut acks = Vec::new();
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            match r.read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => break,
-                // A line cut by the kill has no newline: that ack was not fully given.
-                Ok(_) if line.last() != Some(&b'\n') => break,
-                Ok(_) => {}
-            }
-            // The test harness prints "test crash_child_writer ... " without a newline, so
-            // the child's own lines are matched at the end of a line.
-            let s = String::from_utf8_lossy(&line);
-            let s = s.trim_end();
-            if s.ends_with("READY") {
-                let _ = tx.send(());
-            } else if let Some(pos) = s.rfind("ACK ") {
-                acks.push(s[pos + 4..].parse::<u64>().expect("ack seq"));
-            }
-        }
-        acks
-    });
-    rx.recv_timeout(Duration::from_secs(20)).expect("child never became ready");
-    std::thread::sleep(Duration::from_micros(rng.gen_range(0..30_000)));
-    child.kill().expect("SIGKILL child");
-    child.wait().expect("reap child");
-    reader.join().expect("reader thread")
+    let align = if rng.gen_bool(0.5) { "1" } else { "0" };
+    let env = [
+        (CHILD_DIR_ENV, dir.display().to_string()),
+        (CHILD_BASE_ENV, base.to_string()),
+        (CHILD_POLICY_ENV, policy.to_string()),
+        (CHILD_BATCH_ENV, if batching { "1" } else { "0" }.to_string()),
+        (CHILD_ALIGN_ENV, align.to_string()),
+    ];
+    let run_for = Duration::from_micros(rng.gen_range(0..30_000));
+    // The test harness prints "test crash_child_writer ... " without a newline, so the
+    // child's own lines are matched at the end of a line.
+    support::run_until_killed("crash_child_writer", &env, run_for)
+        .iter()
+        .filter_map(|s| s.rfind("ACK ").map(|pos| s[pos + 4..].parse::<u64>().expect("ack seq")))
+        .collect()
 }
 
 type State = HashMap<u64, Option<u64>>; // key -> seq of its live put (None: absent)

@@ -10,16 +10,18 @@
 //! split reported done). Reproduce with FAWN_DS_SEED=<seed>.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fawn_ds::{DataStore, Meta, Options, SyncPolicy};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+
+mod support;
+use support::mix;
 
 const CHILD_DIR_ENV: &str = "FAWN_DS_MCRASH_CHILD_DIR";
 const CHILD_BASE_ENV: &str = "FAWN_DS_MCRASH_CHILD_BASE";
@@ -30,13 +32,6 @@ const THREADS: u64 = 3;
 const KEYS_PER_THREAD: u64 = 64;
 const MERGE_KEYS: u64 = 40;
 const ROUNDS: u64 = 160;
-
-fn mix(mut z: u64) -> u64 {
-    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
 
 /// Operation `seq` of a round starting at `base`: (key, is_delete); thread t owns keys ≡ t.
 fn op(base: u64, seq: u64) -> (u64, bool) {
@@ -181,44 +176,15 @@ fn run_child(
     // Every other merge round lives longer, so that some merges complete before the kill
     // (a merge writes and syncs a whole new state: tens of ms on a busy machine).
     let max_delay_us = if mode == "merge" && rng.gen_bool(0.5) { 400_000 } else { 60_000 };
-    let exe = std::env::current_exe().expect("current exe");
-    let mut child = Command::new(exe)
-        .args(["crash_child_maintainer", "--exact", "--nocapture", "--test-threads=1"])
-        .env(CHILD_DIR_ENV, dir)
-        .env(CHILD_BASE_ENV, base.to_string())
-        .env(CHILD_POLICY_ENV, policy)
-        .env(CHILD_MODE_ENV, mode)
-        .env(CHILD_HOT_COLD_ENV, if hot_cold { "1" } else { "0" })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn child");
-    let stdout = child.stdout.take().expect("child stdout");
-    let (tx, rx) = mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        let mut r = BufReader::new(stdout);
-        let mut lines = Vec::new();
-        let mut line = Vec::new();
-        loop {
-            line.clear();
-            match r.read_until(b'\n', &mut line) {
-                Ok(0) | Err(_) => break,
-                Ok(_) if line.last() != Some(&b'\n') => break, // cut by the kill
-                Ok(_) => {}
-            }
-            let s = String::from_utf8_lossy(&line).trim_end().to_string();
-            if s.ends_with("READY") {
-                let _ = tx.send(());
-            }
-            lines.push(s);
-        }
-        lines
-    });
-    rx.recv_timeout(Duration::from_secs(20)).expect("child never became ready");
-    std::thread::sleep(Duration::from_micros(rng.gen_range(1_000..max_delay_us)));
-    child.kill().expect("SIGKILL child");
-    child.wait().expect("reap child");
-    reader.join().expect("reader thread")
+    let env = [
+        (CHILD_DIR_ENV, dir.display().to_string()),
+        (CHILD_BASE_ENV, base.to_string()),
+        (CHILD_POLICY_ENV, policy.to_string()),
+        (CHILD_MODE_ENV, mode.to_string()),
+        (CHILD_HOT_COLD_ENV, if hot_cold { "1" } else { "0" }.to_string()),
+    ];
+    let run_for = Duration::from_micros(rng.gen_range(1_000..max_delay_us));
+    support::run_until_killed("crash_child_maintainer", &env, run_for)
 }
 
 fn tagged<'a>(lines: &'a [String], tag: &str) -> impl Iterator<Item = &'a str> {

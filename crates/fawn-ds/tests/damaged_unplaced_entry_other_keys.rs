@@ -10,7 +10,10 @@
 use std::os::unix::fs::FileExt;
 
 use fawn_ds::limits::SLOTS_PER_BUCKET;
-use fawn_ds::{BatchOp, DataStore, Error, Meta, Options, SyncPolicy};
+use fawn_ds::{BatchOp, DataStore, Error, Options, SyncPolicy};
+
+mod support;
+use support::meta;
 
 fn opts() -> Options {
     Options {
@@ -34,10 +37,6 @@ fn key(i: u64) -> Vec<u8> {
 
 fn value(i: u64, round: u64) -> Vec<u8> {
     format!("value {i} round {round} {}", "y".repeat((i % 40) as usize)).into_bytes()
-}
-
-fn meta(seq: u64) -> Meta {
-    Meta { seq, ..Meta::default() }
 }
 
 fn mix(x: u64) -> u64 {

@@ -6,20 +6,15 @@
 
 use std::sync::Arc;
 
-use fawn_ds::{DataStore, Meta, Options, SyncPolicy};
+use fawn_ds::{DataStore, Meta};
 
-fn opts() -> Options {
-    Options { sync: SyncPolicy::Never, auto_compact: false, ..Options::default() }
-}
-
-fn meta(seq: u64) -> Meta {
-    Meta { seq, flags: 0, expiry: 0 }
-}
+mod support;
+use support::{manual_opts, meta};
 
 #[test]
 fn only_drops_for_age_or_key_raise_the_floor_and_it_persists() {
     let dir = tempfile::tempdir().unwrap();
-    let ds = DataStore::open(dir.path(), opts()).unwrap();
+    let ds = DataStore::open(dir.path(), manual_opts()).unwrap();
     assert_eq!(ds.dropped_seq_max(), 0);
     // Overwrites and a delete superseded by a later put: all garbage is superseded.
     for i in 0..50u64 {
@@ -55,18 +50,18 @@ fn only_drops_for_age_or_key_raise_the_floor_and_it_persists() {
     assert_eq!(ds.dropped_seq_max(), 2_001);
     drop(ds);
 
-    let ds = DataStore::open(dir.path(), opts()).unwrap();
+    let ds = DataStore::open(dir.path(), manual_opts()).unwrap();
     assert_eq!(ds.dropped_seq_max(), 2_001, "the floor survives a reopen");
 
     // Split: the new store inherits the floor (its keys share this store's history).
     let target = dir.path().join("split");
-    let (part, _) = ds.split(Arc::new(|k: &[u8]| k.starts_with(b"k")), &target, opts()).unwrap();
+    let (part, _) = ds.split(Arc::new(|k: &[u8]| k.starts_with(b"k")), &target, manual_opts()).unwrap();
     assert_eq!(part.dropped_seq_max(), 2_001);
     drop(part);
 
     // Merge: the merged store takes the other's floor.
     let dir2 = tempfile::tempdir().unwrap();
-    let a = DataStore::open(dir2.path(), opts()).unwrap();
+    let a = DataStore::open(dir2.path(), manual_opts()).unwrap();
     a.store(b"a", b"1", meta(1)).unwrap();
     a.merge(&ds).unwrap();
     assert_eq!(a.dropped_seq_max(), 2_001);

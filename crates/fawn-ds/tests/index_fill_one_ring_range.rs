@@ -1,8 +1,8 @@
 //! Guards the index against the cluster's key distribution: a back-end's datastore holds the
 //! keys of one ring range, i.e. keys whose key ids share their high bits. The index must not
 //! derive its bucket choice from those same bits, or a range's keys crowd into a band of
-//! buckets and the table grows at a fraction of its sized load (measured 0.43–0.68 before the
-//! fix for ranges of 1/60 and 1/6 of the ring). With `expected_keys` = the keys stored, a
+//! buckets and the table grows at a fraction of its sized load (ranges of 1/60 and 1/6 of the
+//! ring are checked). With `expected_keys` = the keys stored, a
 //! pre-sized index must take them all without growing, whatever part of the ring they are from.
 
 use fawn_ds::{DataStore, Meta, Options, SyncPolicy};

@@ -7,11 +7,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use fawn_ds::{DataStore, Error, Meta, Options, RecordKind, SyncPolicy};
+use fawn_ds::{DataStore, Error, Meta, Options, RecordKind};
 
-fn opts() -> Options {
-    Options { sync: SyncPolicy::Never, auto_compact: false, ..Options::default() }
-}
+mod support;
+use support::manual_opts;
 
 fn meta(seq: u64) -> Meta {
     Meta { seq, flags: seq as u32, expiry: 0 }
@@ -33,7 +32,7 @@ fn replay(ds: &DataStore) -> HashMap<Vec<u8>, (RecordKind, u64)> {
 #[test]
 fn compact_drops_garbage_keeps_tombstones_until_the_watermark() {
     let dir = tempfile::tempdir().unwrap();
-    let ds = DataStore::open(dir.path(), opts()).unwrap();
+    let ds = DataStore::open(dir.path(), manual_opts()).unwrap();
     for i in 0..100u64 {
         ds.store(format!("k{}", i % 10).as_bytes(), &[i as u8; 100], meta(i + 1)).unwrap();
     }
@@ -66,7 +65,7 @@ fn compact_drops_garbage_keeps_tombstones_until_the_watermark() {
     assert_eq!(replay(&ds).len(), 9);
     assert_eq!(ds.max_seq(), 103, "max_seq went backwards");
     drop(ds);
-    let ds = DataStore::open(dir.path(), opts()).unwrap();
+    let ds = DataStore::open(dir.path(), manual_opts()).unwrap();
     assert_eq!(ds.max_seq(), 103, "max_seq went backwards after a restart");
     assert_eq!(ds.stats().live_keys, 9);
 }
@@ -74,7 +73,7 @@ fn compact_drops_garbage_keeps_tombstones_until_the_watermark() {
 #[test]
 fn key_filter_drops_out_of_range_keys_at_compaction() {
     let dir = tempfile::tempdir().unwrap();
-    let ds = DataStore::open(dir.path(), opts()).unwrap();
+    let ds = DataStore::open(dir.path(), manual_opts()).unwrap();
     for i in 0..50u64 {
         ds.store(format!("{}{i}", if i % 2 == 0 { "a" } else { "b" }).as_bytes(), b"v", meta(i + 1)).unwrap();
     }
@@ -91,7 +90,7 @@ fn key_filter_drops_out_of_range_keys_at_compaction() {
 #[test]
 fn split_and_merge_carry_delete_records_and_round_trip() {
     let dir = tempfile::tempdir().unwrap();
-    let ds = DataStore::open(&dir.path().join("a"), opts()).unwrap();
+    let ds = DataStore::open(&dir.path().join("a"), manual_opts()).unwrap();
     for i in 0..200u64 {
         ds.store(format!("k{}", i % 40).as_bytes(), &i.to_le_bytes(), meta(i + 1)).unwrap();
     }
@@ -101,13 +100,13 @@ fn split_and_merge_carry_delete_records_and_round_trip() {
     let whole = replay(&ds);
     let low = |k: &[u8]| k.len() == 2; // k0..k9
     let target = dir.path().join("b");
-    let (b, rep) = ds.split(Arc::new(low), &target, opts()).unwrap();
+    let (b, rep) = ds.split(Arc::new(low), &target, manual_opts()).unwrap();
     assert!(rep.records_written > 0 && rep.lock_hold_us < 1_000_000);
     let got = replay(&b);
     let want: HashMap<_, _> = whole.iter().filter(|(k, _)| low(k)).map(|(k, v)| (k.clone(), *v)).collect();
     assert_eq!(got, want, "split store differs");
     assert_eq!(b.max_seq(), ds.max_seq(), "split store starts at the source's max_seq");
-    assert!(matches!(ds.split(Arc::new(low), &target, opts()), Err(Error::InvalidRequest(_))));
+    assert!(matches!(ds.split(Arc::new(low), &target, manual_opts()), Err(Error::InvalidRequest(_))));
 
     // Drop the split-off keys from the source, then merge them back.
     ds.set_key_filter(Some(Arc::new(move |k: &[u8]| !low(k))));
@@ -119,7 +118,7 @@ fn split_and_merge_carry_delete_records_and_round_trip() {
     assert_eq!(replay(&ds), whole, "merge did not restore the whole store");
     assert!(matches!(ds.merge(&ds), Err(Error::InvalidRequest(_))));
     drop(ds);
-    let ds = DataStore::open(&dir.path().join("a"), opts()).unwrap();
+    let ds = DataStore::open(&dir.path().join("a"), manual_opts()).unwrap();
     assert_eq!(replay(&ds), whole, "merged state lost at reopen");
     for (k, (kind, seq)) in &whole {
         let got = ds.lookup(k).unwrap().map(|e| e.meta.seq);
@@ -131,18 +130,18 @@ fn split_and_merge_carry_delete_records_and_round_trip() {
 fn leftovers_of_interrupted_maintenance_are_ignored() {
     let dir = tempfile::tempdir().unwrap();
     {
-        let ds = DataStore::open(dir.path(), opts()).unwrap();
+        let ds = DataStore::open(dir.path(), manual_opts()).unwrap();
         ds.store(b"k", b"v", meta(1)).unwrap();
     }
     std::fs::write(dir.path().join("data.log.compact"), b"half a log").unwrap();
     std::fs::write(dir.path().join("MAXSEQ.tmp"), b"junk").unwrap();
-    let ds = DataStore::open(dir.path(), opts()).unwrap();
+    let ds = DataStore::open(dir.path(), manual_opts()).unwrap();
     assert_eq!(ds.lookup(b"k").unwrap().unwrap().value, b"v");
     assert!(!dir.path().join("data.log.compact").exists());
     drop(ds);
     // A damaged MAXSEQ is a typed error, not a panic and not a silent max_seq of 0.
     std::fs::write(dir.path().join("MAXSEQ"), [7u8; 24]).unwrap();
-    assert!(matches!(DataStore::open(dir.path(), opts()), Err(Error::Corrupt { .. })));
+    assert!(matches!(DataStore::open(dir.path(), manual_opts()), Err(Error::Corrupt { .. })));
 }
 
 #[test]
@@ -153,7 +152,7 @@ fn automatic_compaction_runs_on_garbage_thresholds() {
         compact_garbage_bytes: 64 << 10,
         compact_garbage_ratio: 0.5,
         compact_check_interval: std::time::Duration::from_millis(20),
-        ..opts()
+        ..manual_opts()
     };
     let ds = DataStore::open(dir.path(), o).unwrap();
     for i in 0..4000u64 {
@@ -179,7 +178,7 @@ fn writers_are_slowed_down_when_garbage_runs_far_ahead_of_compaction() {
         // The compactor never gets to run during this test: garbage piles up.
         compact_check_interval: std::time::Duration::from_secs(3600),
         stall_garbage_ratio: 0.75,
-        ..opts()
+        ..manual_opts()
     };
     let ds = DataStore::open(dir.path(), o).unwrap();
     for i in 0..400u64 {

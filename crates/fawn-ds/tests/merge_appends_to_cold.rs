@@ -1,9 +1,12 @@
-//! Guards the append merge (paper §3.3.2, issue 3): with hot/cold separation, `merge(other)`
+//! Guards the append merge (paper §3.3.2): with hot/cold separation, `merge(other)`
 //! appends `other`'s live entries (and its unsuperseded deletes) after this store's hot
 //! survivors in the cold log, without reading or rewriting this store's cold log; `other`'s
 //! version of a key in both stores wins; the result survives a reopen.
 
-use fawn_ds::{DataStore, Meta, Options, SyncPolicy};
+use fawn_ds::{DataStore, Options, SyncPolicy};
+
+mod support;
+use support::meta;
 
 const COLD_KEYS: u64 = 2_000;
 const HOT_KEYS: u64 = 40;
@@ -12,10 +15,6 @@ const VALUE_BYTES: usize = 1_000;
 
 fn opts() -> Options {
     Options { sync: SyncPolicy::Never, auto_compact: false, hot_cold: true, ..Options::default() }
-}
-
-fn meta(seq: u64) -> Meta {
-    Meta { seq, flags: 0, expiry: 0 }
 }
 
 fn value(tag: u8) -> Vec<u8> {

@@ -6,14 +6,13 @@
 //! compaction of the merged store. Both merge paths: the rewrite and the append to the cold
 //! log.
 
-use fawn_ds::{DataStore, Meta, Options, SyncPolicy};
+use fawn_ds::{DataStore, Options, SyncPolicy};
+
+mod support;
+use support::meta;
 
 fn opts(hot_cold: bool) -> Options {
     Options { sync: SyncPolicy::Never, auto_compact: false, hot_cold, ..Options::default() }
-}
-
-fn meta(seq: u64) -> Meta {
-    Meta { seq, ..Meta::default() }
 }
 
 /// The seq of the dropped delete: `other`'s highest, above every record left in its log.

@@ -9,15 +9,10 @@
 
 use std::sync::Arc;
 
-use fawn_ds::{DataStore, KeyFilter, Meta, Options, SyncPolicy};
+use fawn_ds::{DataStore, KeyFilter};
 
-fn opts() -> Options {
-    Options { sync: SyncPolicy::Never, auto_compact: false, ..Options::default() }
-}
-
-fn meta(seq: u64) -> Meta {
-    Meta { seq, ..Meta::default() }
-}
+mod support;
+use support::{manual_opts, meta};
 
 fn prefix(p: &'static str) -> KeyFilter {
     Arc::new(move |k: &[u8]| k.starts_with(p.as_bytes()))
@@ -29,7 +24,7 @@ fn value(ds: &DataStore, key: &str) -> Option<Vec<u8>> {
 
 /// The upper range's store: its own keys, and leftovers of the lower range from before a split.
 fn upper(dir: &std::path::Path) -> DataStore {
-    let ds = DataStore::open(dir, opts()).unwrap();
+    let ds = DataStore::open(dir, manual_opts()).unwrap();
     for i in 0..50u64 {
         ds.store(format!("hi-{i}").as_bytes(), b"upper", meta(10 + i)).unwrap();
     }
@@ -42,7 +37,7 @@ fn upper(dir: &std::path::Path) -> DataStore {
 /// The lower range's store: `lo-1` deleted (tombstone compacted away), `lo-2` updated, `lo-3`
 /// new, and a leftover of the upper range's `hi-7` with a higher seq than the upper's.
 fn lower(dir: &std::path::Path) -> DataStore {
-    let ds = DataStore::open(dir, opts()).unwrap();
+    let ds = DataStore::open(dir, manual_opts()).unwrap();
     ds.store(b"hi-7", b"leftover in the lower store", meta(90)).unwrap();
     ds.store(b"lo-1", b"before the split", meta(5)).unwrap();
     ds.store(b"lo-2", b"updated", meta(100)).unwrap();
@@ -80,7 +75,7 @@ fn merge_range_keeps_each_side_to_its_own_keys() {
     assert_eq!(value(&lo, "hi-7").as_deref(), Some(&b"leftover in the lower store"[..]));
     drop(lo);
     drop(up);
-    let up = DataStore::open(&up_dir, opts()).unwrap();
+    let up = DataStore::open(&up_dir, manual_opts()).unwrap();
     check(&up, "after a reopen");
     assert!(up.dropped_seq_max() >= 103, "the raised drop floor did not persist");
     // A compaction with no filter keeps it so (the leftovers are gone from the log).

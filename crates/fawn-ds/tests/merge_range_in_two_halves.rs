@@ -9,15 +9,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use fawn_ds::{DataStore, Error, KeyFilter, Meta, Options, SyncPolicy};
+use fawn_ds::{DataStore, Error, KeyFilter};
 
-fn opts() -> Options {
-    Options { sync: SyncPolicy::Never, auto_compact: false, ..Options::default() }
-}
-
-fn meta(seq: u64) -> Meta {
-    Meta { seq, ..Meta::default() }
-}
+mod support;
+use support::{manual_opts, meta};
 
 fn prefix(p: &'static str) -> KeyFilter {
     Arc::new(move |k: &[u8]| k.starts_with(p.as_bytes()))
@@ -55,8 +50,8 @@ fn check(ds: &DataStore, model: &Model, when: &str) {
 /// The upper store (`hi-` keys, plus a stale leftover `lo-` key) and the lower (`lo-` keys,
 /// plus a stale leftover `hi-` key), each filtered to its own keys.
 fn stores(dir: &std::path::Path, model: &mut Model, seq: &mut u64) -> (DataStore, DataStore) {
-    let upper = DataStore::open(&dir.join("upper"), opts()).unwrap();
-    let lower = DataStore::open(&dir.join("lower"), opts()).unwrap();
+    let upper = DataStore::open(&dir.join("upper"), manual_opts()).unwrap();
+    let lower = DataStore::open(&dir.join("lower"), manual_opts()).unwrap();
     upper.store(b"lo-001", b"leftover in the upper store", meta(1)).unwrap();
     lower.store(b"hi-001", b"leftover in the lower store", meta(2)).unwrap();
     *seq = 2;
@@ -87,7 +82,7 @@ fn writes_to_both_stores_between_the_halves_are_merged() {
     check(&upper, &model, "merged and compacted");
     drop(lower);
     upper.close().unwrap();
-    let upper = DataStore::open(&dir.path().join("upper"), opts()).unwrap();
+    let upper = DataStore::open(&dir.path().join("upper"), manual_opts()).unwrap();
     check(&upper, &model, "reopened");
 }
 

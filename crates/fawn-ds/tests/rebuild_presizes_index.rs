@@ -4,21 +4,19 @@
 //! sizing load, instead of growing during replay (a grown table sits at ~0.94 load, one
 //! sized for every record ~0.7 here).
 
-use fawn_ds::{DataStore, Meta, Options, SyncPolicy};
+use fawn_ds::{DataStore, Meta};
+
+mod support;
+use support::no_checkpoint_opts;
 
 const KEYS: u64 = 60_000;
 /// Overwrites of existing keys: records the estimate must not count as keys.
 const OVERWRITES: u64 = 25_000;
 
-fn opts() -> Options {
-    // No checkpoints: the reopen rebuilds everything from the log.
-    Options { sync: SyncPolicy::Never, checkpoint_every_bytes: 0, ..Options::default() }
-}
-
 #[test]
 fn rebuild_sizes_the_index_for_distinct_keys() {
     let dir = tempfile::tempdir().unwrap();
-    let ds = DataStore::open(dir.path(), opts()).unwrap();
+    let ds = DataStore::open(dir.path(), no_checkpoint_opts()).unwrap();
     let value = [b'v'; 64];
     for seq in 1..=KEYS + OVERWRITES {
         let key = format!("key:{:08}", (seq - 1) % KEYS);
@@ -26,7 +24,7 @@ fn rebuild_sizes_the_index_for_distinct_keys() {
     }
     drop(ds);
 
-    let ds = DataStore::open(dir.path(), opts()).unwrap();
+    let ds = DataStore::open(dir.path(), no_checkpoint_opts()).unwrap();
     assert!(!ds.recovery_report().from_checkpoint, "the reopen must rebuild from the log");
     let st = ds.stats();
     assert_eq!(st.live_keys, KEYS);

@@ -5,26 +5,24 @@
 
 use std::collections::BTreeMap;
 
-use fawn_ds::{DataStore, Meta, Options, SyncPolicy};
+use fawn_ds::{DataStore, Meta};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+
+mod support;
+use support::no_checkpoint_opts;
 
 const SEED: u64 = 0x7e91a7;
 const OPS: u64 = 5_000;
 /// Few keys for many ops: most records repeat a key seen a few records earlier.
 const KEYS: u64 = 300;
 
-fn opts() -> Options {
-    // No checkpoints: the reopen rebuilds everything from the log.
-    Options { sync: SyncPolicy::Never, checkpoint_every_bytes: 0, ..Options::default() }
-}
-
 #[test]
 fn rebuild_from_log_matches_the_store_before() {
     let dir = tempfile::tempdir().unwrap();
     let mut rng = SmallRng::seed_from_u64(SEED);
     let mut model: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
-    let ds = DataStore::open(dir.path(), opts()).unwrap();
+    let ds = DataStore::open(dir.path(), no_checkpoint_opts()).unwrap();
     for seq in 1..=OPS {
         // Runs of the same few keys, so repeats fall inside one replay batch too.
         let key = format!("key:{}", (seq / 7 + rng.gen_range(0..3)) % KEYS).into_bytes();
@@ -41,7 +39,7 @@ fn rebuild_from_log_matches_the_store_before() {
     let before = ds.stats();
     drop(ds);
 
-    let ds = DataStore::open(dir.path(), opts()).unwrap();
+    let ds = DataStore::open(dir.path(), no_checkpoint_opts()).unwrap();
     let report = ds.recovery_report();
     assert!(!report.from_checkpoint, "seed {SEED}: the reopen must rebuild from the log");
     assert_eq!(report.records_replayed, OPS, "seed {SEED}");

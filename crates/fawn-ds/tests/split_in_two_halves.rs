@@ -9,15 +9,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use fawn_ds::{DataStore, KeyFilter, Meta, Options, SyncPolicy};
+use fawn_ds::{DataStore, KeyFilter};
 
-fn opts() -> Options {
-    Options { sync: SyncPolicy::Never, auto_compact: false, ..Options::default() }
-}
-
-fn meta(seq: u64) -> Meta {
-    Meta { seq, ..Meta::default() }
-}
+mod support;
+use support::{manual_opts, meta};
 
 fn evens() -> KeyFilter {
     Arc::new(|k: &[u8]| k.last().is_some_and(|b| b % 2 == 0))
@@ -59,7 +54,7 @@ fn check(ds: &DataStore, model: &HashMap<Vec<u8>, Vec<u8>>, when: &str) {
 
 /// A source store with a first round of writes, and its model of the even keys.
 fn source(dir: &std::path::Path) -> (DataStore, HashMap<Vec<u8>, Vec<u8>>, u64) {
-    let src = DataStore::open(&dir.join("src"), opts()).unwrap();
+    let src = DataStore::open(&dir.join("src"), manual_opts()).unwrap();
     let (mut model, mut seq) = (HashMap::new(), 0);
     churn(&src, &mut model, 0, &mut seq);
     (src, model, seq)
@@ -69,7 +64,7 @@ fn run(compact_between: bool) {
     let dir = tempfile::tempdir().unwrap();
     let (src, mut model, mut seq) = source(dir.path());
     let target = dir.path().join("part");
-    let begun = src.split_begin(evens(), &target, opts()).unwrap();
+    let begun = src.split_begin(evens(), &target, manual_opts()).unwrap();
     assert!(!target.exists(), "the target appears only when the split finishes");
     churn(&src, &mut model, 1, &mut seq);
     if compact_between {
@@ -81,7 +76,7 @@ fn run(compact_between: bool) {
     assert_eq!(part.max_seq(), src.max_seq(), "the part continues from the source's seq");
     check(&part, &model, "finished");
     part.close().unwrap();
-    let part = DataStore::open(&target, opts()).unwrap();
+    let part = DataStore::open(&target, manual_opts()).unwrap();
     check(&part, &model, "reopened");
 }
 
@@ -100,11 +95,11 @@ fn a_split_dropped_unfinished_leaves_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let (src, model, _) = source(dir.path());
     let target = dir.path().join("part");
-    let begun = src.split_begin(evens(), &target, opts()).unwrap();
+    let begun = src.split_begin(evens(), &target, manual_opts()).unwrap();
     drop(begun);
     let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names, vec![std::ffi::OsString::from("src")], "left behind: {names:?}");
     // And the same target can be split again.
-    let (part, _) = src.split(evens(), &target, opts()).unwrap();
+    let (part, _) = src.split(evens(), &target, manual_opts()).unwrap();
     check(&part, &model, "split again");
 }

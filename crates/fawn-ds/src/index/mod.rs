@@ -13,7 +13,7 @@
 //! `v mod 2^(L+1)` if `v mod 2^L < p`, else `v mod 2^L` (linear hashing). A key's two
 //! candidate buckets are those of `v1` and `v2`.
 //!
-//! **Growth, a bucket at a time.** When the load passes `INDEX_MAX_LOAD`, bucket `p` splits:
+//! **Growth, a bucket at a time.** When the load passes `INDEX_LOAD_MAX`, bucket `p` splits:
 //! each entry in it moves to bucket `p + 2^L` or stays, by bit `L` of the value that placed
 //! it; `p` advances, and when it reaches `2^L` the level goes up. So the table is always
 //! within one bucket of its target load (6 B / 0.94 = 6.4 B per key), never half empty as a
@@ -32,7 +32,7 @@
 //! (`Table::other`). No operation ever rehashes the whole table.
 
 use crate::limits::{
-    COLD_UNITS_BIT, INDEX_FRAGMENT_BITS, INDEX_MAX_LOAD, INDEX_SIZING_LOAD, LOG_HEADER_BYTES,
+    COLD_UNITS_BIT, INDEX_FRAGMENT_BITS, INDEX_LOAD_MAX, INDEX_SIZING_LOAD, LOG_HEADER_BYTES,
     SLOTS_PER_BUCKET,
 };
 
@@ -91,7 +91,7 @@ impl Chunk {
 }
 /// Cuckoo walk steps (each looks at up to 16 other buckets) before an entry goes to the
 /// stash.
-const MAX_KICKS: usize = 64;
+const KICKS_MAX: usize = 64;
 /// Entries ahead whose buckets a batch loop prefetches.
 pub(crate) const PREFETCH_AHEAD: usize = 8;
 /// Writes scan the log themselves only when the refresh scan is this far behind their share
@@ -103,12 +103,12 @@ fn write_slack(scan_bytes: u64) -> u64 {
 }
 /// Placeable stash entries tolerated before buckets split early (each costs a compare per
 /// lookup).
-const STASH_GROW_AT: usize = 16;
+const STASH_ENTRIES_GROW_AT: usize = 16;
 /// Bucket splits one insert may do (bounds its work when the stash asks for growth).
 const SPLITS_PER_INSERT_MAX: usize = 4;
-/// Smallest and largest table: `2^MIN_LEVEL` and `2^MAX_LEVEL` buckets.
-const MIN_LEVEL: u32 = 6;
-const MAX_LEVEL: u32 = 40;
+/// Smallest and largest table: `2^LEVEL_MIN` and `2^LEVEL_MAX` buckets.
+const LEVEL_MIN: u32 = 6;
+const LEVEL_MAX: u32 = 40;
 /// Buckets per allocation: the table grows a bucket at a time, so it is stored in chunks
 /// (the last one grows by a quarter at a time up to this size) instead of one vector that
 /// would double.
@@ -121,8 +121,8 @@ const TAG_PARITY_SHIFT: u32 = 2;
 const FRAG_SHIFT: u32 = 3;
 const FRAG_MASK: u16 = (1 << INDEX_FRAGMENT_BITS) - 1;
 const _: () = assert!(INDEX_FRAGMENT_BITS + FRAG_SHIFT == 16);
-const _: () = assert!(CHUNK_BUCKETS.is_power_of_two() && (1 << MIN_LEVEL) <= CHUNK_BUCKETS);
-const _: () = assert!((1usize << MIN_LEVEL).is_multiple_of(BUCKETS_PER_TAG_LINE));
+const _: () = assert!(CHUNK_BUCKETS.is_power_of_two() && (1 << LEVEL_MIN) <= CHUNK_BUCKETS);
+const _: () = assert!((1usize << LEVEL_MIN).is_multiple_of(BUCKETS_PER_TAG_LINE));
 
 /// What the index needs of a key: its primary hash and its fragment.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -289,7 +289,7 @@ pub(crate) struct Table {
 
 impl Table {
     pub fn with_buckets(buckets: u64) -> Table {
-        let buckets = buckets.clamp(1 << MIN_LEVEL, 1 << MAX_LEVEL);
+        let buckets = buckets.clamp(1 << LEVEL_MIN, 1 << LEVEL_MAX);
         let level = 63 - buckets.leading_zeros();
         let mut chunks = Vec::new();
         let mut left = buckets as usize;
@@ -481,13 +481,13 @@ impl Table {
         }
         // A cuckoo walk with one step of lookahead: before displacing anyone, look for a
         // resident of the full bucket(s) whose other bucket has room (those buckets are
-        // prefetched together, so a step costs about one memory latency). At 94-95 % load a
-        // plain random walk took ~20 dependent misses per insert: the buckets a level has
-        // not split yet hold twice the keys of the split ones, so they are nearly all full.
+        // prefetched together, so a step costs about one memory latency). A plain random walk
+        // is a chain of dependent misses at the load this table keeps: the buckets a level
+        // has not split yet hold twice the keys of the split ones, so they are nearly all full.
         let mut homes = [(b1, t1), (b2, t2)];
         let mut nhomes = if b2 == b1 { 1 } else { 2 };
         let mut units = units;
-        for _ in 0..MAX_KICKS {
+        for _ in 0..KICKS_MAX {
             if self.move_one_resident(&homes[..nhomes], units) {
                 return;
             }
@@ -779,7 +779,7 @@ impl Table {
     /// Stash entries a split could place: not those that know too little of their hash
     /// (their records were unreadable; splitting would not help them).
     fn stash_to_place(&self) -> usize {
-        if self.stash.len() <= STASH_GROW_AT {
+        if self.stash.len() <= STASH_ENTRIES_GROW_AT {
             return self.stash.len();
         }
         self.stash.iter().filter(|e| e.placeable(self.level)).count()
@@ -787,8 +787,8 @@ impl Table {
 
     /// Whether a bucket should split now.
     fn wants_split(&self) -> bool {
-        self.entries() as f64 > INDEX_MAX_LOAD * self.capacity() as f64
-            || self.stash_to_place() > STASH_GROW_AT
+        self.entries() as f64 > INDEX_LOAD_MAX * self.capacity() as f64
+            || self.stash_to_place() > STASH_ENTRIES_GROW_AT
     }
 
     /// Whether the next split ends the level.
@@ -982,7 +982,7 @@ impl Index {
         self.cur.insert(kh, units);
         let mut started = false;
         for _ in 0..SPLITS_PER_INSERT_MAX {
-            if self.cur.stash_to_place() > STASH_GROW_AT {
+            if self.cur.stash_to_place() > STASH_ENTRIES_GROW_AT {
                 self.cur.reinsert_stash();
             }
             if !self.cur.wants_split() || (self.cur.split_ends_level() && self.refresh.is_some()) {
@@ -1089,393 +1089,7 @@ impl Index {
 }
 
 /// Checkpoint image of the index (format in docs/FORMAT.md).
-pub(crate) mod image {
-    use super::*;
-    use crate::limits::OFFSET_UNIT;
-
-    const STASH_ENTRY_BYTES: usize = 18;
-
-    /// Serialize: level, split pointer, stash length, every bucket's words, the stash; then
-    /// a flag (0 = no refresh scan, 1 = scanning) and, when scanning, the scan state (hot
-    /// pos, hot limit, cold pos, cold limit, bytes per write).
-    pub fn write(index: &Index, out: &mut Vec<u8>) {
-        let t = &index.cur;
-        out.extend_from_slice(&(t.level as u64).to_le_bytes());
-        out.extend_from_slice(&t.split.to_le_bytes());
-        out.extend_from_slice(&(t.stash.len() as u64).to_le_bytes());
-        out.reserve(t.buckets() as usize * WORDS_PER_BUCKET * 2 + t.stash.len() * STASH_ENTRY_BYTES);
-        for b in 0..t.buckets() as usize {
-            let slots = b * SLOTS_PER_BUCKET..(b + 1) * SLOTS_PER_BUCKET;
-            for slot in slots.clone() {
-                out.extend_from_slice(&t.tag(slot).to_le_bytes());
-            }
-            for slot in slots {
-                // Low half first, then high half: the same bytes as a little-endian u32.
-                out.extend_from_slice(&t.get(slot).0.to_le_bytes());
-            }
-        }
-        for e in &t.stash {
-            out.extend_from_slice(&e.v.to_le_bytes());
-            out.extend_from_slice(&e.nbits.to_le_bytes());
-            out.extend_from_slice(&e.units.to_le_bytes());
-            out.extend_from_slice(&e.frag.to_le_bytes());
-        }
-        match &index.refresh {
-            None => out.extend_from_slice(&0u64.to_le_bytes()),
-            Some(r) => {
-                out.extend_from_slice(&1u64.to_le_bytes());
-                for (s, stale) in r.scan.iter().zip(t.stale) {
-                    // A log no stale entry points into needs no more scanning: its range is
-                    // written as done, so the image names no positions in it (a hot
-                    // compaction may have replaced that log since the level started, or
-                    // open cut a torn tail below the range's limit).
-                    let pos = if stale == 0 { s.limit } else { s.pos };
-                    out.extend_from_slice(&pos.to_le_bytes());
-                    out.extend_from_slice(&s.limit.to_le_bytes());
-                }
-                out.extend_from_slice(&r.per_write.to_le_bytes());
-            }
-        }
-    }
-
-    struct Reader<'a> {
-        buf: &'a [u8],
-        pos: usize,
-    }
-
-    impl Reader<'_> {
-        fn take(&mut self, n: usize) -> Result<&[u8], String> {
-            let end = self.pos.checked_add(n).filter(|&e| e <= self.buf.len());
-            let end = end.ok_or_else(|| "index image truncated".to_string())?;
-            let s = &self.buf[self.pos..end];
-            self.pos = end;
-            Ok(s)
-        }
-        fn u64(&mut self) -> Result<u64, String> {
-            let b = self.take(8)?;
-            Ok(u64::from_le_bytes(b.try_into().map_err(|_| "short u64")?))
-        }
-    }
-
-    /// What an image is checked against: the first record's offset units, the covered
-    /// hot log end and the cold log end (units).
-    #[derive(Clone, Copy, Debug)]
-    pub(crate) struct Bounds {
-        pub first: u32,
-        pub end: u64,
-        pub cold_end: u64,
-    }
-
-    impl Bounds {
-        /// Whether an offset (in units, with the cold bit) points inside `[first, end)` units
-        /// of the hot log, or (cold bit set) `[first, cold_end)` units of the cold log.
-        fn holds(&self, units: u32) -> bool {
-            let cold = units & COLD_UNITS_BIT != 0;
-            let (u, end) = if cold { (units & !COLD_UNITS_BIT, self.cold_end) } else { (units, self.end) };
-            u >= self.first && (u as u64) < end
-        }
-    }
-
-    /// Read the table and validate every entry against `bounds`.
-    fn get_table(r: &mut Reader, bounds: Bounds) -> Result<Table, String> {
-        let level = r.u64()?;
-        let split = r.u64()?;
-        let stash_len = r.u64()?;
-        if !(MIN_LEVEL as u64..MAX_LEVEL as u64).contains(&level)
-            || split >= 1 << level
-            || stash_len > (1 << 24)
-        {
-            return Err(format!("implausible table: level {level}, split {split}, stash {stash_len}"));
-        }
-        // The words must all be there before the table is allocated: a damaged header must
-        // not make us allocate terabytes.
-        let buckets = (1u64 << level) + split;
-        let raw = r.take((buckets as usize).saturating_mul(WORDS_PER_BUCKET * 2))?;
-        let mut t = Table::with_buckets(buckets);
-        let word = |i: usize| u16::from_le_bytes([raw[2 * i], raw[2 * i + 1]]);
-        for slot in 0..t.capacity() as usize {
-            let (b, i) = (slot / SLOTS_PER_BUCKET, slot % SLOTS_PER_BUCKET);
-            let at = b * WORDS_PER_BUCKET;
-            let tag = word(at + i);
-            let units = word(at + SLOTS_PER_BUCKET + 2 * i) as u32
-                | (word(at + SLOTS_PER_BUCKET + 2 * i + 1) as u32) << 16;
-            if (units == 0) != (tag == 0) {
-                return Err(format!("slot {slot}: offset {units} with tag {tag}"));
-            }
-            if units == 0 {
-                continue;
-            }
-            t.set(slot, units, tag);
-            if !bounds.holds(units) {
-                return Err(format!("slot {slot} points outside the covered log"));
-            }
-            t.len += 1;
-            t.cold += cold_bit(units);
-            if t.is_stale(tag) {
-                t.stale[log_of(units)] += 1;
-            }
-        }
-        for _ in 0..stash_len {
-            let b = r.take(STASH_ENTRY_BYTES)?;
-            let v = u64::from_le_bytes(b[0..8].try_into().map_err(|_| "short stash entry")?);
-            let nbits = u32::from_le_bytes(b[8..12].try_into().map_err(|_| "short stash entry")?);
-            let units = u32::from_le_bytes(b[12..16].try_into().map_err(|_| "short stash entry")?);
-            let frag = u16::from_le_bytes([b[16], b[17]]);
-            if units == 0
-                || !bounds.holds(units)
-                || !(1..=64).contains(&nbits)
-                || frag == 0
-                || frag > FRAG_MASK
-            {
-                return Err("bad stash entry".into());
-            }
-            t.cold += cold_bit(units);
-            t.stash.push(StashEntry { v, nbits, frag, units });
-        }
-        Ok(t)
-    }
-
-    /// Parse an image; `bounds.end` is the covered log end in units, `bounds.cold_end` the
-    /// cold log's (0 without one).
-    pub fn read(buf: &[u8], bounds: Bounds) -> Result<Index, String> {
-        let mut r = Reader { buf, pos: 0 };
-        let cur = get_table(&mut r, bounds)?;
-        let refresh = match r.u64()? {
-            0 => None,
-            1 => {
-                let first = bounds.first as u64 * OFFSET_UNIT;
-                let mut scan = [ScanRange::default(); 2];
-                for (s, end) in scan.iter_mut().zip([bounds.end, bounds.cold_end]) {
-                    (s.pos, s.limit) = (r.u64()?, r.u64()?);
-                    // An empty range needs no log; a scan never passes the covered end.
-                    let ok =
-                        s.pos >= s.limit || (first <= s.pos && s.limit <= end.saturating_mul(OFFSET_UNIT));
-                    if !ok {
-                        return Err(format!("refresh scan [{}, {}) outside the covered log", s.pos, s.limit));
-                    }
-                }
-                let per_write = r.u64()?;
-                Some(Refresh::new(scan, per_write))
-            }
-            n => return Err(format!("bad refresh flag {n}")),
-        };
-        if r.pos != buf.len() {
-            return Err("trailing bytes after index image".into());
-        }
-        if refresh.is_none() && cur.stale != [0, 0] {
-            return Err("stale index entries without a refresh scan".into());
-        }
-        let gen = refresh.is_some() as u64;
-        Ok(Index { cur, refresh, gen })
-    }
-}
+pub(crate) mod image;
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::limits::OFFSET_UNIT;
-
-    fn kh(i: u64) -> KeyHash {
-        KeyHash::of(&i.to_le_bytes())
-    }
-
-    fn assert_finds(idx: &Index, n: u64) {
-        let mut out = Vec::new();
-        for i in 0..n {
-            out.clear();
-            idx.find(kh(i), &mut out);
-            assert!(out.iter().any(|c| c.units == units_of(i)), "lost {i}");
-        }
-    }
-
-    #[test]
-    fn fills_past_90_percent_and_finds_everything() {
-        let mut t = Table::with_buckets(4096);
-        let n = (t.capacity() as f64 * 0.95) as u64;
-        for i in 0..n {
-            t.insert(kh(i), units_of(i));
-        }
-        assert!(t.stash.len() < 8, "stash {}", t.stash.len());
-        let mut out = Vec::new();
-        for i in 0..n {
-            out.clear();
-            t.find(kh(i), &mut out);
-            assert!(out.iter().any(|c| c.units == units_of(i)), "lost {i}");
-        }
-    }
-
-    /// A pretend log: key i's record is one unit at units i + 2 (right after the header).
-    fn units_of(i: u64) -> u32 {
-        i as u32 + 2
-    }
-
-    /// Insert key `i` at its place in the pretend log (every record so far lies below its
-    /// end); returns whether a refresh scan started.
-    fn insert_next(idx: &mut Index, i: u64) -> bool {
-        idx.insert(kh(i), units_of(i), [(units_of(i) as u64 + 1) * OFFSET_UNIT, 0])
-    }
-
-    /// An index grown from the smallest table until its first refresh scan started, and the
-    /// last key inserted (keys 0 to it are in).
-    fn grow_until_refresh() -> (Index, u64) {
-        let mut idx = Index::for_keys(0);
-        let mut i = 0u64;
-        while !insert_next(&mut idx, i) {
-            i += 1;
-        }
-        (idx, i)
-    }
-
-    /// Scan up to `bytes` of the pretend log the way the store does; returns whether a
-    /// refresh was in progress.
-    fn scan_step(idx: &mut Index, bytes: u64) -> bool {
-        match idx.growth_work() {
-            GrowthWork::Idle => false,
-            GrowthWork::Finish => {
-                let left = idx.finish_migration();
-                assert_eq!(left, 0, "the scan left entries behind");
-                true
-            }
-            GrowthWork::Scan(job) => {
-                let upto = (job.pos + bytes).min(job.limit);
-                let found: Vec<_> =
-                    (job.pos / OFFSET_UNIT..upto / OFFSET_UNIT).map(|u| (kh(u - 2), u as u32)).collect();
-                idx.apply_scan(&job, upto, &found);
-                true
-            }
-        }
-    }
-
-    /// The load never drops far below its target while the table grows from its smallest
-    /// size, so DRAM per key stays near 6 B / 0.94 at every size, not only right before a
-    /// doubling.
-    #[test]
-    fn grows_a_bucket_at_a_time_at_high_load() {
-        let mut idx = Index::for_keys(0);
-        let n = 300_000u64;
-        let mut lowest = 1.0f64;
-        let mut levels = 0;
-        for i in 0..n {
-            levels += insert_next(&mut idx, i) as u32;
-            let owed = idx.owe(1);
-            if owed > 0 {
-                scan_step(&mut idx, owed);
-            }
-            if i > 10_000 {
-                lowest = lowest.min(idx.live() as f64 / idx.capacity() as f64);
-            }
-            if i % 20_000 == 0 {
-                idx.cur.assert_counts();
-            }
-        }
-        let per_key = idx.bytes() as f64 / idx.live() as f64;
-        eprintln!(
-            "{levels} levels, lowest load {lowest:.3}, {per_key:.3} B/key, stash {}",
-            idx.cur.stash.len()
-        );
-        assert!(levels >= 8, "{levels} levels");
-        assert!(lowest > 0.93, "load fell to {lowest}");
-        assert!(per_key < 6.5, "{per_key} B/key");
-        assert!(
-            idx.cur.stash.len() <= STASH_GROW_AT + SPLITS_PER_INSERT_MAX,
-            "stash {}",
-            idx.cur.stash.len()
-        );
-        assert_finds(&idx, n);
-    }
-
-    #[test]
-    fn grows_by_log_scan_and_image_roundtrips() {
-        let mut idx = Index::for_keys(0);
-        let n = 20_000u64;
-        let mut grew = 0;
-        for i in 0..n {
-            grew += insert_next(&mut idx, i) as u32;
-            // Overwrite an earlier key now and then: a write refreshes its entry.
-            if i % 7 == 0 && i > 0 {
-                let j = i / 2;
-                let mut out = Vec::new();
-                idx.find(kh(j), &mut out);
-                let c = out.iter().find(|c| c.units == units_of(j)).copied().expect("present");
-                idx.update(c.loc, kh(j), units_of(j));
-            }
-            let owed = idx.owe(1);
-            if owed > 0 {
-                scan_step(&mut idx, owed);
-            }
-        }
-        assert!(grew >= 5, "grew {grew} times");
-        assert_eq!(idx.live(), n);
-        idx.cur.assert_counts();
-        let mut img = Vec::new();
-        image::write(&idx, &mut img);
-        let bounds = image::Bounds { first: 2, end: n + 2, cold_end: 0 };
-        let mut back = image::read(&img, bounds).unwrap();
-        assert_eq!(back.is_migrating(), idx.is_migrating());
-        while scan_step(&mut back, 4096) {}
-        assert!(!back.is_migrating());
-        assert_eq!(back.live(), n);
-        assert_finds(&back, n);
-        assert!(image::read(&img[..img.len() - 1], bounds).is_err());
-    }
-
-    /// Entries whose records a refresh scan could not read end in the stash, still found by
-    /// their keys, and the table keeps growing past them.
-    #[test]
-    fn unscanned_entries_are_stashed_not_lost() {
-        let (mut idx, i) = grow_until_refresh();
-        // The scan reads nothing (as if every record failed its checksum).
-        while let GrowthWork::Scan(job) = idx.growth_work() {
-            idx.apply_scan(&job, job.limit, &[]);
-        }
-        let left = idx.finish_migration();
-        assert!(left > 0);
-        idx.cur.assert_counts();
-        assert_eq!(idx.live(), i + 1);
-        assert_finds(&idx, i + 1);
-        let n = i + 1 + 5_000;
-        for j in i + 1..n {
-            insert_next(&mut idx, j);
-            while idx.owe(1) > 0 && scan_step(&mut idx, 1 << 20) {}
-        }
-        assert!(idx.capacity() as f64 * 0.95 >= (n - left) as f64, "the table stopped growing");
-        assert_finds(&idx, n);
-    }
-
-    /// A damaged checkpoint image is refused or read, never a panic nor a huge allocation:
-    /// every byte flip, and every truncation, of a grown index with a refresh scan running.
-    #[test]
-    fn damaged_images_never_panic() {
-        let (idx, i) = grow_until_refresh();
-        let mut img = Vec::new();
-        image::write(&idx, &mut img);
-        let bounds = image::Bounds { first: 2, end: i + 3, cold_end: 0 };
-        assert!(image::read(&img, bounds).is_ok());
-        let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-        for at in 0..img.len() {
-            seed = mix(seed);
-            let mut bad = img.clone();
-            bad[at] ^= (seed as u8) | 1;
-            let _ = image::read(&bad, bounds);
-            let _ = image::read(&img[..at], bounds);
-        }
-    }
-
-    /// A displaced entry's hash bits follow it: after kicks and many splits every key is
-    /// still in one of its two buckets.
-    #[test]
-    fn kicked_entries_keep_their_split_bits() {
-        let mut idx = Index::for_keys(0);
-        let n = 60_000u64;
-        for i in 0..n {
-            insert_next(&mut idx, i);
-            while idx.owe(1) > 0 && scan_step(&mut idx, 1 << 20) {}
-        }
-        while scan_step(&mut idx, 1 << 20) {}
-        let t = &idx.cur;
-        for i in 0..n {
-            let w = t.find_exact(kh(i), units_of(i));
-            assert!(matches!(w, Some(Where::Slot(_)) | Some(Where::Stash(_))), "key {i} not in its buckets");
-        }
-    }
-}
+mod tests;
