@@ -447,7 +447,11 @@ pub fn encode_frame(request_id: u64, message: &Message, out: &mut Vec<u8>) -> Re
     out.extend_from_slice(&[0; 4]);
     out.push(PROTOCOL_VERSION);
     out.extend_from_slice(&request_id.to_le_bytes());
-    body_options().serialize_into(&mut *out, message).map_err(|e| FrameError::Body(e.to_string()))?;
+    if let Err(e) = body_options().serialize_into(&mut *out, message) {
+        // A failed encoding leaves nothing behind: `out` may already hold other frames.
+        out.truncate(start);
+        return Err(FrameError::Body(e.to_string()));
+    }
     let len = out.len() - start - 4;
     if len > FRAME_BYTES_MAX {
         out.truncate(start);
