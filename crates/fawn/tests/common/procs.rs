@@ -335,6 +335,19 @@ impl Procs {
         counter_sum(self.frontend_addrs.iter().map(|(native, _)| native), name)
     }
 
+    /// Asks the manager to drain back-end `node` gracefully (`fawn leave`); panics unless
+    /// the manager accepts.
+    pub fn leave(&self, node: u32) {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        rt.block_on(async {
+            let pool = fawn_client::pool::Pool::new(Duration::from_secs(2));
+            match pool.call(&self.manager_addr, Request::Leave { node }, Duration::from_secs(5)).await {
+                Ok(Response::Config(_)) | Ok(Response::Ok) => {}
+                other => panic!("leave of back-end {node}: {other:?}"),
+            }
+        })
+    }
+
     /// One back-end's `Status` counters (panics if it does not answer).
     pub fn backend_status(&self, node: u32) -> BTreeMap<String, u64> {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
