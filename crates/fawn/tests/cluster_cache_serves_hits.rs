@@ -17,7 +17,7 @@ const GETS: u64 = 200;
 fn repeated_gets_hit_the_cache_and_an_update_refreshes_it() {
     let procs = Procs::start(ProcShape::default());
     let mut mc = Memcached::connect(&procs.frontend_addrs[0].1);
-    assert_eq!(mc.set("hot", b"v1"), "STORED");
+    assert_eq!(mc.set("hot", b"v1"), "STORED\r\n");
     // The cache takes no fill for its start-up hold (an earlier process may have left
     // updates in the chains).
     std::thread::sleep(fawn_kv::frontend::cache::UNSETTLED_UPDATE_HOLD + Duration::from_millis(200));
@@ -30,7 +30,7 @@ fn repeated_gets_hit_the_cache_and_an_update_refreshes_it() {
     let first = hits(&procs) - before;
     assert!(first >= GETS - 1, "only {first} of {GETS} gets were cache hits");
 
-    assert_eq!(mc.set("hot", b"v2"), "STORED");
+    assert_eq!(mc.set("hot", b"v2"), "STORED\r\n");
     let before = hits(&procs);
     assert_eq!(mc.get("hot").as_deref(), Some(&b"v2"[..]), "the cache served the old value");
     assert_eq!(hits(&procs), before, "the first get after an update must read the tail");
