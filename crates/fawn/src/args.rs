@@ -326,6 +326,10 @@ pub struct FrontendArgs {
     /// the chains). Keep it above the back-ends' manager lease (1.5 s).
     #[arg(long, default_value_t = fawn_kv::frontend::cache::UNSETTLED_UPDATE_HOLD.as_millis() as u64)]
     cache_unsettled_hold_ms: u64,
+    /// Fault injection for tests: milliseconds this front-end waits after learning an update's
+    /// outcome before acting on it (0, the default, in production).
+    #[arg(long, default_value_t = 0, hide = true)]
+    fault_outcome_delay_ms: u64,
     /// Milliseconds before a request to a back-end times out.
     #[arg(long, default_value_t = 3000)]
     request_timeout_ms: u64,
@@ -356,6 +360,7 @@ impl FrontendArgs {
             cache_entries: self.cache_entries,
             cache_timing: CacheTiming { unsettled_hold: Duration::from_millis(self.cache_unsettled_hold_ms) },
             request_timeout: Duration::from_millis(self.request_timeout_ms),
+            fault_outcome_delay: Duration::from_millis(self.fault_outcome_delay_ms),
             heartbeat: Duration::from_millis(self.heartbeat_ms.max(1)),
         };
         let mc = memcache_config(self.max_connections, self.idle_timeout_secs, self.value_bytes_max);

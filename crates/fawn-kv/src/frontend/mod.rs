@@ -45,6 +45,10 @@ pub struct FrontendOptions {
     pub cache_entries: usize,
     /// The query cache's holds after an update of unknown outcome and after start-up.
     pub cache_timing: CacheTiming,
+    /// Fault injection for tests (zero in production): an update's outcome is acted on this
+    /// much later, widening the window in which the tail has committed an update that this
+    /// front-end does not know of yet (its cache must stay coherent through it).
+    pub fault_outcome_delay: Duration,
     /// Time-out of one request to a back-end.
     pub request_timeout: Duration,
     /// Interval between this front-end's heartbeats to each back-end (t_hb); each round is
@@ -256,6 +260,9 @@ impl Frontend {
             Ok(outcome) = committed => Ok(outcome),
         };
         self.committed.lock().remove(&req);
+        if !self.options.fault_outcome_delay.is_zero() {
+            tokio::time::sleep(self.options.fault_outcome_delay).await;
+        }
         // Releasing the guard invalidates; the written value is never installed: concurrent
         // updates of one key can finish here in a different order than the head applied
         // them, and a delete's outcome carries no sequence number to order it by. The next
