@@ -92,7 +92,7 @@ fn request() -> impl Strategy<Value = Vec<u8>> {
 
 fn limits() -> Limits {
     // A small value limit so the "too large, swallow" path is exercised.
-    Limits { max_value: 64, ..Limits::default() }
+    Limits { value_bytes_max: 64, ..Limits::default() }
 }
 
 proptest! {

@@ -367,7 +367,7 @@ fn memcache_config(
         idle_timeout: (idle_secs > 0).then(|| Duration::from_secs(idle_secs)),
         ..Default::default()
     };
-    config.limits.max_value = value_bytes_max;
+    config.limits.value_bytes_max = value_bytes_max;
     config
 }
 

@@ -2,12 +2,14 @@
 //! commands), written only against [`KvService`], so it knows nothing of rings or chains.
 //!
 //! Shape (as in mini-redis): [`serve`] accepts connections until `shutdown` resolves; each
-//! connection runs [`conn::Connection`], which parses requests with
+//! connection runs a `session::Session`, which parses requests with
 //! `fawn_proto::memcache::parse`, runs them one at a time (so pipelined requests are answered
-//! in order) through the handlers in [`cmd`], and writes the replies in batches.
+//! in order) through the handlers in [`cmd`], which write their replies into the connection
+//! ([`conn`]: the socket and its buffers, a leaf that knows no commands), sent in batches.
 
 mod cmd;
 mod conn;
+mod session;
 mod stats;
 
 use std::future::Future;
@@ -97,7 +99,7 @@ pub async fn serve<S: KvService>(
                     let stop = stop_rx.clone();
                     let done = done_tx.clone();
                     tokio::spawn(async move {
-                        conn::Connection::new(stream, shared, stop).run().await;
+                        session::Session::new(conn::Connection::new(stream), shared, stop).run().await;
                         drop(permit);
                         drop(done);
                     });

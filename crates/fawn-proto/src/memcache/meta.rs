@@ -9,11 +9,11 @@
 use base64::Engine;
 
 use super::command::{ArithMode, Command, MetaArith, MetaDelete, MetaFlags, MetaGet, MetaSet, SetMode};
-use super::KEY_MAX_LENGTH;
-use super::{data_block, parse_i32, parse_u32, parse_u64, reply, Invalid, Limits, Parse};
+use super::KEY_BYTES_MAX;
+use super::{data_block, data_length, reply, strtol32, strtoul32, strtoull, Invalid, Limits, Parse};
 
 /// memcached refuses opaque tokens longer than this.
-const MAX_OPAQUE: usize = 32;
+const OPAQUE_BYTES_MAX: usize = 32;
 
 type Flag<'a> = (u8, &'a [u8]);
 type Err = &'static [u8];
@@ -65,9 +65,9 @@ fn common(raw_key: &[u8], flags: &[Flag<'_>], bad_token: Err) -> Result<(Vec<u8>
             b'q' => meta.quiet = true,
             b'k' => meta.ret_key = true,
             b'c' => meta.ret_cas = true,
-            b'O' if value.len() > MAX_OPAQUE => return Err(b"CLIENT_ERROR opaque token too long\r\n"),
+            b'O' if value.len() > OPAQUE_BYTES_MAX => return Err(b"CLIENT_ERROR opaque token too long\r\n"),
             b'O' => meta.opaque = Some(value.to_vec()),
-            b'T' => meta.ttl = Some(parse_i32(value).ok_or(bad_token)?),
+            b'T' => meta.ttl = Some(strtol32(value).ok_or(bad_token)?),
             _ => {}
         }
     }
@@ -77,14 +77,14 @@ fn common(raw_key: &[u8], flags: &[Flag<'_>], bad_token: Err) -> Result<(Vec<u8>
 
 fn decode_key(raw: &[u8]) -> Result<Vec<u8>, Err> {
     let key = base64::engine::general_purpose::STANDARD.decode(raw).map_err(|_| reply::BAD_KEY_ENCODING)?;
-    if key.is_empty() || key.len() > KEY_MAX_LENGTH {
+    if key.is_empty() || key.len() > KEY_BYTES_MAX {
         return Err(reply::BAD_KEY_ENCODING);
     }
     Ok(key)
 }
 
 fn check_key(raw_key: &[u8]) -> Result<(), Err> {
-    if raw_key.len() > KEY_MAX_LENGTH {
+    if raw_key.len() > KEY_BYTES_MAX {
         Err(reply::BAD_FORMAT)
     } else {
         Ok(())
@@ -129,7 +129,7 @@ fn meta_arith(tokens: &[&[u8]]) -> Result<Command, Err> {
     let (key, meta) = common(tokens[1], &flags, BAD)?;
     let number = |letter, default| match token(&flags, letter) {
         None => Ok(default),
-        Some(t) => parse_u64(t).ok_or(BAD),
+        Some(t) => strtoull(t).ok_or(BAD),
     };
     let mode = match token(&flags, b'M') {
         None => ArithMode::Incr,
@@ -139,7 +139,7 @@ fn meta_arith(tokens: &[&[u8]]) -> Result<Command, Err> {
     };
     let vivify = match token(&flags, b'N') {
         None => None,
-        Some(t) => Some(parse_i32(t).ok_or(BAD)?),
+        Some(t) => Some(strtol32(t).ok_or(BAD)?),
     };
     Ok(Command::MetaArith(MetaArith {
         key,
@@ -153,27 +153,29 @@ fn meta_arith(tokens: &[&[u8]]) -> Result<Command, Err> {
     }))
 }
 
-/// `ms <key> <datalen> <flag>*` then the data block. Once the length is known every error
-/// swallows the block, so framing is kept; without it framing is lost.
+/// `ms <key> <datalen> <flag>*` then the data block. Once the key and length are known every
+/// error swallows the block; before that the next line is read as a command (as memcached).
 fn meta_set(tokens: &[&[u8]], consumed: usize, rest: &[u8], limits: &Limits) -> Parse {
     if tokens.len() < 2 {
         return Parse::Invalid(Invalid::line(reply::ERROR, consumed));
     }
-    let len = tokens.get(2).and_then(|t| parse_u32(t)).map(|l| l as usize);
-    let Some(len) = len.filter(|l| i32::try_from(*l).is_ok()) else {
-        return Parse::Invalid(Invalid::fatal(reply::BAD_FORMAT, consumed));
+    let key_ok = tokens[1].len() <= KEY_BYTES_MAX;
+    let len = tokens.get(2).and_then(|t| data_length(t)).filter(|_| key_ok);
+    let Some(len) = len else {
+        return Parse::Invalid(Invalid::line(reply::BAD_FORMAT, consumed));
     };
-    let swallow = len.saturating_add(2);
+    let swallow = len + 2;
     let request = match meta_set_request(tokens) {
         Ok(request) => request,
         Err(reply) => return Parse::Invalid(Invalid::swallowing(reply, consumed, swallow)),
     };
-    if len > limits.max_value {
+    if len > limits.value_bytes_max {
         return Parse::Invalid(Invalid::swallowing(reply::TOO_LARGE, consumed, swallow));
     }
     match data_block(rest, len) {
         None => Parse::Incomplete,
-        Some(Err(())) => Parse::Invalid(Invalid::fatal(reply::BAD_DATA_CHUNK, consumed + swallow)),
+        // Unlike `set`, `ms` reports a bad chunk even in quiet mode.
+        Some(Err(())) => Parse::Invalid(super::text::bad_chunk(consumed + swallow, false)),
         Some(Ok(value)) => Parse::Frame {
             command: Command::MetaSet(MetaSet { value, ..request }),
             consumed: consumed + swallow,
@@ -188,11 +190,11 @@ fn meta_set_request(tokens: &[&[u8]]) -> Result<MetaSet, Err> {
     let (key, meta) = common(tokens[1], &flags, BAD_TOKEN)?;
     let client_flags = match token(&flags, b'F') {
         None => 0,
-        Some(t) => parse_u32(t).ok_or(reply::BAD_FORMAT)?,
+        Some(t) => strtoul32(t).ok_or(reply::BAD_FORMAT)?,
     };
     let compare_cas = match token(&flags, b'C') {
         None => None,
-        Some(t) => Some(parse_u64(t).ok_or(BAD_TOKEN)?),
+        Some(t) => Some(strtoull(t).ok_or(BAD_TOKEN)?),
     };
     let mode = match token(&flags, b'M') {
         None | Some(b"S") => SetMode::Set,

@@ -53,9 +53,9 @@ async fn general<S: KvService>(ctx: &mut Ctx<'_, S>) {
         Ok(items) => items,
         Err(error) => return ctx.server_error(&error, false),
     };
-    let config = &ctx.shared.config;
-    let stats = &ctx.shared.stats;
-    let out = &mut *ctx.out;
+    let shared = ctx.shared;
+    let (config, stats) = (&shared.config, &shared.stats);
+    let out = ctx.out();
     reply::stat(out, "pid", std::process::id());
     reply::stat(out, "uptime", stats.uptime_secs());
     reply::stat(out, "time", now());
@@ -73,11 +73,11 @@ async fn general<S: KvService>(ctx: &mut Ctx<'_, S>) {
 
 fn settings<S: KvService>(ctx: &mut Ctx<'_, S>) {
     let config = &ctx.shared.config;
-    let out = &mut *ctx.out;
+    let out = ctx.out();
     reply::stat(out, "maxbytes", config.limit_maxbytes);
     reply::stat(out, "maxconns", config.max_connections);
     reply::stat(out, "num_threads", config.threads);
-    reply::stat(out, "item_size_max", config.limits.max_value);
+    reply::stat(out, "item_size_max", config.limits.value_bytes_max);
     let idle = config.idle_timeout.map_or(0, |d| d.as_secs());
     reply::stat(out, "idle_timeout", idle);
     reply::stat(out, "cas_enabled", "yes");

@@ -67,18 +67,18 @@ pub(super) async fn get<S: KvService>(ctx: &mut Ctx<'_, S>, mg: MetaGet) {
     };
     let Some(item) = item else {
         if !mg.meta.quiet {
-            header(ctx.out, reply::META_EN, &mg.meta, &mg.key, None);
+            header(ctx.out(), reply::META_EN, &mg.meta, &mg.key, None);
         }
         return;
     };
     let info = Info::of(&item);
     if mg.value {
         let code = format!("VA {}", item.value.len());
-        header(ctx.out, code.as_bytes(), &mg.meta, &mg.key, Some(&info));
-        ctx.out.extend_from_slice(&item.value);
-        ctx.out.extend_from_slice(b"\r\n");
+        header(ctx.out(), code.as_bytes(), &mg.meta, &mg.key, Some(&info));
+        ctx.out().extend_from_slice(&item.value);
+        ctx.out().extend_from_slice(b"\r\n");
     } else {
-        header(ctx.out, reply::META_HD, &mg.meta, &mg.key, Some(&info));
+        header(ctx.out(), reply::META_HD, &mg.meta, &mg.key, Some(&info));
     }
 }
 
@@ -115,7 +115,7 @@ pub(super) async fn set<S: KvService>(ctx: &mut Ctx<'_, S>, ms: MetaSet) {
         Outcome::NotFound => (reply::META_NF, None),
         _ => (reply::META_NS, None),
     };
-    header(ctx.out, code, &ms.meta, &ms.key, info.as_ref());
+    header(ctx.out(), code, &ms.meta, &ms.key, info.as_ref());
 }
 
 /// `md`.
@@ -129,11 +129,11 @@ pub(super) async fn delete<S: KvService>(ctx: &mut Ctx<'_, S>, md: MetaDelete) {
     if matches!(outcome, Outcome::Deleted) {
         Stats::incr(&counters.delete_hits);
         if !md.meta.quiet {
-            header(ctx.out, reply::META_HD, &md.meta, &md.key, None);
+            header(ctx.out(), reply::META_HD, &md.meta, &md.key, None);
         }
     } else {
         Stats::incr(&counters.delete_misses);
-        header(ctx.out, reply::META_NF, &md.meta, &md.key, None);
+        header(ctx.out(), reply::META_NF, &md.meta, &md.key, None);
     }
 }
 
@@ -148,10 +148,10 @@ pub(super) async fn arith<S: KvService>(ctx: &mut Ctx<'_, S>, ma: MetaArith) {
     match result {
         ArithResult::Value { value, cas, expiry } => {
             if !ma.meta.quiet {
-                counter_reply(ctx.out, &ma, value, cas, expiry);
+                counter_reply(ctx.out(), &ma, value, cas, expiry);
             }
         }
-        ArithResult::Miss => header(ctx.out, reply::META_NF, &ma.meta, &ma.key, None),
+        ArithResult::Miss => header(ctx.out(), reply::META_NF, &ma.meta, &ma.key, None),
         ArithResult::NonNumeric => ctx.reply(reply::NON_NUMERIC),
     }
 }
