@@ -127,6 +127,8 @@ impl<S: KvService> Session<S> {
         self.conn.input.advance(consumed);
         self.swallow = invalid.swallow;
         if invalid.close {
+            // memcached drops the connection at once, unsent replies and all.
+            self.conn.out.clear();
             Flow::Close
         } else {
             Flow::Continue

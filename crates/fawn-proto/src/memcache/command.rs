@@ -36,6 +36,8 @@ pub enum Command {
     MetaArith(MetaArith),
     /// `mn`: replies `MN`, marking the end of a pipeline of quiet meta requests.
     MetaNoop,
+    /// `me <key>`: one line describing the item (`EN` on a miss).
+    MetaDebug { key: Vec<u8> },
 }
 
 /// A retrieval: `get`/`gets` (`touch == None`) or `gat`/`gats` (`touch == Some(exptime)`).

@@ -12,23 +12,25 @@ use super::command::{ArithMode, Command, MetaArith, MetaDelete, MetaFlags, MetaG
 use super::KEY_BYTES_MAX;
 use super::{data_block, data_length, reply, strtol32, strtoul32, strtoull, Invalid, Limits, Parse};
 
-/// memcached refuses opaque tokens longer than this.
-const OPAQUE_BYTES_MAX: usize = 32;
+/// memcached refuses longer opaque tokens (a flag token of over 32 bytes with its `O`).
+const OPAQUE_BYTES_MAX: usize = 31;
 
 type Flag<'a> = (u8, &'a [u8]);
 type Err = &'static [u8];
 
 pub(super) fn is_meta(name: &[u8]) -> bool {
-    matches!(name, b"mg" | b"ms" | b"md" | b"ma" | b"mn")
+    matches!(name, b"mg" | b"ms" | b"md" | b"ma" | b"mn" | b"me")
 }
 
 pub(super) fn parse(tokens: &[&[u8]], consumed: usize, rest: &[u8], limits: &Limits) -> Parse {
     let result = match tokens[0] {
         b"mn" => Ok(Command::MetaNoop),
         b"ms" => return meta_set(tokens, consumed, rest, limits),
+        b"me" if tokens.len() < 2 => Err(reply::BAD_FORMAT),
         _ if tokens.len() < 2 => Err(reply::ERROR),
         b"mg" => meta_get(tokens),
         b"md" => meta_delete(tokens),
+        b"me" => meta_debug(tokens),
         _ => meta_arith(tokens),
     };
     match result {
@@ -117,9 +119,15 @@ fn meta_get(tokens: &[&[u8]]) -> Result<Command, Err> {
 
 fn meta_delete(tokens: &[&[u8]]) -> Result<Command, Err> {
     check_key(tokens[1])?;
-    let flags = scan(&tokens[2..], b"bkOq", reply::DUPLICATE_FLAG)?;
+    let flags = scan(&tokens[2..], b"bkOq", reply::INVALID_OR_DUPLICATE_FLAG)?;
     let (key, meta) = common(tokens[1], &flags, BAD_TOKEN)?;
     Ok(Command::MetaDelete(MetaDelete { key, meta }))
+}
+
+/// `me <key>`: memcached's item debug line; further tokens are ignored, as memcached does.
+fn meta_debug(tokens: &[&[u8]]) -> Result<Command, Err> {
+    check_key(tokens[1])?;
+    Ok(Command::MetaDebug { key: tokens[1].to_vec() })
 }
 
 fn meta_arith(tokens: &[&[u8]]) -> Result<Command, Err> {

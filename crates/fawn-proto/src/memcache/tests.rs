@@ -198,6 +198,12 @@ fn meta_errors_match_memcached() {
     assert_eq!(invalid(b"ma k Mx\r\n").reply, Some(reply::MA_BAD_MODE));
     let inv = invalid(b"ms k 2 MX\r\nhi\r\n");
     assert_eq!((inv.reply, inv.swallow), (Some(reply::MS_BAD_MODE), 4));
+    assert_eq!(invalid(b"md k Z\r\n").reply, Some(reply::INVALID_OR_DUPLICATE_FLAG));
+    assert_eq!(invalid(b"me\r\n").reply, Some(reply::BAD_FORMAT));
+    assert_eq!(frame(b"me k x\r\n"), Command::MetaDebug { key: b"k".to_vec() });
+    let opaque = |n| format!("mg k O{}\r\n", "o".repeat(n));
+    assert!(matches!(p(opaque(31).as_bytes()), Parse::Frame { .. }));
+    assert_eq!(invalid(opaque(32).as_bytes()).reply, Some(&b"CLIENT_ERROR opaque token too long\r\n"[..]));
     let inv = invalid(b"ms k 2 zz\r\nhi\r\n");
     assert_eq!((inv.reply, inv.swallow), (Some(reply::INVALID_FLAG), 4));
 }

@@ -41,6 +41,7 @@ pub(super) async fn stats<S: KvService>(ctx: &mut Ctx<'_, S>, group: Option<Vec<
             ctx.reply(reply::RESET);
         }
         Some(b"settings") => settings(ctx),
+        Some(b"detail") => ctx.reply(b"CLIENT_ERROR usage: stats detail on|off|dump\r\n"),
         // No slabs or item classes here: report none rather than fail monitoring tools.
         Some(b"items" | b"slabs" | b"sizes" | b"conns") => ctx.reply(reply::END),
         Some(_) => ctx.reply(reply::ERROR),

@@ -54,6 +54,26 @@ fn ttl(expiry: UnixSeconds) -> i64 {
     }
 }
 
+/// `me`: `ME <key> exp=<ttl> la=<idle secs> cas=<cas> fetch=<yes|no> cls=<class> size=<bytes>`.
+/// FAWN keeps no access time, fetch bit or slab class: `la=0`, `fetch=no` and `cls=1` are
+/// constants, and `size` is the key and value bytes (memcached adds its item header).
+pub(super) async fn debug<S: KvService>(ctx: &mut Ctx<'_, S>, key: Vec<u8>) {
+    Stats::incr(&ctx.stats().counters.cmd_meta);
+    let item = match get::fetch(ctx, &key).await {
+        Ok(item) => item,
+        Err(error) => return ctx.server_error(&error, false),
+    };
+    let Some(item) = item else {
+        return ctx.reply(b"EN\r\n");
+    };
+    let out = ctx.out();
+    out.extend_from_slice(b"ME ");
+    out.extend_from_slice(&key);
+    let size = key.len() + item.value.len();
+    let line = format!(" exp={} la=0 cas={} fetch=no cls=1 size={size}\r\n", ttl(item.expiry), item.cas);
+    out.extend_from_slice(line.as_bytes());
+}
+
 /// `mg`: with `T`, the hit is also touched (as `gat`).
 pub(super) async fn get<S: KvService>(ctx: &mut Ctx<'_, S>, mg: MetaGet) {
     Stats::incr(&ctx.stats().counters.cmd_meta);
@@ -74,7 +94,9 @@ pub(super) async fn get<S: KvService>(ctx: &mut Ctx<'_, S>, mg: MetaGet) {
     let info = Info::of(&item);
     if mg.value {
         let code = format!("VA {}", item.value.len());
-        header(ctx.out(), code.as_bytes(), &mg.meta, &mg.key, Some(&info));
+        // memcached 1.6.18 returns the key of a `VA` reply decoded, without `b`.
+        let meta = MetaFlags { base64: false, ..mg.meta.clone() };
+        header(ctx.out(), code.as_bytes(), &meta, &mg.key, Some(&info));
         ctx.out().extend_from_slice(&item.value);
         ctx.out().extend_from_slice(b"\r\n");
     } else {

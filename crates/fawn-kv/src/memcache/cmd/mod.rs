@@ -109,6 +109,7 @@ pub(super) async fn run<S: KvService>(ctx: &mut Ctx<'_, S>, command: Command) ->
         Command::MetaDelete(md) => meta::delete(ctx, md).await,
         Command::MetaArith(ma) => meta::arith(ctx, ma).await,
         Command::MetaNoop => ctx.reply(reply::META_MN),
+        Command::MetaDebug { key } => meta::debug(ctx, key).await,
     }
     Flow::Continue
 }
