@@ -178,6 +178,8 @@ async fn cluster_failure_is_server_error_and_connection_survives() {
     c.roundtrip(b"mn\r\n", b"MN\r\n").await;
     server.service.fail.store(false, Ordering::SeqCst);
     c.roundtrip(b"get k\r\n", b"VALUE k 0 1\r\na\r\nEND\r\n").await;
+    // Counted outside memcached's field set, in `stats fawn`.
+    c.roundtrip(b"stats fawn\r\n", b"STAT server_errors 9\r\nEND\r\n").await;
     server.shutdown().await;
 }
 
