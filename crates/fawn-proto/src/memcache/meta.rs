@@ -2,9 +2,10 @@
 //! flag is one letter optionally followed by a token (`T30`, `Oabc`).
 //!
 //! Only flags whose memcached semantics we keep exactly are accepted; the others (`h`, `l`,
-//! `u`, `E`, `N` and `R` on `mg`, `I` (invalidate), `x`, and `C` on `md`/`ma`, which would need
-//! a conditional delete/arith the cluster does not offer) are refused with
-//! `CLIENT_ERROR invalid flag` rather than half-honoured.
+//! `E`, `N` and `R` on `mg`, which need per-item access state the datastore does not keep,
+//! `I` (invalidate), `x`, and `C` on `md`/`ma`, which would need a conditional delete/arith
+//! the cluster does not offer) are refused with `CLIENT_ERROR invalid flag` rather than
+//! half-honoured.
 
 use base64::Engine;
 
@@ -105,7 +106,8 @@ const BAD_TOKEN: Err = b"CLIENT_ERROR bad token in command line format\r\n";
 
 fn meta_get(tokens: &[&[u8]]) -> Result<Command, Err> {
     check_key(tokens[1])?;
-    let flags = scan(&tokens[2..], b"bcfkOqstvT", reply::DUPLICATE_FLAG)?;
+    // `u` (do not bump the item in the LRU) is accepted and has nothing to do: FAWN has no LRU.
+    let flags = scan(&tokens[2..], b"bcfkOqstuvT", reply::DUPLICATE_FLAG)?;
     let (key, meta) = common(tokens[1], &flags, BAD_TOKEN)?;
     Ok(Command::MetaGet(MetaGet {
         key,
