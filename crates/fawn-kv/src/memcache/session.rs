@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use bytes::Buf;
+use fawn_proto::memcache::binary::{self, BinInvalid, BinParse};
 use fawn_proto::memcache::{parse, Command, GetCommand, Invalid, Parse};
 use tokio::sync::watch;
 
@@ -20,6 +21,9 @@ pub(super) struct Session<S> {
     stop: watch::Receiver<bool>,
     /// Bytes of a refused data block still to discard as they arrive.
     swallow: usize,
+    /// The protocol, fixed by the connection's first byte as memcached does (`None` before
+    /// it arrives): the binary protocol's request magic, or text.
+    binary: Option<bool>,
 }
 
 /// What to run next: a run of pipelined plain gets, or one request.
@@ -30,7 +34,7 @@ enum Next {
 
 impl<S: KvService> Session<S> {
     pub fn new(conn: Connection, shared: Arc<Shared<S>>, stop: watch::Receiver<bool>) -> Self {
-        Session { conn, shared, stop, swallow: 0 }
+        Session { conn, shared, stop, swallow: 0, binary: None }
     }
 
     pub async fn run(mut self) {
@@ -65,22 +69,14 @@ impl<S: KvService> Session<S> {
                     return Flow::Continue;
                 }
             }
-            let flow = match parse(&self.conn.input, &self.shared.config.limits) {
-                Parse::Incomplete => return Flow::Continue,
-                Parse::Frame { command, consumed } => {
-                    self.conn.input.advance(consumed);
-                    let next = self.gather_reads(command);
-                    let mut ctx = cmd::Ctx::new(&self.shared, &mut self.conn);
-                    let flow = match next {
-                        Next::Reads(gets) => cmd::get::run_pipelined(&mut ctx, gets).await,
-                        Next::One(command) => cmd::run(&mut ctx, command).await,
-                    };
-                    if self.conn.is_broken() {
-                        return Flow::Close;
-                    }
-                    flow
-                }
-                Parse::Invalid(invalid) => self.invalid(invalid).await,
+            let binary = match (self.binary, self.conn.input.first()) {
+                (Some(binary), _) => binary,
+                (None, Some(first)) => *self.binary.insert(*first == binary::REQUEST_MAGIC),
+                (None, None) => return Flow::Continue,
+            };
+            let step = if binary { self.binary_step().await } else { self.text_step().await };
+            let Some(flow) = step else {
+                return Flow::Continue;
             };
             if matches!(flow, Flow::Close) {
                 return flow;
@@ -90,6 +86,46 @@ impl<S: KvService> Session<S> {
                 return Flow::Close;
             }
         }
+    }
+
+    /// Runs the next text request; `None` if it is not all there yet.
+    async fn text_step(&mut self) -> Option<Flow> {
+        let flow = match parse(&self.conn.input, &self.shared.config.limits) {
+            Parse::Incomplete => return None,
+            Parse::Frame { command, consumed } => {
+                self.conn.input.advance(consumed);
+                let next = self.gather_reads(command);
+                let mut ctx = cmd::Ctx::new(&self.shared, &mut self.conn);
+                match next {
+                    Next::Reads(gets) => cmd::get::run_pipelined(&mut ctx, gets).await,
+                    Next::One(command) => cmd::run(&mut ctx, command).await,
+                }
+            }
+            Parse::Invalid(invalid) => self.invalid(invalid).await,
+        };
+        Some(if self.conn.is_broken() { Flow::Close } else { flow })
+    }
+
+    /// Runs the next binary request; `None` if it is not all there yet.
+    async fn binary_step(&mut self) -> Option<Flow> {
+        let flow = match binary::parse(&self.conn.input, &self.shared.config.limits) {
+            BinParse::Incomplete => return None,
+            BinParse::Frame { request, consumed } => {
+                self.conn.input.advance(consumed);
+                let mut ctx = cmd::Ctx::new(&self.shared, &mut self.conn);
+                cmd::binary::run(&mut ctx, request).await
+            }
+            BinParse::Invalid(invalid) => self.binary_invalid(invalid).await,
+        };
+        Some(if self.conn.is_broken() { Flow::Close } else { flow })
+    }
+
+    async fn binary_invalid(&mut self, invalid: BinInvalid) -> Flow {
+        if let Some((opcode, opaque, status)) = invalid.reply {
+            binary::error(&mut self.conn.out, opcode, opaque, status);
+        }
+        let (reply, consumed, swallow, close) = (None, invalid.consumed, invalid.swallow, invalid.close);
+        self.invalid(Invalid { reply, consumed, swallow, close, unlink: invalid.unlink }).await
     }
 
     /// Pipelined `get`/`gets` requests that follow each other in the buffer are read
@@ -126,9 +162,11 @@ impl<S: KvService> Session<S> {
         let consumed = invalid.consumed.min(self.conn.input.len());
         self.conn.input.advance(consumed);
         self.swallow = invalid.swallow;
-        if invalid.close {
+        if invalid.close && invalid.reply.is_none() && !self.binary.unwrap_or(false) {
             // memcached drops the connection at once, unsent replies and all.
             self.conn.out.clear();
+            Flow::Close
+        } else if invalid.close {
             Flow::Close
         } else {
             Flow::Continue

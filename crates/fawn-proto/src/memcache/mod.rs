@@ -12,6 +12,7 @@
 //! data block over `value_bytes_max`; an oversized data block is reported at once and
 //! swallowed by the caller without buffering.
 
+pub mod binary;
 mod command;
 mod meta;
 mod number;

@@ -4,7 +4,7 @@ use fawn_proto::memcache::{absolute_expiry, reply};
 
 use super::{now, Ctx};
 use crate::memcache::stats::Stats;
-use crate::service::KvService;
+use crate::service::{KvService, ServiceError};
 
 /// `flush_all [delay]`: the whole cluster, not just this front-end, forgets every item stored
 /// before the flush time (now, or `delay` from now).
@@ -150,12 +150,23 @@ const GENERAL: [&str; 92] = [
 /// hash table, slab mover, LRU, logger and SASL have no meaning here (FAWN-DS keeps a log and
 /// a compact index per back-end and never evicts) and read `0`; `libevent` reads `tokio`.
 async fn general<S: KvService>(ctx: &mut Ctx<'_, S>) {
-    let items = match ctx.service().item_stats().await {
-        Ok(items) => items,
+    let stats = match general_stats(ctx).await {
+        Ok(stats) => stats,
         Err(error) => return ctx.server_error(&error, false),
     };
-    let shared = ctx.shared;
-    let (config, stats) = (&shared.config, &shared.stats);
+    let out = ctx.out();
+    for (name, value) in stats {
+        reply::stat(out, name, value);
+    }
+    out.extend_from_slice(reply::END);
+}
+
+/// The general stats as name and value, for the text and the binary protocol.
+pub(super) async fn general_stats<S: KvService>(
+    ctx: &Ctx<'_, S>,
+) -> Result<Vec<(&'static str, String)>, ServiceError> {
+    let items = ctx.service().item_stats().await?;
+    let (config, stats) = (&ctx.shared.config, &ctx.shared.stats);
     let (user, system) = cpu_times();
     let value = |name: &str| -> String {
         match name {
@@ -177,11 +188,7 @@ async fn general<S: KvService>(ctx: &mut Ctx<'_, S>) {
             other => stats.get(other).unwrap_or(0).to_string(),
         }
     };
-    let out = ctx.out();
-    for name in GENERAL {
-        reply::stat(out, name, value(name));
-    }
-    out.extend_from_slice(reply::END);
+    Ok(GENERAL.iter().map(|name| (*name, value(name))).collect())
 }
 
 /// This process's user and system CPU seconds, as memcached prints them (`%ld.%06ld`).

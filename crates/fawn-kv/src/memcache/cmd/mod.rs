@@ -3,6 +3,7 @@
 
 mod admin;
 mod arith;
+pub(super) mod binary;
 mod delete;
 pub(super) mod get;
 mod meta;
