@@ -20,12 +20,27 @@ const SCRIPT: &str = include_str!("memcached_differential.txt");
 const STEP_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long a `~` step listens for a reply that is not followed by a barrier.
 const QUIET: Duration = Duration::from_millis(300);
-/// The request that ends every `>` step: a meta get of a key no case uses, whose opaque (the
-/// step number) comes back in its `EN` reply and so marks the end of the step's replies.
-fn barrier(step: usize) -> (Vec<u8>, Vec<u8>) {
+/// The request that ends every `>` step, and its reply, which marks the end of the step's
+/// replies: a meta get of a key no case uses, whose opaque (the step number) comes back in its
+/// `EN` reply; on a binary connection, a no-op whose opaque is the step number.
+fn barrier(step: usize, binary: bool) -> (Vec<u8>, Vec<u8>) {
+    if binary {
+        let frame = |magic: u8| {
+            let mut frame = vec![magic, 0x0a, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0];
+            frame.extend_from_slice(&(step as u32).to_be_bytes());
+            frame.extend_from_slice(&[0; 8]);
+            frame
+        };
+        return (frame(0x80), frame(0x81));
+    }
     let request = format!("mg differential-barrier O{step}\r\n").into_bytes();
     let reply = format!("EN O{step}\r\n").into_bytes();
     (request, reply)
+}
+
+/// A case speaks the binary protocol if its first byte is the request magic.
+fn is_binary(case: &Case) -> bool {
+    case.steps.first().is_some_and(|(_, bytes)| bytes.first() == Some(&0x80))
 }
 
 /// How a step's reply is collected.
@@ -137,7 +152,7 @@ fn run_case(addr: &str, case: &Case) -> Transcript {
     for (step, (wait, request)) in case.steps.iter().enumerate() {
         let request = substitute_cas(request, cas.as_deref());
         let mut bytes = request.clone();
-        let (barrier, end) = barrier(step);
+        let (barrier, end) = barrier(step, is_binary(case));
         if *wait == Wait::Barrier {
             bytes.extend_from_slice(&barrier);
         }
@@ -217,7 +232,10 @@ fn read_reply(stream: &mut TcpStream, wait: Wait, end: &[u8]) -> (Vec<u8>, bool)
 }
 
 /// Applies a case's intended differences to one transcript.
-fn mask(transcript: &Transcript, differs: &[Differs]) -> Vec<String> {
+fn mask(transcript: &Transcript, differs: &[Differs], binary: bool) -> Vec<String> {
+    if binary {
+        return transcript.iter().map(|step| mask_frames(step, differs)).collect();
+    }
     transcript
         .iter()
         .map(|step| {
@@ -250,6 +268,29 @@ fn mask_line(line: &str, differs: &[Differs]) -> String {
         }
     }
     fields.join(" ")
+}
+
+/// Binary responses, one per line in hex, with the cas (and a version's body) masked if the
+/// case says they differ; trailing bytes that are not a whole frame are shown as they are.
+fn mask_frames(step: &[u8], differs: &[Differs]) -> String {
+    let mut lines = Vec::new();
+    let mut rest = step;
+    while rest.len() >= 24 && rest[0] == 0x81 {
+        let body_len = u32::from_be_bytes([rest[8], rest[9], rest[10], rest[11]]) as usize;
+        let Some(frame) = rest.get(..24 + body_len) else { break };
+        let mut frame = frame.to_vec();
+        if differs.contains(&Differs::Cas) {
+            frame[16..24].fill(0);
+        }
+        if differs.contains(&Differs::Version) && frame[1] == 0x0b {
+            frame.truncate(24);
+            frame[8..12].fill(0);
+        }
+        lines.push(frame.iter().map(|b| format!("{b:02x}")).collect::<String>());
+        rest = &rest[24 + body_len..];
+    }
+    lines.push(String::from_utf8_lossy(rest).into_owned());
+    lines.join(" | ")
 }
 
 /// Clears both servers between cases, so each case starts from an empty cache.
@@ -317,7 +358,8 @@ fn replies_match_memcached_byte_for_byte() {
         let want = run_case(&memcached.addr, case);
         let got = run_case(&fawn, case);
         let exact = want == got;
-        let (want, got) = (mask(&want, &case.differs), mask(&got, &case.differs));
+        let binary = is_binary(case);
+        let (want, got) = (mask(&want, &case.differs, binary), mask(&got, &case.differs, binary));
         let verdict = match (exact, want == got, &case.missing) {
             (true, _, _) => "identical",
             (false, true, _) => "intended difference",
