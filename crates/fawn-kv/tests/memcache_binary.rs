@@ -45,6 +45,11 @@ async fn binary_get_set_quiet_and_errors() {
     let arith = [&arith[..], &0u32.to_be_bytes()].concat();
     let non_numeric = reply(0x05, 6, 0, b"", b"", b"Non-numeric server-side value for incr or decr", 7);
     c.roundtrip(&frame(0x05, b"k", &arith, b"", 7), &non_numeric).await;
+    // A cas on delete would need a conditional delete: refused, not applied unconditionally.
+    let mut delete = frame(0x04, b"k", b"", b"", 9);
+    delete[23] = 1;
+    c.roundtrip(&delete, &reply(0x04, 4, 0, b"", b"", b"Invalid arguments", 9)).await;
+    c.roundtrip(&frame(0x00, b"k", b"", b"", 10), &reply(0x00, 0, 1, &flags, b"", b"val", 10)).await;
     // A get with extras is malformed: answered, then the connection is closed.
     let invalid = reply(0x00, 4, 0, b"", b"", b"Invalid arguments", 8);
     c.roundtrip(&frame(0x00, b"k", b"abcd", b"", 8), &invalid).await;

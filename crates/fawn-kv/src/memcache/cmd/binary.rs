@@ -10,8 +10,20 @@ use super::{admin, bare_update, get, now, store, Ctx, Flow};
 use crate::memcache::stats::Stats;
 use crate::service::{KvService, ServiceError};
 
+/// A cas on delete, append or prepend asks for a conditional update the chain head does not
+/// offer; it is refused rather than applied unconditionally.
+fn unsupported_cas(req: &BinRequest) -> bool {
+    let conditional_store =
+        matches!(req.command, BinCommand::Store { mode: SetMode::Append | SetMode::Prepend, .. });
+    req.cas != 0 && (conditional_store || matches!(req.command, BinCommand::Delete { .. }))
+}
+
 /// Runs one binary request.
 pub(in crate::memcache) async fn run<S: KvService>(ctx: &mut Ctx<'_, S>, req: BinRequest) -> Flow {
+    if unsupported_cas(&req) {
+        fail(ctx, &req, Status::InvalidArguments);
+        return Flow::Continue;
+    }
     let result = match req.command.clone() {
         BinCommand::Get { with_key, quiet, touch } => get_item(ctx, &req, with_key, quiet, touch).await,
         BinCommand::Store { mode, flags, exptime, value, quiet } => {
