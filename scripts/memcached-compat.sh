@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# memcached drop-in compatibility: runs Debian's `memccapable -a` (libmemcached-tools; ASCII
-# protocol tests only) and pymemcache 4.0's own integration tests against a memcached-protocol
-# server.
+# memcached drop-in compatibility: runs Debian's `memccapable` (libmemcached-tools; its ASCII
+# and binary protocol tests) and pymemcache 4.0's own integration tests against a
+# memcached-protocol server.
 #
 #   scripts/memcached-compat.sh [--against memcached|double|fawn] [--no-install]
 #
@@ -116,8 +116,8 @@ wait_for_port
 
 # Both suites always run, so one report shows every failure.
 STATUS=0
-log "memccapable -a against $AGAINST at $ADDR"
-memccapable -h "$HOST" -p "$PORT" -a || STATUS=1
+log "memccapable (ASCII and binary) against $AGAINST at $ADDR"
+memccapable -h "$HOST" -p "$PORT" || STATUS=1
 
 log "pymemcache 4.0 integration tests against $AGAINST at $ADDR"
 TESTS=$("$ROOT/.venv/bin/python" -c 'import os, pymemcache.test as t; print(os.path.dirname(t.__file__))')
