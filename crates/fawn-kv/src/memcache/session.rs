@@ -3,8 +3,8 @@
 use std::sync::Arc;
 
 use bytes::Buf;
-use fawn_proto::memcache::binary::{self, BinInvalid, BinParse};
-use fawn_proto::memcache::{parse, Command, GetCommand, Invalid, Parse};
+use fawn_proto::memcache::binary::{self, BinCommand, BinInvalid, BinParse, BinRequest, Status};
+use fawn_proto::memcache::{parse, reply, Command, GetCommand, Invalid, Parse, SetMode};
 use tokio::sync::watch;
 
 use super::cmd::{self, Flow};
@@ -24,6 +24,9 @@ pub(super) struct Session<S> {
     /// The protocol, fixed by the connection's first byte as memcached does (`None` before
     /// it arrives): the binary protocol's request magic, or text.
     binary: Option<bool>,
+    /// Whether requests may run: from the start without a user file, else once the client has
+    /// authenticated (see [`super::auth`]).
+    authenticated: bool,
 }
 
 /// What to run next: a run of pipelined plain gets, or one request.
@@ -34,7 +37,8 @@ enum Next {
 
 impl<S: KvService> Session<S> {
     pub fn new(conn: Connection, shared: Arc<Shared<S>>, stop: watch::Receiver<bool>) -> Self {
-        Session { conn, shared, stop, swallow: 0, binary: None }
+        let authenticated = shared.config.users.is_none();
+        Session { conn, shared, stop, swallow: 0, binary: None, authenticated }
     }
 
     pub async fn run(mut self) {
@@ -90,6 +94,9 @@ impl<S: KvService> Session<S> {
 
     /// Runs the next text request; `None` if it is not all there yet.
     async fn text_step(&mut self) -> Option<Flow> {
+        if !self.authenticated {
+            return self.text_login();
+        }
         let flow = match parse(&self.conn.input, &self.shared.config.limits) {
             Parse::Incomplete => return None,
             Parse::Frame { command, consumed } => {
@@ -106,18 +113,71 @@ impl<S: KvService> Session<S> {
         Some(if self.conn.is_broken() { Flow::Close } else { flow })
     }
 
+    /// Before authentication, as memcached with a user file: only `set <key> <flags> <exptime>
+    /// <bytes>` with `<user> <password>` as data is accepted (`STORED`, even under `noreply`);
+    /// anything else is `CLIENT_ERROR unauthenticated` and the rest of the input is dropped.
+    fn text_login(&mut self) -> Option<Flow> {
+        let (reply, consumed) = match parse(&self.conn.input, &self.shared.config.limits) {
+            Parse::Incomplete => return None,
+            Parse::Frame { command: Command::Store(store), consumed } if store.mode == SetMode::Set => {
+                let users = self.shared.config.users.as_deref();
+                self.authenticated = users.is_some_and(|users| users.check_text(&store.value));
+                let reply: &[u8] = if self.authenticated {
+                    reply::STORED
+                } else {
+                    b"CLIENT_ERROR authentication failure\r\n"
+                };
+                (reply, consumed)
+            }
+            _ => (&b"CLIENT_ERROR unauthenticated\r\n"[..], self.conn.input.len()),
+        };
+        self.conn.input.advance(consumed);
+        self.swallow = 0;
+        self.conn.reply(reply);
+        Some(Flow::Continue)
+    }
+
     /// Runs the next binary request; `None` if it is not all there yet.
     async fn binary_step(&mut self) -> Option<Flow> {
         let flow = match binary::parse(&self.conn.input, &self.shared.config.limits) {
             BinParse::Incomplete => return None,
             BinParse::Frame { request, consumed } => {
                 self.conn.input.advance(consumed);
+                if let BinCommand::SaslList | BinCommand::SaslAuth { .. } | BinCommand::SaslStep =
+                    request.command
+                {
+                    return Some(self.sasl(&request));
+                }
+                if !self.authenticated && request.opcode != binary::opcode::VERSION {
+                    // As memcached with SASL: refused, and the connection closed.
+                    binary::error(&mut self.conn.out, request.opcode, request.opaque, Status::AuthError);
+                    return Some(Flow::Close);
+                }
                 let mut ctx = cmd::Ctx::new(&self.shared, &mut self.conn);
                 cmd::binary::run(&mut ctx, request).await
             }
             BinParse::Invalid(invalid) => self.binary_invalid(invalid).await,
         };
         Some(if self.conn.is_broken() { Flow::Close } else { flow })
+    }
+
+    /// SASL with the `PLAIN` mechanism against the user file; without one, memcached built
+    /// without SASL answers `Unknown command`.
+    fn sasl(&mut self, request: &BinRequest) -> Flow {
+        let head = (request.opcode, request.opaque, Status::Ok);
+        let Some(users) = self.shared.config.users.as_deref() else {
+            binary::error(&mut self.conn.out, request.opcode, request.opaque, Status::UnknownCommand);
+            return Flow::Continue;
+        };
+        match &request.command {
+            BinCommand::SaslList => binary::response(&mut self.conn.out, head, 0, &[], &[], b"PLAIN"),
+            BinCommand::SaslAuth { data } if request.key == b"PLAIN" && users.check_plain(data) => {
+                self.authenticated = true;
+                binary::response(&mut self.conn.out, head, 0, &[], &[], b"Authenticated.");
+            }
+            _ => binary::error(&mut self.conn.out, request.opcode, request.opaque, Status::AuthError),
+        }
+        Flow::Continue
     }
 
     async fn binary_invalid(&mut self, invalid: BinInvalid) -> Flow {

@@ -48,6 +48,9 @@ pub mod opcode {
     pub const TOUCH: u8 = 0x1c;
     pub const GAT: u8 = 0x1d;
     pub const GATQ: u8 = 0x1e;
+    pub const SASL_LIST_MECHS: u8 = 0x20;
+    pub const SASL_AUTH: u8 = 0x21;
+    pub const SASL_STEP: u8 = 0x22;
     pub const GATK: u8 = 0x23;
     pub const GATKQ: u8 = 0x24;
 }
@@ -62,6 +65,7 @@ pub enum Status {
     InvalidArguments = 0x04,
     NotStored = 0x05,
     NonNumeric = 0x06,
+    AuthError = 0x20,
     UnknownCommand = 0x81,
     /// The cluster could not serve the request (memcached's "temporary failure").
     TemporaryFailure = 0x86,
@@ -78,6 +82,7 @@ impl Status {
             Status::InvalidArguments => b"Invalid arguments",
             Status::NotStored => b"Not stored.",
             Status::NonNumeric => b"Non-numeric server-side value for incr or decr",
+            Status::AuthError => b"Auth failure.",
             Status::UnknownCommand => b"Unknown command",
             Status::TemporaryFailure => b"Temporary failure",
         }
@@ -139,6 +144,13 @@ pub enum BinCommand {
     /// `stat [group]`: the key is the group.
     Stat,
     Verbosity,
+    /// SASL: list the mechanisms; authenticate (the key is the mechanism, the value its
+    /// data); a further step (no mechanism here has one).
+    SaslList,
+    SaslAuth {
+        data: Vec<u8>,
+    },
+    SaslStep,
 }
 
 /// The result of looking at the front of a binary connection's read buffer.
@@ -197,6 +209,8 @@ fn shape(opcode: u8) -> Option<(&'static [usize], Option<bool>, bool)> {
         FLUSH | FLUSHQ => (&[0, 4], Some(false), false),
         VERBOSITY => (&[4], Some(false), false),
         STAT => (&[0], None, false),
+        SASL_LIST_MECHS => (&[0], Some(false), false),
+        SASL_AUTH | SASL_STEP => (&[0], Some(true), true),
         _ => return None,
     })
 }
@@ -308,6 +322,9 @@ fn command(op: u8, extras: &[u8], value: &[u8]) -> BinCommand {
         QUIT | QUITQ => BinCommand::Quit { quiet },
         STAT => BinCommand::Stat,
         VERBOSITY => BinCommand::Verbosity,
+        SASL_LIST_MECHS => BinCommand::SaslList,
+        SASL_AUTH => BinCommand::SaslAuth { data: value.to_vec() },
+        SASL_STEP => BinCommand::SaslStep,
         _ => BinCommand::Noop,
     }
 }

@@ -64,6 +64,11 @@ pub(in crate::memcache) async fn run<S: KvService>(ctx: &mut Ctx<'_, S>, req: Bi
             return Flow::Close;
         }
         BinCommand::Stat => stat(ctx, &req).await,
+        // SASL changes the connection's state, so the session answers it before this runs.
+        BinCommand::SaslList | BinCommand::SaslAuth { .. } | BinCommand::SaslStep => {
+            fail(ctx, &req, Status::UnknownCommand);
+            Ok(())
+        }
     };
     if let Err(error) = result {
         Stats::incr(&ctx.stats().counters.server_errors);
