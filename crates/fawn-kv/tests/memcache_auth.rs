@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use fawn_kv::memcache::auth::Users;
 use fawn_kv::memcache::MemcacheConfig;
-use memcache_support::Server;
+use memcache_support::{bin_request, BinReply, Server};
 
 async fn server() -> Server {
     let users = Some(Arc::new(Users::parse(b"alice:secret\nbob:hunter2\n")));
@@ -29,19 +29,11 @@ async fn text_clients_log_in_with_a_set() {
 }
 
 fn frame(op: u8, key: &[u8], value: &[u8]) -> Vec<u8> {
-    let mut out = vec![0x80, op];
-    out.extend_from_slice(&(key.len() as u16).to_be_bytes());
-    out.extend_from_slice(&[0, 0, 0, 0]);
-    out.extend_from_slice(&((key.len() + value.len()) as u32).to_be_bytes());
-    out.extend_from_slice(&[0; 12]);
-    [out, key.to_vec(), value.to_vec()].concat()
+    bin_request(op, key, b"", value, 0)
 }
 
-fn reply(op: u8, status: u8, value: &[u8]) -> Vec<u8> {
-    let mut out = vec![0x81, op, 0, 0, 0, 0, 0, status];
-    out.extend_from_slice(&(value.len() as u32).to_be_bytes());
-    out.extend_from_slice(&[0; 12]);
-    [out, value.to_vec()].concat()
+fn reply(op: u8, status: u16, value: &[u8]) -> Vec<u8> {
+    BinReply::plain(op, status, value, 0)
 }
 
 #[tokio::test]

@@ -6,6 +6,9 @@ use fawn_proto::memcache::binary::{parse, BinParse, BinRequest, REQUEST_MAGIC};
 use fawn_proto::memcache::Limits;
 use proptest::prelude::*;
 
+mod support;
+use support::split;
+
 fn limits() -> Limits {
     Limits { value_bytes_max: 64, ..Limits::default() }
 }
@@ -60,19 +63,6 @@ fn frame() -> impl Strategy<Value = Vec<u8>> {
         out.resize(24 + body, b'k');
         out
     })
-}
-
-fn split<'a>(data: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
-    let mut points: Vec<usize> = cuts.iter().map(|c| c % (data.len() + 1)).collect();
-    points.sort_unstable();
-    let mut chunks = Vec::new();
-    let mut start = 0;
-    for p in points {
-        chunks.push(&data[start..p]);
-        start = p;
-    }
-    chunks.push(&data[start..]);
-    chunks
 }
 
 proptest! {
