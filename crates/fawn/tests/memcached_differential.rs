@@ -367,6 +367,9 @@ fn replies_match_memcached_byte_for_byte() {
             (false, false, None) => "different",
         };
         *counts.entry(verdict).or_default() += 1;
+        if verdict != "identical" {
+            eprintln!("{verdict}: {:?} {:?}", case.name, case.differs);
+        }
         if let (Some(reason), true) = (&case.missing, want == got) {
             eprintln!("case {:?} is marked missing ({reason}) but now matches: drop the mark", case.name);
         }
