@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# memcached drop-in compatibility: runs Debian's `memccapable -a` (libmemcached-tools; ASCII
-# protocol tests only) and pymemcache 4.0's own integration tests against a memcached-protocol
-# server.
+# memcached drop-in compatibility: runs Debian's `memccapable` (libmemcached-tools; its ASCII
+# and binary protocol tests), pymemcache 4.0's own integration tests, and pylibmc 1.6.3's own
+# test suite in binary mode (`binary=True`) against a memcached-protocol server.
 #
 #   scripts/memcached-compat.sh [--against memcached|double|fawn] [--no-install]
 #
@@ -17,6 +17,8 @@
 # Excluded, because they test memcached-internal commands that a FAWN cluster does not have:
 #   pymemcache test_integration.py::test_misc — `stats cachedump <slab> <n>` (dumps slab-class
 #   contents) and `cache_memlimit <MB>` (resizes memcached's slab memory at run time).
+#   pylibmc tests/test_autoconf.py — it dials the fixed port 11211 for ElastiCache's
+#   `config get cluster` auto-discovery (it fails against Debian's memcached too).
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,11 +47,35 @@ install_deps() {
         $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
         $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libmemcached-tools memcached
     fi
+    if [ ! -e /usr/include/libmemcached/memcached.h ]; then
+        log "installing libmemcached-dev (pylibmc builds against it)"
+        local sudo=; [ "$(id -u)" -eq 0 ] || sudo=sudo
+        $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libmemcached-dev zlib1g-dev
+    fi
     if [ ! -x "$ROOT/.venv/bin/python" ]; then
         log "creating $ROOT/.venv"
         python3 -m venv "$ROOT/.venv"
     fi
-    "$ROOT/.venv/bin/pip" install -q pymemcache==4.0.0 pytest
+    "$ROOT/.venv/bin/pip" install -q pymemcache==4.0.0 pytest pylibmc==1.6.3
+}
+
+# pylibmc's tests are not in its wheel: take them from its source release, and make every test
+# client speak the binary protocol.
+run_pylibmc_binary() {
+    "$ROOT/.venv/bin/pip" download -q --no-binary :all: --no-deps pylibmc==1.6.3 -d "$WORK/pylibmc"
+    tar xzf "$WORK/pylibmc/pylibmc-1.6.3.tar.gz" -C "$WORK/pylibmc"
+    local dir="$WORK/pylibmc/pylibmc-1.6.3"
+    cat > "$dir/tests/conftest.py" <<'PY'
+import pylibmc.test, tests
+_make = pylibmc.test.make_test_client
+def make_binary(*args, **kwds):
+    kwds.setdefault("binary", True)
+    return _make(*args, **kwds)
+pylibmc.test.make_test_client = make_binary
+tests.make_test_client = make_binary
+PY
+    (cd "$dir" && MEMCACHED_HOST="$HOST" MEMCACHED_PORT="$PORT" "$ROOT/.venv/bin/python" -m pytest -q \
+        -p no:cacheprovider tests --ignore tests/test_autoconf.py)
 }
 
 # --- server start functions: each starts a server on $HOST:$PORT in the background and
@@ -116,14 +142,17 @@ wait_for_port
 
 # Both suites always run, so one report shows every failure.
 STATUS=0
-log "memccapable -a against $AGAINST at $ADDR"
-memccapable -h "$HOST" -p "$PORT" -a || STATUS=1
+log "memccapable (ASCII and binary) against $AGAINST at $ADDR"
+memccapable -h "$HOST" -p "$PORT" || STATUS=1
 
 log "pymemcache 4.0 integration tests against $AGAINST at $ADDR"
 TESTS=$("$ROOT/.venv/bin/python" -c 'import os, pymemcache.test as t; print(os.path.dirname(t.__file__))')
 "$ROOT/.venv/bin/python" -m pytest -q -p no:cacheprovider -W ignore::pytest.PytestUnknownMarkWarning \
     "$TESTS/test_integration.py" --server "$HOST" --port "$PORT" \
     -k "not test_misc" || STATUS=1
+
+log "pylibmc 1.6.3 tests in binary mode against $AGAINST at $ADDR"
+run_pylibmc_binary || STATUS=1
 
 if [ "$STATUS" -eq 0 ]; then
     log "all compatibility checks passed against $AGAINST"

@@ -3,8 +3,10 @@
 #   1. system packages (memcached, libmemcached-tools for memccapable, python venv)
 #   2. cargo fmt --check, cargo clippy --all-targets -D warnings
 #   3. cargo test --workspace (unit, property, crash, ENOSPC, multi-process cluster tests, seeded
-#      fault-injection runs checked for linearizability by tools/linearizability)
-#   4. memcached compatibility: memccapable -a and pymemcache's integration tests against `fawn up`
+#      fault-injection runs checked for linearizability by tools/linearizability, and the
+#      memcached differential test: the same bytes to Debian's memcached and to `fawn up`)
+#   4. memcached compatibility: memccapable (ASCII and binary) and pymemcache's integration tests
+#      against `fawn up`
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

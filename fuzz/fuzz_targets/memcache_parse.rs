@@ -12,12 +12,12 @@ use fawn_proto::memcache::{parse, Command, Limits, Parse};
 use libfuzzer_sys::fuzz_target;
 
 fn limits() -> Limits {
-    Limits { max_line: 2048, max_get_line: 8192, max_value: 4096 }
+    Limits { line_bytes_max: 2048, get_line_bytes_max: 8192, value_bytes_max: 4096 }
 }
 
 fn drive(chunks: &[&[u8]]) -> Vec<Result<Command, Vec<u8>>> {
     let limits = limits();
-    let bound = limits.max_get_line + limits.max_value + 2048 + 2;
+    let bound = limits.get_line_bytes_max + limits.value_bytes_max + 2048 + 2;
     let mut out = Vec::new();
     let mut buf: Vec<u8> = Vec::new();
     let mut swallow = 0usize;

@@ -91,7 +91,10 @@ async fn base64_keys() {
     let mut c = server.connect().await;
     // "aGVsbG8=" is "hello".
     c.roundtrip(b"ms aGVsbG8= 2 b\r\nhi\r\n", b"HD\r\n").await;
-    c.roundtrip(b"mg aGVsbG8= b v k c\r\n", b"VA 2 kaGVsbG8= b c1\r\nhi\r\n").await;
+    // memcached 1.6.18 returns the key of a `VA` reply decoded and without `b`, and the key of
+    // other replies encoded, followed by `b`.
+    c.roundtrip(b"mg aGVsbG8= b v k c\r\n", b"VA 2 khello c1\r\nhi\r\n").await;
+    c.roundtrip(b"mg aGVsbG8= b k c\r\n", b"HD kaGVsbG8= b c1\r\n").await;
     c.roundtrip(b"mg hello v\r\n", b"VA 2\r\nhi\r\n").await;
     c.roundtrip(b"get hello\r\n", b"VALUE hello 0 2\r\nhi\r\nEND\r\n").await;
     c.roundtrip(b"mg !!! b v\r\n", b"CLIENT_ERROR error decoding key\r\n").await;
@@ -115,7 +118,7 @@ async fn meta_errors() {
     c.roundtrip(b"ms k 2 zz\r\nhi\r\nmn\r\n", b"CLIENT_ERROR invalid flag\r\nMN\r\n").await;
     c.roundtrip(b"ms k 2 MX\r\nhi\r\nmn\r\n", b"CLIENT_ERROR invalid mode for ms M token\r\nMN\r\n").await;
     c.roundtrip(b"ms k 2 F-1\r\nhi\r\nmn\r\n", b"CLIENT_ERROR bad command line format\r\nMN\r\n").await;
-    c.roundtrip(b"ms k 1\r\nab\r\n", b"CLIENT_ERROR bad data chunk\r\n").await;
-    c.expect_closed().await;
+    // A bad chunk drops `len + 2` bytes and goes on (the leftover "\n" is an empty line).
+    c.roundtrip(b"ms k 1\r\nab\r\n", b"CLIENT_ERROR bad data chunk\r\nERROR\r\n").await;
     server.shutdown().await;
 }

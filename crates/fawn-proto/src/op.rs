@@ -179,7 +179,9 @@ fn touch(update: &Update, item: &Item, new_cas: u64) -> (Outcome, Effect) {
     (Outcome::Touched { cas: new_cas }, effect)
 }
 
-/// incr/decr: the value must be a decimal u64; flags and expiry are kept.
+/// incr/decr: the value must be a decimal u64; flags and expiry are kept. As memcached does,
+/// a result no longer than the old value is written over it, padded with spaces to the old
+/// length (so `incr` past 2^64 leaves `0` and spaces, and `decr 10 1` leaves `9 `).
 fn arith(live: Option<&Item>, new_cas: u64, apply: impl Fn(u64) -> u64) -> (Outcome, Effect) {
     let Some(item) = live else {
         return (Outcome::NotFound, Effect::None);
@@ -188,26 +190,36 @@ fn arith(live: Option<&Item>, new_cas: u64, apply: impl Fn(u64) -> u64) -> (Outc
         return (Outcome::NonNumeric, Effect::None);
     };
     let value = apply(old);
-    let effect =
-        Effect::Put { value: value.to_string().into_bytes(), flags: item.flags, expiry: item.expiry };
+    let mut text = value.to_string().into_bytes();
+    if text.len() < item.value.len() {
+        text.resize(item.value.len(), b' ');
+    }
+    let effect = Effect::Put { value: text, flags: item.flags, expiry: item.expiry };
     (Outcome::Counter { value, cas: new_cas }, effect)
 }
 
-/// Parses a stored counter the way memcached's `safe_strtoull` does: optional leading spaces,
-/// decimal digits, optionally followed by whitespace (memcached pads shrunk counters with
-/// spaces); empty, signed, overflowing or otherwise trailing input is non-numeric.
+/// Parses a stored counter the way memcached's `safe_strtoull` reads it: optional leading
+/// white space, an optional sign (`-` only for zero), decimal digits, and then the end or a
+/// white-space byte, after which anything is ignored (memcached pads shrunk counters with
+/// spaces). An empty value, no digits, overflow or a non-space byte after the digits is
+/// non-numeric.
 pub fn parse_counter(value: &[u8]) -> Option<u64> {
-    let start = value.iter().position(|b| *b != b' ')?;
-    let rest = &value[start..];
+    let is_space = |b: &u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
+    let start = value.iter().position(|b| !is_space(b))?;
+    let (negative, rest) = match value[start..].split_first() {
+        Some((b'-', tail)) => (true, tail),
+        Some((b'+', tail)) => (false, tail),
+        _ => (false, &value[start..]),
+    };
     let digits_end = rest.iter().position(|b| !b.is_ascii_digit()).unwrap_or(rest.len());
-    if digits_end == 0 {
+    if digits_end == 0 || rest.get(digits_end).is_some_and(|b| !is_space(b)) {
         return None;
     }
-    if !rest[digits_end..].iter().all(|b| b.is_ascii_whitespace()) {
+    let parsed: u64 = std::str::from_utf8(&rest[..digits_end]).ok()?.parse().ok()?;
+    if negative && parsed != 0 {
         return None;
     }
-    let text = std::str::from_utf8(&rest[..digits_end]).ok()?;
-    text.parse::<u64>().ok()
+    Some(parsed)
 }
 
 #[cfg(test)]
@@ -295,7 +307,8 @@ mod decide_tests {
         assert_eq!(decide(&u, Some(&cur), NOW, NEW), want);
         let max = item(u64::MAX.to_string().as_bytes(), 0, 0, 1);
         let u = upd(Mutation::Incr { delta: 2 }, b"", 0, 0);
-        let want = (Outcome::Counter { value: 1, cas: NEW }, put(b"1", 0, 0));
+        // memcached overwrites in place: `1` padded to the old 20 bytes.
+        let want = (Outcome::Counter { value: 1, cas: NEW }, put(format!("{:<20}", 1).as_bytes(), 0, 0));
         assert_eq!(decide(&u, Some(&max), NOW, NEW), want);
     }
 
@@ -308,6 +321,9 @@ mod decide_tests {
         let u = upd(Mutation::Decr { delta: 1 }, b"", 0, 0);
         let want = (Outcome::Counter { value: 2, cas: NEW }, put(b"2", 0, 0));
         assert_eq!(decide(&u, Some(&cur), NOW, NEW), want);
+        let ten = item(b"10", 0, 0, 1);
+        let want = (Outcome::Counter { value: 9, cas: NEW }, put(b"9 ", 0, 0));
+        assert_eq!(decide(&u, Some(&ten), NOW, NEW), want);
     }
 
     #[test]
@@ -315,13 +331,17 @@ mod decide_tests {
         let u = upd(Mutation::Incr { delta: 1 }, b"", 0, 0);
         assert_eq!(decide(&u, None, NOW, NEW), (Outcome::NotFound, Effect::None));
         assert_eq!(decide(&u, Some(&expired()), NOW, NEW), (Outcome::NotFound, Effect::None));
-        for bad in [&b"abc"[..], b"", b"-1", b"1x", b"18446744073709551616"] {
+        for bad in [&b"abc"[..], b"", b"  ", b"-1", b"1x", b"18446744073709551616"] {
             let cur = item(bad, 0, 0, 1);
             assert_eq!(decide(&u, Some(&cur), NOW, NEW), (Outcome::NonNumeric, Effect::None));
         }
-        let padded = item(b"7  ", 0, 0, 1);
-        let want = (Outcome::Counter { value: 8, cas: NEW }, put(b"8", 0, 0));
-        assert_eq!(decide(&u, Some(&padded), NOW, NEW), want);
+        // As memcached's strtoull: white space, then anything.
+        for (stored, value, written) in
+            [(&b"7  "[..], 8, &b"8  "[..]), (b" +5", 6, b"6  "), (b"1 2", 2, b"2  ")]
+        {
+            let want = (Outcome::Counter { value, cas: NEW }, put(written, 0, 0));
+            assert_eq!(decide(&u, Some(&item(stored, 0, 0, 1)), NOW, NEW), want, "{stored:?}");
+        }
     }
 
     #[test]

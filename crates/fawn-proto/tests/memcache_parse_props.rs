@@ -5,6 +5,9 @@
 use fawn_proto::memcache::{parse, Command, Limits, Parse};
 use proptest::prelude::*;
 
+mod support;
+use support::split;
+
 /// What a connection would produce from a stream fed in `chunks`: the frames, and the
 /// error replies in order.
 fn drive(chunks: &[&[u8]], limits: &Limits) -> Vec<Result<Command, Vec<u8>>> {
@@ -43,20 +46,6 @@ fn drive(chunks: &[&[u8]], limits: &Limits) -> Vec<Result<Command, Vec<u8>>> {
     out
 }
 
-/// Splits `data` at the given cut points.
-fn split<'a>(data: &'a [u8], cuts: &[usize]) -> Vec<&'a [u8]> {
-    let mut points: Vec<usize> = cuts.iter().map(|c| c % (data.len() + 1)).collect();
-    points.sort_unstable();
-    let mut chunks = Vec::new();
-    let mut start = 0;
-    for p in points {
-        chunks.push(&data[start..p]);
-        start = p;
-    }
-    chunks.push(&data[start..]);
-    chunks
-}
-
 fn key() -> impl Strategy<Value = String> {
     "[a-zA-Z0-9_:.-]{1,20}"
 }
@@ -92,7 +81,7 @@ fn request() -> impl Strategy<Value = Vec<u8>> {
 
 fn limits() -> Limits {
     // A small value limit so the "too large, swallow" path is exercised.
-    Limits { max_value: 64, ..Limits::default() }
+    Limits { value_bytes_max: 64, ..Limits::default() }
 }
 
 proptest! {

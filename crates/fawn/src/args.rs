@@ -342,6 +342,11 @@ pub struct FrontendArgs {
     /// Largest value accepted, in bytes.
     #[arg(long, default_value_t = fawn_ds::limits::VALUE_BYTES_MAX)]
     value_bytes_max: usize,
+    /// memcached clients must authenticate as a user of this file (`user:password` lines, as
+    /// memcached's `-Y`): text clients with `set <key> 0 0 <n>` + `<user> <password>`, binary
+    /// clients with SASL PLAIN.
+    #[arg(long)]
+    memcached_auth_file: Option<PathBuf>,
     /// Milliseconds between this front-end's heartbeats to each back-end (t_hb). Each round
     /// is reported to the manager, which declares a back-end failed after the manager's
     /// `--fd-threshold` heartbeat intervals of silence; keep it equal to the manager's
@@ -363,7 +368,12 @@ impl FrontendArgs {
             fault_outcome_delay: Duration::from_millis(self.fault_outcome_delay_ms),
             heartbeat: Duration::from_millis(self.heartbeat_ms.max(1)),
         };
-        let mc = memcache_config(self.max_connections, self.idle_timeout_secs, self.value_bytes_max);
+        let mut mc = memcache_config(self.max_connections, self.idle_timeout_secs, self.value_bytes_max);
+        if let Some(path) = &self.memcached_auth_file {
+            let users = fawn_kv::memcache::auth::Users::load(path)
+                .map_err(|e| anyhow::anyhow!("--memcached-auth-file {}: {e}", path.display()))?;
+            mc.users = Some(std::sync::Arc::new(users));
+        }
         let metrics = self.metrics.as_deref();
         let shutdown = run::shutdown_on_signals();
         run::frontend(options, &self.data_dir, &self.listen, &self.memcached, mc, metrics, shutdown).await
@@ -380,7 +390,7 @@ fn memcache_config(
         idle_timeout: (idle_secs > 0).then(|| Duration::from_secs(idle_secs)),
         ..Default::default()
     };
-    config.limits.max_value = value_bytes_max;
+    config.limits.value_bytes_max = value_bytes_max;
     config
 }
 

@@ -2,12 +2,15 @@
 //! commands), written only against [`KvService`], so it knows nothing of rings or chains.
 //!
 //! Shape (as in mini-redis): [`serve`] accepts connections until `shutdown` resolves; each
-//! connection runs [`conn::Connection`], which parses requests with
+//! connection runs a `session::Session`, which parses requests with
 //! `fawn_proto::memcache::parse`, runs them one at a time (so pipelined requests are answered
-//! in order) through the handlers in [`cmd`], and writes the replies in batches.
+//! in order) through the handlers in [`cmd`], which write their replies into the connection
+//! ([`conn`]: the socket and its buffers, a leaf that knows no commands), sent in batches.
 
+pub mod auth;
 mod cmd;
 mod conn;
+mod session;
 mod stats;
 
 use std::future::Future;
@@ -39,6 +42,9 @@ pub struct MemcacheConfig {
     pub limit_maxbytes: u64,
     /// `threads` reported by `stats`.
     pub threads: usize,
+    /// Users allowed in (`None`: no authentication). Text connections must first send an
+    /// authenticating `set`; binary ones SASL `PLAIN` (see [`auth`]).
+    pub users: Option<Arc<auth::Users>>,
     /// At shutdown, how long connections may take to finish the request they are running
     /// (a request waiting on an unresponsive chain must not hold the process up forever).
     pub shutdown_grace: Duration,
@@ -53,6 +59,7 @@ impl Default for MemcacheConfig {
             version: format!("1.6.21-fawn-{}", env!("CARGO_PKG_VERSION")),
             limit_maxbytes: 64 * 1024 * 1024,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            users: None,
             shutdown_grace: Duration::from_secs(5),
         }
     }
@@ -97,7 +104,7 @@ pub async fn serve<S: KvService>(
                     let stop = stop_rx.clone();
                     let done = done_tx.clone();
                     tokio::spawn(async move {
-                        conn::Connection::new(stream, shared, stop).run().await;
+                        session::Session::new(conn::Connection::new(stream), shared, stop).run().await;
                         drop(permit);
                         drop(done);
                     });

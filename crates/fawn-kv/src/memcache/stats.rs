@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
-/// Declares the counters once: the struct fields, `reset` and the `STAT` lines in order.
+/// Declares the counters once: the struct fields, `reset` and lookup by `stats` name.
 macro_rules! counters {
     ($($name:ident),* $(,)?) => {
         /// Server-wide counters (relaxed atomics: they are statistics, not synchronisation).
@@ -18,8 +18,11 @@ macro_rules! counters {
                 $(self.$name.store(0, Relaxed);)*
             }
 
-            fn each(&self, mut f: impl FnMut(&'static str, u64)) {
-                $(f(stringify!($name), self.$name.load(Relaxed));)*
+            fn get(&self, name: &str) -> Option<u64> {
+                match name {
+                    $(stringify!($name) => Some(self.$name.load(Relaxed)),)*
+                    _ => None,
+                }
             }
         }
     };
@@ -111,11 +114,14 @@ impl Stats {
         self.rejected_connections.store(0, Relaxed);
     }
 
-    /// Connection gauges and the counters, in memcached's `stats` order.
-    pub fn each(&self, mut f: impl FnMut(&'static str, u64)) {
-        f("curr_connections", self.curr_connections.load(Relaxed));
-        f("total_connections", self.total_connections.load(Relaxed));
-        f("rejected_connections", self.rejected_connections.load(Relaxed));
-        self.counters.each(f);
+    /// A counter or connection gauge by its `stats` name.
+    pub fn get(&self, name: &str) -> Option<u64> {
+        let gauge = match name {
+            "curr_connections" => &self.curr_connections,
+            "total_connections" => &self.total_connections,
+            "rejected_connections" => &self.rejected_connections,
+            _ => return self.counters.get(name),
+        };
+        Some(gauge.load(Relaxed))
     }
 }

@@ -222,3 +222,44 @@ impl Client {
 pub fn show(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).replace('\r', "\\r").replace('\n', "\\n\n")
 }
+
+/// A binary-protocol request frame (cas 0).
+pub fn bin_request(op: u8, key: &[u8], extras: &[u8], value: &[u8], opaque: u32) -> Vec<u8> {
+    let mut out = vec![0x80, op];
+    out.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    out.extend_from_slice(&[extras.len() as u8, 0, 0, 0]);
+    out.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
+    out.extend_from_slice(&opaque.to_be_bytes());
+    out.extend_from_slice(&[0; 8]);
+    [out, extras.to_vec(), key.to_vec(), value.to_vec()].concat()
+}
+
+/// A binary-protocol response frame, as the server should send it.
+pub struct BinReply<'a> {
+    pub op: u8,
+    pub status: u16,
+    pub opaque: u32,
+    pub cas: u64,
+    pub extras: &'a [u8],
+    pub key: &'a [u8],
+    pub value: &'a [u8],
+}
+
+impl BinReply<'_> {
+    /// A reply with no cas, extras or key.
+    pub fn plain(op: u8, status: u16, value: &[u8], opaque: u32) -> Vec<u8> {
+        BinReply { op, status, opaque, cas: 0, extras: b"", key: b"", value }.bytes()
+    }
+
+    pub fn bytes(&self) -> Vec<u8> {
+        let mut out = vec![0x81, self.op];
+        out.extend_from_slice(&(self.key.len() as u16).to_be_bytes());
+        out.extend_from_slice(&[self.extras.len() as u8, 0]);
+        out.extend_from_slice(&self.status.to_be_bytes());
+        let body = self.extras.len() + self.key.len() + self.value.len();
+        out.extend_from_slice(&(body as u32).to_be_bytes());
+        out.extend_from_slice(&self.opaque.to_be_bytes());
+        out.extend_from_slice(&self.cas.to_be_bytes());
+        [out, self.extras.to_vec(), self.key.to_vec(), self.value.to_vec()].concat()
+    }
+}

@@ -1,6 +1,6 @@
 //! Parsed memcached requests.
 
-use super::REALTIME_MAXDELTA;
+use super::REALTIME_MAXDELTA_SECS;
 use crate::op::UnixSeconds;
 
 /// One memcached request.
@@ -36,6 +36,8 @@ pub enum Command {
     MetaArith(MetaArith),
     /// `mn`: replies `MN`, marking the end of a pipeline of quiet meta requests.
     MetaNoop,
+    /// `me <key>`: one line describing the item (`EN` on a miss).
+    MetaDebug { key: Vec<u8> },
 }
 
 /// A retrieval: `get`/`gets` (`touch == None`) or `gat`/`gats` (`touch == Some(exptime)`).
@@ -164,7 +166,7 @@ pub fn absolute_expiry(exptime: i32, now: UnixSeconds) -> UnixSeconds {
     } else if exptime < 0 {
         // Any non-zero time in the past reads as expired; 1 is the smallest such.
         1
-    } else if exptime > REALTIME_MAXDELTA {
+    } else if exptime > REALTIME_MAXDELTA_SECS {
         u32::try_from(exptime).unwrap_or(u32::MAX)
     } else {
         u32::try_from(i64::from(now) + exptime).unwrap_or(u32::MAX)

@@ -2,33 +2,36 @@
 //! flag is one letter optionally followed by a token (`T30`, `Oabc`).
 //!
 //! Only flags whose memcached semantics we keep exactly are accepted; the others (`h`, `l`,
-//! `u`, `E`, `N` and `R` on `mg`, `I` (invalidate), `x`, and `C` on `md`/`ma`, which would need
-//! a conditional delete/arith the cluster does not offer) are refused with
-//! `CLIENT_ERROR invalid flag` rather than half-honoured.
+//! `E`, `N` and `R` on `mg`, which need per-item access state the datastore does not keep,
+//! `I` (invalidate), `x`, and `C` on `md`/`ma`, which would need a conditional delete/arith
+//! the cluster does not offer) are refused with `CLIENT_ERROR invalid flag` rather than
+//! half-honoured.
 
 use base64::Engine;
 
 use super::command::{ArithMode, Command, MetaArith, MetaDelete, MetaFlags, MetaGet, MetaSet, SetMode};
-use super::KEY_MAX_LENGTH;
-use super::{data_block, parse_i32, parse_u32, parse_u64, reply, Invalid, Limits, Parse};
+use super::KEY_BYTES_MAX;
+use super::{data_block, data_length, reply, strtol32, strtoul32, strtoull, Invalid, Limits, Parse};
 
-/// memcached refuses opaque tokens longer than this.
-const MAX_OPAQUE: usize = 32;
+/// memcached refuses longer opaque tokens (a flag token of over 32 bytes with its `O`).
+const OPAQUE_BYTES_MAX: usize = 31;
 
 type Flag<'a> = (u8, &'a [u8]);
 type Err = &'static [u8];
 
 pub(super) fn is_meta(name: &[u8]) -> bool {
-    matches!(name, b"mg" | b"ms" | b"md" | b"ma" | b"mn")
+    matches!(name, b"mg" | b"ms" | b"md" | b"ma" | b"mn" | b"me")
 }
 
 pub(super) fn parse(tokens: &[&[u8]], consumed: usize, rest: &[u8], limits: &Limits) -> Parse {
     let result = match tokens[0] {
         b"mn" => Ok(Command::MetaNoop),
         b"ms" => return meta_set(tokens, consumed, rest, limits),
+        b"me" if tokens.len() < 2 => Err(reply::BAD_FORMAT),
         _ if tokens.len() < 2 => Err(reply::ERROR),
         b"mg" => meta_get(tokens),
         b"md" => meta_delete(tokens),
+        b"me" => meta_debug(tokens),
         _ => meta_arith(tokens),
     };
     match result {
@@ -65,9 +68,9 @@ fn common(raw_key: &[u8], flags: &[Flag<'_>], bad_token: Err) -> Result<(Vec<u8>
             b'q' => meta.quiet = true,
             b'k' => meta.ret_key = true,
             b'c' => meta.ret_cas = true,
-            b'O' if value.len() > MAX_OPAQUE => return Err(b"CLIENT_ERROR opaque token too long\r\n"),
+            b'O' if value.len() > OPAQUE_BYTES_MAX => return Err(b"CLIENT_ERROR opaque token too long\r\n"),
             b'O' => meta.opaque = Some(value.to_vec()),
-            b'T' => meta.ttl = Some(parse_i32(value).ok_or(bad_token)?),
+            b'T' => meta.ttl = Some(strtol32(value).ok_or(bad_token)?),
             _ => {}
         }
     }
@@ -77,14 +80,14 @@ fn common(raw_key: &[u8], flags: &[Flag<'_>], bad_token: Err) -> Result<(Vec<u8>
 
 fn decode_key(raw: &[u8]) -> Result<Vec<u8>, Err> {
     let key = base64::engine::general_purpose::STANDARD.decode(raw).map_err(|_| reply::BAD_KEY_ENCODING)?;
-    if key.is_empty() || key.len() > KEY_MAX_LENGTH {
+    if key.is_empty() || key.len() > KEY_BYTES_MAX {
         return Err(reply::BAD_KEY_ENCODING);
     }
     Ok(key)
 }
 
 fn check_key(raw_key: &[u8]) -> Result<(), Err> {
-    if raw_key.len() > KEY_MAX_LENGTH {
+    if raw_key.len() > KEY_BYTES_MAX {
         Err(reply::BAD_FORMAT)
     } else {
         Ok(())
@@ -103,7 +106,8 @@ const BAD_TOKEN: Err = b"CLIENT_ERROR bad token in command line format\r\n";
 
 fn meta_get(tokens: &[&[u8]]) -> Result<Command, Err> {
     check_key(tokens[1])?;
-    let flags = scan(&tokens[2..], b"bcfkOqstvT", reply::DUPLICATE_FLAG)?;
+    // `u` (do not bump the item in the LRU) is accepted and has nothing to do: FAWN has no LRU.
+    let flags = scan(&tokens[2..], b"bcfkOqstuvT", reply::DUPLICATE_FLAG)?;
     let (key, meta) = common(tokens[1], &flags, BAD_TOKEN)?;
     Ok(Command::MetaGet(MetaGet {
         key,
@@ -117,9 +121,15 @@ fn meta_get(tokens: &[&[u8]]) -> Result<Command, Err> {
 
 fn meta_delete(tokens: &[&[u8]]) -> Result<Command, Err> {
     check_key(tokens[1])?;
-    let flags = scan(&tokens[2..], b"bkOq", reply::DUPLICATE_FLAG)?;
+    let flags = scan(&tokens[2..], b"bkOq", reply::INVALID_OR_DUPLICATE_FLAG)?;
     let (key, meta) = common(tokens[1], &flags, BAD_TOKEN)?;
     Ok(Command::MetaDelete(MetaDelete { key, meta }))
+}
+
+/// `me <key>`: memcached's item debug line; further tokens are ignored, as memcached does.
+fn meta_debug(tokens: &[&[u8]]) -> Result<Command, Err> {
+    check_key(tokens[1])?;
+    Ok(Command::MetaDebug { key: tokens[1].to_vec() })
 }
 
 fn meta_arith(tokens: &[&[u8]]) -> Result<Command, Err> {
@@ -129,7 +139,7 @@ fn meta_arith(tokens: &[&[u8]]) -> Result<Command, Err> {
     let (key, meta) = common(tokens[1], &flags, BAD)?;
     let number = |letter, default| match token(&flags, letter) {
         None => Ok(default),
-        Some(t) => parse_u64(t).ok_or(BAD),
+        Some(t) => strtoull(t).ok_or(BAD),
     };
     let mode = match token(&flags, b'M') {
         None => ArithMode::Incr,
@@ -139,7 +149,7 @@ fn meta_arith(tokens: &[&[u8]]) -> Result<Command, Err> {
     };
     let vivify = match token(&flags, b'N') {
         None => None,
-        Some(t) => Some(parse_i32(t).ok_or(BAD)?),
+        Some(t) => Some(strtol32(t).ok_or(BAD)?),
     };
     Ok(Command::MetaArith(MetaArith {
         key,
@@ -153,27 +163,29 @@ fn meta_arith(tokens: &[&[u8]]) -> Result<Command, Err> {
     }))
 }
 
-/// `ms <key> <datalen> <flag>*` then the data block. Once the length is known every error
-/// swallows the block, so framing is kept; without it framing is lost.
+/// `ms <key> <datalen> <flag>*` then the data block. Once the key and length are known every
+/// error swallows the block; before that the next line is read as a command (as memcached).
 fn meta_set(tokens: &[&[u8]], consumed: usize, rest: &[u8], limits: &Limits) -> Parse {
     if tokens.len() < 2 {
         return Parse::Invalid(Invalid::line(reply::ERROR, consumed));
     }
-    let len = tokens.get(2).and_then(|t| parse_u32(t)).map(|l| l as usize);
-    let Some(len) = len.filter(|l| i32::try_from(*l).is_ok()) else {
-        return Parse::Invalid(Invalid::fatal(reply::BAD_FORMAT, consumed));
+    let key_ok = tokens[1].len() <= KEY_BYTES_MAX;
+    let len = tokens.get(2).and_then(|t| data_length(t)).filter(|_| key_ok);
+    let Some(len) = len else {
+        return Parse::Invalid(Invalid::line(reply::BAD_FORMAT, consumed));
     };
-    let swallow = len.saturating_add(2);
+    let swallow = len + 2;
     let request = match meta_set_request(tokens) {
         Ok(request) => request,
         Err(reply) => return Parse::Invalid(Invalid::swallowing(reply, consumed, swallow)),
     };
-    if len > limits.max_value {
+    if len > limits.value_bytes_max {
         return Parse::Invalid(Invalid::swallowing(reply::TOO_LARGE, consumed, swallow));
     }
     match data_block(rest, len) {
         None => Parse::Incomplete,
-        Some(Err(())) => Parse::Invalid(Invalid::fatal(reply::BAD_DATA_CHUNK, consumed + swallow)),
+        // Unlike `set`, `ms` reports a bad chunk even in quiet mode.
+        Some(Err(())) => Parse::Invalid(super::text::bad_chunk(consumed + swallow, false)),
         Some(Ok(value)) => Parse::Frame {
             command: Command::MetaSet(MetaSet { value, ..request }),
             consumed: consumed + swallow,
@@ -188,11 +200,11 @@ fn meta_set_request(tokens: &[&[u8]]) -> Result<MetaSet, Err> {
     let (key, meta) = common(tokens[1], &flags, BAD_TOKEN)?;
     let client_flags = match token(&flags, b'F') {
         None => 0,
-        Some(t) => parse_u32(t).ok_or(reply::BAD_FORMAT)?,
+        Some(t) => strtoul32(t).ok_or(reply::BAD_FORMAT)?,
     };
     let compare_cas = match token(&flags, b'C') {
         None => None,
-        Some(t) => Some(parse_u64(t).ok_or(BAD_TOKEN)?),
+        Some(t) => Some(strtoull(t).ok_or(BAD_TOKEN)?),
     };
     let mode = match token(&flags, b'M') {
         None | Some(b"S") => SetMode::Set,

@@ -8,12 +8,14 @@
 //!   do with the bytes (drop the line, swallow a data block, or close because framing is lost).
 //!
 //! Every allocation is bounded by [`Limits`]: the parser never waits for more than
-//! `max_line` (or `max_get_line` for retrievals) bytes of command line, nor for a data block
-//! over `max_value`; an oversized data block is reported at once and swallowed by the caller
-//! without buffering.
+//! `line_bytes_max` (or `get_line_bytes_max` for retrievals) bytes of command line, nor for a
+//! data block over `value_bytes_max`; an oversized data block is reported at once and
+//! swallowed by the caller without buffering.
 
+pub mod binary;
 mod command;
 mod meta;
+mod number;
 pub mod reply;
 mod text;
 
@@ -22,26 +24,31 @@ pub use command::{
     SetMode, StoreCommand,
 };
 
-/// Longest key memcached accepts (bytes).
-pub const KEY_MAX_LENGTH: usize = 250;
+/// Longest key memcached accepts.
+pub const KEY_BYTES_MAX: usize = 250;
 
-/// memcached treats an exptime above this many seconds (30 days) as an absolute Unix time.
-pub const REALTIME_MAXDELTA: i64 = 60 * 60 * 24 * 30;
+/// memcached treats an exptime above this (30 days) as an absolute Unix time.
+pub const REALTIME_MAXDELTA_SECS: i64 = 60 * 60 * 24 * 30;
+
+/// memcached refuses a data length above `INT_MAX - 2` (the block's `\r\n` must fit an int).
+const DATA_BYTES_MAX: i64 = i32::MAX as i64 - 2;
 
 /// Size bounds the parser enforces.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
-    /// Longest command line (without its data block) other than a retrieval; memcached: 2048.
-    pub max_line: usize,
-    /// Longest `get`/`gets`/`gat`/`gats` line (multi-gets may carry many keys).
-    pub max_get_line: usize,
+    /// Longest partial command line waited for; past it, a line that is not a `get`/`gets` is
+    /// dropped with the connection, silently, as memcached 1.6 does (2048).
+    pub line_bytes_max: usize,
+    /// Longest line of any command once its newline has arrived, and the longest partial
+    /// `get`/`gets` line (multi-gets may carry many keys). Past it the connection is closed.
+    pub get_line_bytes_max: usize,
     /// Largest value; a larger one is refused with `SERVER_ERROR object too large for cache`.
-    pub max_value: usize,
+    pub value_bytes_max: usize,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { max_line: 2048, max_get_line: 64 * 1024, max_value: 1024 * 1024 }
+        Limits { line_bytes_max: 2048, get_line_bytes_max: 64 * 1024, value_bytes_max: 1024 * 1024 }
     }
 }
 
@@ -60,14 +67,14 @@ pub enum Parse {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Invalid {
     /// The exact error line to send (with `\r\n`), or `None` when memcached stays silent
-    /// (`noreply` on a request whose line parsed far enough to see it).
+    /// (`noreply` on a request whose line parsed far enough to see it, or a silent close).
     pub reply: Option<&'static [u8]>,
     /// Bytes of the buffer to drop now (the request line).
     pub consumed: usize,
     /// Further bytes to discard after `consumed` (a refused data block, with its `\r\n`); they
     /// may not have arrived yet.
     pub swallow: usize,
-    /// Framing is lost: send the reply (even under `noreply`) and close the connection.
+    /// Close the connection after the reply (memcached drops overlong lines and HTTP requests).
     pub close: bool,
     /// memcached unlinks the old item when a `set` is refused as too large, so a stale value
     /// does not survive a failed overwrite; the server should delete this key.
@@ -80,9 +87,9 @@ impl Invalid {
         Invalid { reply: Some(reply), consumed, swallow: 0, close: false, unlink: None }
     }
 
-    /// A reply after which the connection must be closed.
-    pub(crate) fn fatal(reply: &'static [u8], consumed: usize) -> Self {
-        Invalid { close: true, ..Invalid::line(reply, consumed) }
+    /// The connection is closed without a reply.
+    pub(crate) fn close(consumed: usize) -> Self {
+        Invalid { reply: None, consumed, swallow: 0, close: true, unlink: None }
     }
 
     /// A reply after which the request's data block (`swallow` bytes) is discarded.
@@ -104,8 +111,8 @@ pub fn parse(buf: &[u8], limits: &Limits) -> Parse {
     let Some(nl) = buf.iter().position(|b| *b == b'\n') else {
         return incomplete_line(buf, limits);
     };
-    if nl > line_limit(buf, limits) {
-        return Parse::Invalid(Invalid::fatal(reply::LINE_TOO_LONG, nl + 1));
+    if nl > limits.get_line_bytes_max.max(limits.line_bytes_max) {
+        return Parse::Invalid(Invalid::close(nl + 1));
     }
     let line_end = if nl > 0 && buf[nl - 1] == b'\r' { nl - 1 } else { nl };
     let line = &buf[..line_end];
@@ -124,22 +131,22 @@ pub fn parse(buf: &[u8], limits: &Limits) -> Parse {
 
 /// No newline yet: wait, unless the line is already longer than any acceptable line.
 fn incomplete_line(buf: &[u8], limits: &Limits) -> Parse {
-    if buf.len() > line_limit(buf, limits) {
-        Parse::Invalid(Invalid::fatal(reply::LINE_TOO_LONG, buf.len()))
+    if buf.len() > partial_line_limit(buf, limits) {
+        Parse::Invalid(Invalid::close(buf.len()))
     } else {
         Parse::Incomplete
     }
 }
 
-/// Retrieval lines may be long (many keys); everything else must fit in `max_line`.
-fn line_limit(buf: &[u8], limits: &Limits) -> usize {
+/// A partial multi-get may be long (many keys); any other partial line must fit in
+/// `line_bytes_max` (memcached waits only for `get ` and `gets ` lines).
+fn partial_line_limit(buf: &[u8], limits: &Limits) -> usize {
     let start = buf.iter().position(|b| *b != b' ').unwrap_or(buf.len());
     let head = &buf[start..];
-    let is_get = [&b"get "[..], b"gets ", b"gat ", b"gats "].iter().any(|p| head.starts_with(p));
-    if is_get {
-        limits.max_get_line.max(limits.max_line)
+    if head.starts_with(b"get ") || head.starts_with(b"gets ") {
+        limits.get_line_bytes_max.max(limits.line_bytes_max)
     } else {
-        limits.max_line
+        limits.line_bytes_max
     }
 }
 
@@ -155,28 +162,12 @@ pub(crate) fn data_block(rest: &[u8], len: usize) -> Option<Result<Vec<u8>, ()>>
     }
 }
 
-/// Parses an unsigned decimal the way memcached's `safe_strtoul*` accept it (digits only here;
-/// a sign or trailing garbage is invalid).
-pub(crate) fn parse_u64(token: &[u8]) -> Option<u64> {
-    if token.is_empty() || !token.iter().all(u8::is_ascii_digit) {
-        return None;
-    }
-    std::str::from_utf8(token).ok()?.parse().ok()
-}
+pub(crate) use number::{strtol32, strtoul32, strtoull};
 
-pub(crate) fn parse_u32(token: &[u8]) -> Option<u32> {
-    parse_u64(token).and_then(|v| u32::try_from(v).ok())
-}
-
-/// A signed 32-bit decimal (exptime, delays), as memcached's `safe_strtol`.
-pub(crate) fn parse_i32(token: &[u8]) -> Option<i32> {
-    let (neg, digits) = match token.split_first() {
-        Some((b'-', rest)) => (true, rest),
-        _ => (false, token),
-    };
-    let magnitude = i64::try_from(parse_u64(digits)?).ok()?;
-    let value = if neg { -magnitude } else { magnitude };
-    i32::try_from(value).ok()
+/// A storage command's data length as memcached accepts it (`0..=INT_MAX - 2`).
+pub(crate) fn data_length(token: &[u8]) -> Option<usize> {
+    let len = strtol32(token)?;
+    usize::try_from(len).ok().filter(|l| *l as i64 <= DATA_BYTES_MAX)
 }
 
 #[cfg(test)]

@@ -5,7 +5,6 @@ use base64::Engine;
 pub const ERROR: &[u8] = b"ERROR\r\n";
 pub const BAD_FORMAT: &[u8] = b"CLIENT_ERROR bad command line format\r\n";
 pub const BAD_DATA_CHUNK: &[u8] = b"CLIENT_ERROR bad data chunk\r\n";
-pub const LINE_TOO_LONG: &[u8] = b"CLIENT_ERROR line too long\r\n";
 pub const TOO_LARGE: &[u8] = b"SERVER_ERROR object too large for cache\r\n";
 pub const BAD_EXPTIME: &[u8] = b"CLIENT_ERROR invalid exptime argument\r\n";
 pub const BAD_DELTA: &[u8] = b"CLIENT_ERROR invalid numeric delta argument\r\n";

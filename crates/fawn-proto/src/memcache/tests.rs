@@ -69,37 +69,63 @@ fn key_too_long() {
     let long = "a".repeat(251);
     let inv = invalid(format!("get {long}\r\n").as_bytes());
     assert_eq!((inv.reply, inv.close), (Some(reply::BAD_FORMAT), false));
-    // The data block is skipped so the value is never read as a command.
+    // As memcached: only the line is dropped; the data line is read as the next command.
     let inv = invalid(format!("set {long} 0 0 2\r\nhi\r\n").as_bytes());
-    assert_eq!((inv.reply, inv.swallow, inv.close), (Some(reply::BAD_FORMAT), 4, false));
+    assert_eq!((inv.reply, inv.swallow, inv.close), (Some(reply::BAD_FORMAT), 0, false));
     let inv = invalid(format!("mg {long} v\r\n").as_bytes());
     assert_eq!(inv.reply, Some(reply::BAD_FORMAT));
 }
 
 #[test]
-fn bad_length_loses_framing() {
-    for line in [&b"set k 0 0 -1\r\n"[..], b"set k 0 0 x\r\n", b"ms k x\r\n"] {
-        let inv = invalid(line);
-        assert_eq!((inv.reply, inv.close), (Some(reply::BAD_FORMAT), true), "{line:?}");
+fn malformed_storage_lines_drop_only_the_line() {
+    let cases: [(&[u8], &[u8]); 8] = [
+        (b"set k 0 0 -1\r\n", reply::BAD_FORMAT),
+        (b"set k 0 0 x\r\n", reply::BAD_FORMAT),
+        (b"set k 0 0 4294967295\r\n", reply::BAD_FORMAT),
+        (b"set k 0 0 2147483646\r\n", reply::BAD_FORMAT),
+        (b"set k x 0 2\r\n", reply::BAD_FORMAT),
+        (b"ms k x\r\n", reply::BAD_FORMAT),
+        (b"set k 0 0\r\n", reply::ERROR),
+        (b"cas k 0 0 2\r\n", reply::ERROR),
+    ];
+    for (line, want) in cases {
+        let inv = invalid(&[line, b"hi\r\n"].concat());
+        let got = (inv.reply, inv.consumed, inv.swallow, inv.close);
+        assert_eq!(got, (Some(want), line.len(), 0, false), "{line:?}");
     }
-}
-
-#[test]
-fn bad_flags_swallow_block_and_respect_noreply() {
-    let inv = invalid(b"set k x 0 2\r\nhi\r\n");
-    assert_eq!((inv.reply, inv.consumed, inv.swallow), (Some(reply::BAD_FORMAT), 13, 4));
     assert_eq!(invalid(b"set k x 0 2 noreply\r\nhi\r\n").reply, None);
 }
 
 #[test]
-fn bad_data_chunk_closes() {
+fn numbers_are_read_as_memcached_reads_them() {
+    let Command::Store(st) = frame(b"set k 4294967296 +5 4294967297\r\na\r\n") else {
+        panic!("expected a store");
+    };
+    assert_eq!((st.flags, st.exptime, st.value.len()), (0, 5, 1));
+}
+
+#[test]
+fn bad_data_chunk_drops_the_block_and_goes_on() {
     let inv = invalid(b"set k 0 0 1\r\nab\r\n");
-    assert_eq!((inv.reply, inv.close), (Some(reply::BAD_DATA_CHUNK), true));
+    assert_eq!((inv.reply, inv.consumed, inv.close), (Some(reply::BAD_DATA_CHUNK), 16, false));
+    assert_eq!(invalid(b"set k 0 0 1 noreply\r\nab\r\n").reply, None);
+    assert_eq!(invalid(b"ms k 1 q\r\nab\r\n").reply, Some(reply::BAD_DATA_CHUNK));
+}
+
+#[test]
+fn http_request_line_closes_silently() {
+    for line in [&b"GET / HTTP/1.0\r\n"[..], b"HEAD /x HTTP/1.1\r\n", b"foo HTTP/\r\n"] {
+        let inv = invalid(line);
+        assert_eq!((inv.reply, inv.close), (None, true), "{line:?}");
+    }
+    for line in [&b"x HTTP/1.0\r\n"[..], b"gxx / HTTP/1.0\r\n", b"mz / HTTP/1.0\r\n", b"foo HTTP/1.0 x\r\n"] {
+        assert_eq!(invalid(line).reply, Some(reply::ERROR), "{line:?}");
+    }
 }
 
 #[test]
 fn too_large_is_swallowed_and_set_unlinks() {
-    let limits = Limits { max_value: 4, ..Limits::default() };
+    let limits = Limits { value_bytes_max: 4, ..Limits::default() };
     let Parse::Invalid(inv) = parse(b"set k 0 0 5\r\n", &limits) else {
         panic!("expected invalid");
     };
@@ -113,10 +139,13 @@ fn too_large_is_swallowed_and_set_unlinks() {
 }
 
 #[test]
-fn line_too_long_closes() {
+fn partial_line_too_long_closes_silently() {
     let long = vec![b'x'; 3000];
     let inv = invalid(&long);
-    assert_eq!((inv.reply, inv.close), (Some(reply::LINE_TOO_LONG), true));
+    assert_eq!((inv.reply, inv.close), (None, true));
+    // A complete line may be longer: memcached reads it whole and answers it.
+    let key = "k".repeat(3000);
+    assert_eq!(invalid(format!("set {key} 0 0 1\r\n").as_bytes()).reply, Some(reply::BAD_FORMAT));
     // Retrieval lines may be longer (multi-get of many keys).
     let mut get = b"get ".to_vec();
     get.extend(std::iter::repeat_n(b"k ", 2000).flatten());
@@ -169,6 +198,12 @@ fn meta_errors_match_memcached() {
     assert_eq!(invalid(b"ma k Mx\r\n").reply, Some(reply::MA_BAD_MODE));
     let inv = invalid(b"ms k 2 MX\r\nhi\r\n");
     assert_eq!((inv.reply, inv.swallow), (Some(reply::MS_BAD_MODE), 4));
+    assert_eq!(invalid(b"md k Z\r\n").reply, Some(reply::INVALID_OR_DUPLICATE_FLAG));
+    assert_eq!(invalid(b"me\r\n").reply, Some(reply::BAD_FORMAT));
+    assert_eq!(frame(b"me k x\r\n"), Command::MetaDebug { key: b"k".to_vec() });
+    let opaque = |n| format!("mg k O{}\r\n", "o".repeat(n));
+    assert!(matches!(p(opaque(31).as_bytes()), Parse::Frame { .. }));
+    assert_eq!(invalid(opaque(32).as_bytes()).reply, Some(&b"CLIENT_ERROR opaque token too long\r\n"[..]));
     let inv = invalid(b"ms k 2 zz\r\nhi\r\n");
     assert_eq!((inv.reply, inv.swallow), (Some(reply::INVALID_FLAG), 4));
 }

@@ -23,7 +23,7 @@ pub(super) async fn run<S: KvService>(
         return;
     }
     match outcome {
-        Outcome::Counter { value, .. } => reply::number(ctx.out, value),
+        Outcome::Counter { value, .. } => reply::number(ctx.out(), value),
         Outcome::NonNumeric => ctx.reply(reply::NON_NUMERIC),
         _ => ctx.reply(reply::NOT_FOUND),
     }

@@ -35,7 +35,7 @@ pub(super) async fn run<S: KvService>(ctx: &mut Ctx<'_, S>, get: GetCommand) {
             match item {
                 Ok(Some(item)) => {
                     let cas = get.cas.then_some(item.cas);
-                    reply::value(ctx.out, key, item.flags, &item.value, cas);
+                    reply::value(ctx.out(), key, item.flags, &item.value, cas);
                 }
                 Ok(None) => {}
                 Err(error) => return ctx.server_error(&error, false),
@@ -60,7 +60,7 @@ pub(in crate::memcache) async fn run_pipelined<S: KvService>(
             match results.next() {
                 Some(Ok(Some(item))) if failed.is_none() => {
                     let cas = get.cas.then_some(item.cas);
-                    reply::value(ctx.out, key, item.flags, &item.value, cas);
+                    reply::value(ctx.out(), key, item.flags, &item.value, cas);
                 }
                 Some(Err(error)) if failed.is_none() => failed = Some(error),
                 _ => {}

@@ -54,6 +54,26 @@ fn ttl(expiry: UnixSeconds) -> i64 {
     }
 }
 
+/// `me`: `ME <key> exp=<ttl> la=<idle secs> cas=<cas> fetch=<yes|no> cls=<class> size=<bytes>`.
+/// FAWN keeps no access time, fetch bit or slab class: `la=0`, `fetch=no` and `cls=1` are
+/// constants, and `size` is the key and value bytes (memcached adds its item header).
+pub(super) async fn debug<S: KvService>(ctx: &mut Ctx<'_, S>, key: Vec<u8>) {
+    Stats::incr(&ctx.stats().counters.cmd_meta);
+    let item = match get::fetch(ctx, &key).await {
+        Ok(item) => item,
+        Err(error) => return ctx.server_error(&error, false),
+    };
+    let Some(item) = item else {
+        return ctx.reply(b"EN\r\n");
+    };
+    let out = ctx.out();
+    out.extend_from_slice(b"ME ");
+    out.extend_from_slice(&key);
+    let size = key.len() + item.value.len();
+    let line = format!(" exp={} la=0 cas={} fetch=no cls=1 size={size}\r\n", ttl(item.expiry), item.cas);
+    out.extend_from_slice(line.as_bytes());
+}
+
 /// `mg`: with `T`, the hit is also touched (as `gat`).
 pub(super) async fn get<S: KvService>(ctx: &mut Ctx<'_, S>, mg: MetaGet) {
     Stats::incr(&ctx.stats().counters.cmd_meta);
@@ -67,18 +87,20 @@ pub(super) async fn get<S: KvService>(ctx: &mut Ctx<'_, S>, mg: MetaGet) {
     };
     let Some(item) = item else {
         if !mg.meta.quiet {
-            header(ctx.out, reply::META_EN, &mg.meta, &mg.key, None);
+            header(ctx.out(), reply::META_EN, &mg.meta, &mg.key, None);
         }
         return;
     };
     let info = Info::of(&item);
     if mg.value {
         let code = format!("VA {}", item.value.len());
-        header(ctx.out, code.as_bytes(), &mg.meta, &mg.key, Some(&info));
-        ctx.out.extend_from_slice(&item.value);
-        ctx.out.extend_from_slice(b"\r\n");
+        // memcached 1.6.18 returns the key of a `VA` reply decoded, without `b`.
+        let meta = MetaFlags { base64: false, ..mg.meta.clone() };
+        header(ctx.out(), code.as_bytes(), &meta, &mg.key, Some(&info));
+        ctx.out().extend_from_slice(&item.value);
+        ctx.out().extend_from_slice(b"\r\n");
     } else {
-        header(ctx.out, reply::META_HD, &mg.meta, &mg.key, Some(&info));
+        header(ctx.out(), reply::META_HD, &mg.meta, &mg.key, Some(&info));
     }
 }
 
@@ -115,7 +137,7 @@ pub(super) async fn set<S: KvService>(ctx: &mut Ctx<'_, S>, ms: MetaSet) {
         Outcome::NotFound => (reply::META_NF, None),
         _ => (reply::META_NS, None),
     };
-    header(ctx.out, code, &ms.meta, &ms.key, info.as_ref());
+    header(ctx.out(), code, &ms.meta, &ms.key, info.as_ref());
 }
 
 /// `md`.
@@ -129,11 +151,11 @@ pub(super) async fn delete<S: KvService>(ctx: &mut Ctx<'_, S>, md: MetaDelete) {
     if matches!(outcome, Outcome::Deleted) {
         Stats::incr(&counters.delete_hits);
         if !md.meta.quiet {
-            header(ctx.out, reply::META_HD, &md.meta, &md.key, None);
+            header(ctx.out(), reply::META_HD, &md.meta, &md.key, None);
         }
     } else {
         Stats::incr(&counters.delete_misses);
-        header(ctx.out, reply::META_NF, &md.meta, &md.key, None);
+        header(ctx.out(), reply::META_NF, &md.meta, &md.key, None);
     }
 }
 
@@ -148,10 +170,10 @@ pub(super) async fn arith<S: KvService>(ctx: &mut Ctx<'_, S>, ma: MetaArith) {
     match result {
         ArithResult::Value { value, cas, expiry } => {
             if !ma.meta.quiet {
-                counter_reply(ctx.out, &ma, value, cas, expiry);
+                counter_reply(ctx.out(), &ma, value, cas, expiry);
             }
         }
-        ArithResult::Miss => header(ctx.out, reply::META_NF, &ma.meta, &ma.key, None),
+        ArithResult::Miss => header(ctx.out(), reply::META_NF, &ma.meta, &ma.key, None),
         ArithResult::NonNumeric => ctx.reply(reply::NON_NUMERIC),
     }
 }

@@ -1,8 +1,9 @@
-//! Request handlers, one file per command group. Each appends its reply to `ctx.out`; a
+//! Request handlers, one file per command group. Each appends its reply to `ctx.out()`; a
 //! [`ServiceError`] becomes `SERVER_ERROR <message>` and the connection goes on.
 
 mod admin;
 mod arith;
+pub(super) mod binary;
 mod delete;
 pub(super) mod get;
 mod meta;
@@ -14,9 +15,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use fawn_proto::memcache::{reply, Command};
 use fawn_proto::op::{Mutation, Outcome, UnixSeconds, Update};
 
-use tokio::net::TcpStream;
-
-use super::conn::{write_out, FLUSH_AT};
+use super::conn::Connection;
 use super::stats::Stats;
 use super::Shared;
 use crate::service::{KvService, ServiceError};
@@ -28,30 +27,25 @@ pub(super) enum Flow {
     Close,
 }
 
-/// What a handler may use: the shared server state and the connection's output buffer.
+/// What a handler may use: the shared server state and the connection it answers on.
 pub(super) struct Ctx<'a, S> {
     pub shared: &'a Shared<S>,
-    pub out: &'a mut Vec<u8>,
-    stream: &'a mut TcpStream,
-    /// Writing to the client failed mid-request: the connection is to be closed.
-    pub broken: bool,
+    conn: &'a mut Connection,
 }
 
 impl<'a, S: KvService> Ctx<'a, S> {
-    pub fn new(shared: &'a Shared<S>, out: &'a mut Vec<u8>, stream: &'a mut TcpStream) -> Self {
-        Ctx { shared, out, stream, broken: false }
+    pub fn new(shared: &'a Shared<S>, conn: &'a mut Connection) -> Self {
+        Ctx { shared, conn }
     }
 
-    /// Sends pending replies once they pass the flush threshold, so a request with a large
-    /// reply (a multi-get of many big values) streams it instead of buffering it whole.
+    /// The connection's pending replies.
+    pub fn out(&mut self) -> &mut Vec<u8> {
+        &mut self.conn.out
+    }
+
+    /// Streams a large reply instead of buffering it whole (see [`Connection::flush_if_full`]).
     pub async fn flush_if_full(&mut self) {
-        if self.out.len() < FLUSH_AT || self.broken {
-            return;
-        }
-        if write_out(self.stream, self.out, &self.shared.stats).await.is_err() {
-            self.out.clear();
-            self.broken = true;
-        }
+        self.conn.flush_if_full(&self.shared.stats).await;
     }
 
     pub fn stats(&self) -> &Stats {
@@ -63,7 +57,7 @@ impl<'a, S: KvService> Ctx<'a, S> {
     }
 
     pub fn reply(&mut self, line: &[u8]) {
-        self.out.extend_from_slice(line);
+        self.conn.reply(line);
     }
 
     /// Reports a cluster failure; counted, and never fatal for the connection. Under
@@ -71,7 +65,7 @@ impl<'a, S: KvService> Ctx<'a, S> {
     pub fn server_error(&mut self, error: &ServiceError, noreply: bool) {
         Stats::incr(&self.stats().counters.server_errors);
         if !noreply {
-            reply::server_error(self.out, &error.to_string());
+            reply::server_error(self.out(), &error.to_string());
         }
     }
 
@@ -116,6 +110,7 @@ pub(super) async fn run<S: KvService>(ctx: &mut Ctx<'_, S>, command: Command) ->
         Command::MetaDelete(md) => meta::delete(ctx, md).await,
         Command::MetaArith(ma) => meta::arith(ctx, ma).await,
         Command::MetaNoop => ctx.reply(reply::META_MN),
+        Command::MetaDebug { key } => meta::debug(ctx, key).await,
     }
     Flow::Continue
 }
