@@ -78,7 +78,7 @@ pub struct Frontend {
     started: Instant,
     counters: Counters,
     /// Updates waiting for the tail's `Committed` notice, by request id.
-    committed: parking_lot::Mutex<std::collections::HashMap<ReqId, oneshot::Sender<Outcome>>>,
+    committed: CommitWaiters,
     /// Serializes configuration fetches, so that a burst of requests refused for a stale epoch
     /// costs the manager one fetch, not one per request.
     refresh_lock: tokio::sync::Mutex<()>,
@@ -98,7 +98,7 @@ impl Frontend {
             next_req: AtomicU64::new(1),
             started: Instant::now(),
             counters: Counters::default(),
-            committed: parking_lot::Mutex::new(std::collections::HashMap::new()),
+            committed: CommitWaiters::default(),
             refresh_lock: tokio::sync::Mutex::new(()),
         });
         tokio::spawn(poll_config(Arc::downgrade(&frontend)));
@@ -242,8 +242,8 @@ impl Frontend {
             |v: &View| v.config.range_of(id).and_then(|rc| v.backend_addr(rc.head()?).map(str::to_string));
         // The tail tells us `Committed` as soon as it stores the update (paper §3.4.3); the
         // head's answer, which waits for the ack to travel back up the chain, is the fallback.
-        let (tx, committed) = oneshot::channel();
-        self.committed.lock().insert(req, tx);
+        // Removed when this request ends, also if its future is dropped mid-flight.
+        let (waiting, committed) = self.committed.wait(req);
         let reply_to = Some(self.options.native_advertise.clone());
         let make = |epoch| Request::Update {
             epoch,
@@ -259,15 +259,15 @@ impl Frontend {
             }),
             Ok(outcome) = committed => Ok(outcome),
         };
-        self.committed.lock().remove(&req);
+        drop(waiting);
         if !self.options.fault_outcome_delay.is_zero() {
             tokio::time::sleep(self.options.fault_outcome_delay).await;
         }
         // Releasing the guard invalidates; the written value is never installed: concurrent
         // updates of one key can finish here in a different order than the head applied
         // them, and a delete's outcome carries no sequence number to order it by. The next
-        // get refills the cache from the tail.
-        // Any error may hide an earlier attempt that reached the head and commits later.
+        // get refills the cache from the tail. Any error may hide an earlier attempt that
+        // reached the head and commits later.
         match &result {
             Ok(_) => guard.settled(),
             Err(_) => guard.unsettled(),
@@ -386,6 +386,36 @@ impl Frontend {
     }
 }
 
+/// Updates waiting for the tail's `Committed` notice, by request id.
+#[derive(Default)]
+struct CommitWaiters(parking_lot::Mutex<std::collections::HashMap<ReqId, oneshot::Sender<Outcome>>>);
+
+impl CommitWaiters {
+    /// Registers `req`; the entry goes when the returned guard is dropped.
+    fn wait(&self, req: ReqId) -> (CommitWait<'_>, oneshot::Receiver<Outcome>) {
+        let (tx, rx) = oneshot::channel();
+        self.0.lock().insert(req, tx);
+        (CommitWait { waiters: self, req }, rx)
+    }
+
+    /// The waiter for `req`, if one is still waiting.
+    fn take(&self, req: &ReqId) -> Option<oneshot::Sender<Outcome>> {
+        self.0.lock().remove(req)
+    }
+}
+
+/// Removes its request's entry from [`CommitWaiters`] when dropped.
+struct CommitWait<'a> {
+    waiters: &'a CommitWaiters,
+    req: ReqId,
+}
+
+impl Drop for CommitWait<'_> {
+    fn drop(&mut self) {
+        self.waiters.take(&self.req);
+    }
+}
+
 fn unexpected(resp: Response) -> WireError {
     WireError::Invalid(format!("unexpected response {resp:?}"))
 }
@@ -454,7 +484,7 @@ impl Handler for Frontend {
             }
             Request::GetConfig => Ok(Response::Config(self.config())),
             Request::Committed { req, outcome, key } => {
-                match self.committed.lock().remove(&req) {
+                match self.committed.take(&req) {
                     Some(tx) => {
                         let _ = tx.send(outcome);
                     }
