@@ -19,6 +19,10 @@
 #   contents) and `cache_memlimit <MB>` (resizes memcached's slab memory at run time).
 #   pylibmc tests/test_autoconf.py — it dials the fixed port 11211 for ElastiCache's
 #   `config get cluster` auto-discovery (it fails against Debian's memcached too).
+#   pylibmc tests/test_client.py::ClientTests::test_touch in binary mode — after the binary
+#   touch reply (the same 28 bytes from Debian's memcached 1.6.18 and from FAWN) libmemcached
+#   waits out its 5 s poll timeout, so the test's item (touched to expire in 5 s) has expired
+#   by the time it reads it back: it fails against Debian's memcached too.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -75,7 +79,8 @@ pylibmc.test.make_test_client = make_binary
 tests.make_test_client = make_binary
 PY
     (cd "$dir" && MEMCACHED_HOST="$HOST" MEMCACHED_PORT="$PORT" "$ROOT/.venv/bin/python" -m pytest -q \
-        -p no:cacheprovider tests --ignore tests/test_autoconf.py)
+        -p no:cacheprovider tests --ignore tests/test_autoconf.py \
+        --deselect tests/test_client.py::ClientTests::test_touch)
 }
 
 # --- server start functions: each starts a server on $HOST:$PORT in the background and
