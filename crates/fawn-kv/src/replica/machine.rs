@@ -6,8 +6,8 @@
 //! or to a new successor), gets at the tail, and a syncing replica catching up. The datastore
 //! is written through [`ReplicaStore`] inside `step`, so append order is seq order. Snapshot
 //! and suffix streams, splits and merges stay in the async back-end: a syncing replica here
-//! catches up by asking its source to resend its log (`Resend` after 0), and `CaughtUp` from
-//! the source ends its sync.
+//! catches up by asking its source to resend its log (`Resend` after 0), and a `SnapshotEnd`
+//! after the resent updates ends its sync.
 
 use std::collections::BTreeMap;
 
@@ -102,6 +102,8 @@ pub struct Replica<S> {
     last_seq: u64,
     /// Everything up to here is committed (stored at the tail).
     acked: u64,
+    /// The highest ack the current successor sent (what this replica may pass upstream again).
+    acked_by_successor: u64,
     recent: Dedup,
     /// Forwarded to the successor, not yet acknowledged, by seq.
     unacked: BTreeMap<u64, ChainMsg>,
@@ -125,6 +127,7 @@ impl<S: ReplicaStore> Replica<S> {
             store,
             last_seq: last,
             acked: last,
+            acked_by_successor: 0,
             recent: Dedup::default(),
             unacked: BTreeMap::new(),
             waiting: BTreeMap::new(),
@@ -322,11 +325,13 @@ impl<S: ReplicaStore> Replica<S> {
         match msg {
             ChainMsg::Replicate { .. } if from_pred => self.apply(msg, out),
             ChainMsg::Ack { seq, .. } if from_succ && !self.route.is_tail() => {
+                self.acked_by_successor = self.acked_by_successor.max(seq);
                 self.commit(seq, out);
                 self.ack_upstream(seq, out);
             }
             ChainMsg::Resend { after_seq, .. } if from_succ => self.resend(from, after_seq, out),
             ChainMsg::CaughtUp { .. } if from_pred => self.on_caught_up(out),
+            ChainMsg::SnapshotEnd { .. } if from_pred => self.on_copy_end(out),
             _ => {}
         }
     }
@@ -408,21 +413,27 @@ impl<S: ReplicaStore> Replica<S> {
             prev = u.seq;
             out.push(Action::Send { to, msg });
         }
-        if !self.route.is_tail() || self.route.rc.syncing.contains(&to) {
-            let msg = ChainMsg::CaughtUp { epoch, range: self.range, seq: self.store.max_seq() };
+        let upto_seq = self.store.max_seq();
+        if self.route.is_tail() && self.route.rc.syncing.contains(&to) {
+            // The copy is complete: the log-resend stand-in for a snapshot stream's end.
+            let msg = ChainMsg::SnapshotEnd { epoch, range: self.range, snapshot: 0, batches: 0, upto_seq };
             out.push(Action::Send { to, msg });
+        } else if !self.route.is_tail() {
+            out.push(Action::Send { to, msg: ChainMsg::CaughtUp { epoch, range: self.range, seq: upto_seq } });
         }
     }
 
-    fn on_caught_up(&mut self, out: &mut Vec<Action>) {
-        if self.route.is_syncing() {
-            if !self.synced {
-                self.synced = true;
-                out.push(Action::SyncDone);
-            }
-            return;
+    /// The source sent a syncing replica everything it held.
+    fn on_copy_end(&mut self, out: &mut Vec<Action>) {
+        if self.route.is_syncing() && !self.synced {
+            self.synced = true;
+            out.push(Action::SyncDone);
         }
-        if !self.route.is_tail() {
+    }
+
+    /// The predecessor, no longer a tail, confirmed a promoted tail has everything it had.
+    fn on_caught_up(&mut self, out: &mut Vec<Action>) {
+        if !self.route.is_tail() || self.route.is_syncing() {
             return;
         }
         self.readable = true;
@@ -435,6 +446,9 @@ impl<S: ReplicaStore> Replica<S> {
     fn install(&mut self, route: Route, out: &mut Vec<Action>) {
         let old = std::mem::replace(&mut self.route, route);
         let have = self.store.max_seq();
+        if self.route.successor() != old.successor() {
+            self.acked_by_successor = 0;
+        }
         if self.route.is_head() && !old.is_head() {
             self.last_seq = self.last_seq.max(have);
             #[cfg(feature = "faults")]
@@ -494,8 +508,13 @@ impl<S: ReplicaStore> Replica<S> {
         if self.route.successor() == Some(peer) {
             self.send_unacked(out);
         }
-        if self.route.predecessor() == Some(peer) && self.route.is_tail() && self.readable {
-            self.ack_upstream(self.store.max_seq(), out);
+        if self.route.predecessor() == Some(peer) && !self.route.is_syncing() {
+            // Acks are cumulative and the last one may have been lost with the old
+            // connection: with no later update, the head would wait for it for ever.
+            let seq = if self.route.is_tail() { self.store.max_seq() } else { self.acked_by_successor };
+            if seq > 0 {
+                self.ack_upstream(seq, out);
+            }
         }
         if self.route.predecessor() == Some(peer) && self.route.is_syncing() && !self.synced {
             self.ask_resend(out);

@@ -29,21 +29,35 @@ pub trait ReplicaStore {
     fn max_seq(&self) -> u64;
     /// The live item of `key` (its cas is the seq of the put that wrote it), expired or not.
     fn read(&self, key: &[u8]) -> Result<Option<Item>, StoreError>;
-    /// Every key's latest update with a seq above `after`, in seq order.
+    /// The updates with a seq above `after`, in seq order: every one of them, or (a log that
+    /// compaction has cleaned) at least each key's latest.
     fn updates_after(&self, after: u64) -> Result<Vec<StoredUpdate>, StoreError>;
 }
 
-/// A range's updates in memory: each key's latest, and the highest seq ever appended.
+/// A range's updates in memory, as an uncompacted log: each key's latest, and every update
+/// appended by seq (so a resend includes superseded updates, and a checker can tell which
+/// updates a replica applied).
 #[derive(Clone, Debug, Default)]
 pub struct MemStore {
     latest: BTreeMap<Vec<u8>, (u64, ReplEffect)>,
     max_seq: u64,
+    log: BTreeMap<u64, (Vec<u8>, ReplEffect)>,
 }
 
 impl MemStore {
     /// The seq of `key`'s latest update (put or delete), if any.
     pub fn seq_of(&self, key: &[u8]) -> Option<u64> {
         self.latest.get(key).map(|(seq, _)| *seq)
+    }
+
+    /// Whether the update of `seq` was ever appended here.
+    pub fn applied(&self, seq: u64) -> bool {
+        self.log.contains_key(&seq)
+    }
+
+    /// The seqs appended above `after`, in order.
+    pub fn applied_after(&self, after: u64) -> impl Iterator<Item = u64> + '_ {
+        self.log.range(after + 1..).map(|(seq, _)| *seq)
     }
 
     /// Every key's latest update, in key order.
@@ -59,6 +73,7 @@ impl ReplicaStore for MemStore {
         }
         self.latest.insert(key.to_vec(), (seq, effect.clone()));
         self.max_seq = seq;
+        self.log.insert(seq, (key.to_vec(), effect.clone()));
         Ok(())
     }
 
@@ -76,14 +91,11 @@ impl ReplicaStore for MemStore {
     }
 
     fn updates_after(&self, after: u64) -> Result<Vec<StoredUpdate>, StoreError> {
-        let mut out: Vec<StoredUpdate> = self
-            .latest
-            .iter()
-            .filter(|(_, (seq, _))| *seq > after)
-            .map(|(key, (seq, effect))| StoredUpdate { seq: *seq, key: key.clone(), effect: effect.clone() })
-            .collect();
-        out.sort_by_key(|u| u.seq);
-        Ok(out)
+        Ok(self
+            .log
+            .range(after + 1..)
+            .map(|(seq, (key, effect))| StoredUpdate { seq: *seq, key: key.clone(), effect: effect.clone() })
+            .collect())
     }
 }
 
