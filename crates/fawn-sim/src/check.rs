@@ -18,7 +18,10 @@ pub enum OpKind {
     Set(Value),
     Delete,
     /// Store `new` if the key holds `old`.
-    Cas { old: Value, new: Value },
+    Cas {
+        old: Value,
+        new: Value,
+    },
     Get,
 }
 

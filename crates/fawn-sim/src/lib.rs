@@ -74,7 +74,13 @@ pub fn run_seed(seed: u64, cfg: &Config) -> SeedResult {
 #[cfg(feature = "faults")]
 pub fn fault_named(name: &str) -> Option<Fault> {
     use Fault::*;
-    [ForgetDedupOnPromotion, NoUnackedToNewSuccessor, TailReadsBeforeCaughtUp, ApplyAcrossGap]
-        .into_iter()
-        .find(|f| format!("{f:?}") == name)
+    [
+        ForgetDedupOnPromotion,
+        NoUnackedToNewSuccessor,
+        TailReadsBeforeCaughtUp,
+        ApplyAcrossGap,
+        CaughtUpFromOldTail,
+    ]
+    .into_iter()
+    .find(|f| format!("{f:?}") == name)
 }

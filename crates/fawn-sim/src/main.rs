@@ -38,7 +38,13 @@ struct Args {
 fn main() {
     let args = Args::parse();
     #[allow(unused_mut)]
-    let mut cfg = fawn_sim::Config { replicas: args.replicas, ops_per_client: args.ops, trace: args.trace, crashes_max: args.crashes, ..Default::default() };
+    let mut cfg = fawn_sim::Config {
+        replicas: args.replicas,
+        ops_per_client: args.ops,
+        trace: args.trace,
+        crashes_max: args.crashes,
+        ..Default::default()
+    };
     #[cfg(feature = "faults")]
     if let Some(name) = &args.fault {
         match fawn_sim::fault_named(name) {

@@ -36,6 +36,8 @@ pub enum Fault {
     TailReadsBeforeCaughtUp,
     /// A replica applies an update whose `prev_seq` it does not hold.
     ApplyAcrossGap,
+    /// A node still tail in its own view confirms `CaughtUp` to its promoted successor.
+    CaughtUpFromOldTail,
 }
 
 /// What happens to a replica.
@@ -418,8 +420,12 @@ impl<S: ReplicaStore> Replica<S> {
             // The copy is complete: the log-resend stand-in for a snapshot stream's end.
             let msg = ChainMsg::SnapshotEnd { epoch, range: self.range, snapshot: 0, batches: 0, upto_seq };
             out.push(Action::Send { to, msg });
-        } else if !self.route.is_tail() {
-            out.push(Action::Send { to, msg: ChainMsg::CaughtUp { epoch, range: self.range, seq: upto_seq } });
+        }
+        if !self.route.is_tail() || self.faulty_caught_up_from_old_tail() {
+            out.push(Action::Send {
+                to,
+                msg: ChainMsg::CaughtUp { epoch, range: self.range, seq: upto_seq },
+            });
         }
     }
 
@@ -473,6 +479,16 @@ impl<S: ReplicaStore> Replica<S> {
             self.commit(have, out);
             self.ack_upstream(have, out);
         }
+    }
+
+    #[cfg(feature = "faults")]
+    fn faulty_caught_up_from_old_tail(&self) -> bool {
+        self.faulty(Fault::CaughtUpFromOldTail)
+    }
+
+    #[cfg(not(feature = "faults"))]
+    fn faulty_caught_up_from_old_tail(&self) -> bool {
+        false
     }
 
     #[cfg(feature = "faults")]
