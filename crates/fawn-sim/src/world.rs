@@ -170,6 +170,7 @@ pub struct World {
     rng: SmallRng,
     now: Micros,
     queue: BinaryHeap<Reverse<(Micros, u64)>>,
+    /// Hash maps are only looked up here, never iterated where order matters.
     events: HashMap<u64, Ev>,
     next_event: u64,
     nodes: BTreeMap<NodeId, Node>,
@@ -742,7 +743,10 @@ impl World {
                 }
             }
         }
-        for (req, seqs) in &self.ordered {
+        // In request order: a seed's report must replay exactly.
+        let mut ordered: Vec<_> = self.ordered.iter().collect();
+        ordered.sort_by_key(|(r, _)| (r.client, r.seq));
+        for (req, seqs) in ordered {
             let committed: Vec<&(u64, Outcome)> =
                 seqs.iter().filter(|(s, _)| self.committed.contains(s)).collect();
             if committed.len() > 1 {

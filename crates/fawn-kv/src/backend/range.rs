@@ -119,6 +119,9 @@ struct WriteState {
     /// An ack upstream did not fit its link's queue: `tick` sends the latest one again (acks
     /// are cumulative).
     ack_dropped: bool,
+    /// The highest ack the current successor sent: passed upstream again on a new connection
+    /// to the predecessor, which may have lost the last one with the old connection.
+    acked_by_successor: u64,
 }
 
 impl WriteState {
@@ -270,6 +273,7 @@ impl RangeReplica {
                 sync,
                 held_back: None,
                 ack_dropped: false,
+                acked_by_successor: 0,
             }),
             acked: AtomicU64::new(last),
             snapshot_sending: AtomicU64::new(0),
@@ -506,6 +510,7 @@ impl RangeReplica {
         if st.route.successor() != Some(from) {
             return;
         }
+        st.acked_by_successor = st.acked_by_successor.max(seq);
         self.on_ack_local(seq);
         self.ack_upstream(&mut st, seq, links);
     }
@@ -1023,6 +1028,9 @@ impl RangeReplica {
     pub async fn install(&self, route: Route, links: &dyn LinkTo) {
         let mut st = self.state.lock().await;
         let old = std::mem::replace(&mut st.route, route.clone());
+        if route.successor() != old.successor() {
+            st.acked_by_successor = 0;
+        }
         let epoch = route.epoch;
         let have = self.store.max_seq();
         if route.is_head() && !old.is_head() {
@@ -1109,7 +1117,8 @@ impl RangeReplica {
         self.unacked.lock().keys().next().copied()
     }
 
-    /// Unacked updates to resend on a fresh link to the successor.
+    /// What to send first on a fresh link to `peer`: the unacknowledged updates to the
+    /// successor, the latest ack to the predecessor.
     pub async fn resend_on_connect(&self, peer: NodeId) -> Vec<ChainMsg> {
         let st = self.state.lock().await;
         let mut out = Vec::new();
@@ -1118,6 +1127,11 @@ impl RangeReplica {
         }
         if st.route.predecessor() == Some(peer) && st.route.is_tail() {
             out.push(ChainMsg::Ack { epoch: st.route.epoch, range: self.range, seq: self.store.max_seq() });
+        } else if st.route.predecessor() == Some(peer) && st.acked_by_successor > 0 {
+            // A middle replica's last ack may have been lost with the old connection; with no
+            // later update the head would wait for it until the client gave up.
+            let seq = st.acked_by_successor;
+            out.push(ChainMsg::Ack { epoch: st.route.epoch, range: self.range, seq });
         }
         out
     }
@@ -1670,6 +1684,21 @@ mod tests {
         head.on_ack(2, last, &wires).await;
         let after = head.order_update(req(1 << 40), &set(0), None, 0, &wires).await;
         assert!(after.is_ok(), "still refused after the acks");
+    }
+
+    #[tokio::test]
+    async fn a_middle_replica_acks_again_on_a_new_connection_to_its_predecessor() {
+        // The ack it passed upstream may have been lost with the old connection; the head
+        // must not wait for the next update to learn that its updates committed.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wires = Wires::default();
+        let middle = replica(dir.path(), route(5, 2, &[1, 2, 3], &[]));
+        assert!(middle.resend_on_connect(1).await.is_empty(), "nothing acknowledged yet");
+        middle.on_ack(3, 42, &wires).await;
+        let first = middle.resend_on_connect(1).await;
+        assert!(matches!(first.as_slice(), [ChainMsg::Ack { seq: 42, .. }]), "{first:?}");
+        middle.install(route(6, 2, &[1, 2, 4], &[]), &wires).await;
+        assert!(middle.resend_on_connect(1).await.is_empty(), "an ack of the old successor");
     }
 
     #[tokio::test]

@@ -24,8 +24,8 @@ use super::store::ReplicaStore;
 /// waited for room, without holding the range lock (a successor cut off under put load).
 pub const UNACKED_UPDATES_MAX: usize = 16_384;
 
-/// Faults that can be switched on to show the simulator finds them (tests only).
-#[cfg(feature = "faults")]
+/// Faults that can be switched on to show the simulator finds them. Only a build with the
+/// `faults` feature can switch one on (`Replica::with_fault`); otherwise `faulty` is false.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fault {
     /// A replica promoted to head starts with an empty dedup table.
@@ -149,6 +149,11 @@ impl<S: ReplicaStore> Replica<S> {
     #[cfg(feature = "faults")]
     fn faulty(&self, fault: Fault) -> bool {
         self.fault == Some(fault)
+    }
+
+    #[cfg(not(feature = "faults"))]
+    fn faulty(&self, _: Fault) -> bool {
+        false
     }
 
     pub fn route(&self) -> &Route {
@@ -343,7 +348,7 @@ impl<S: ReplicaStore> Replica<S> {
         let ChainMsg::Replicate { seq, prev_seq, ref key, ref effect, ref origin, .. } = msg else { return };
         let have = self.store.max_seq();
         let verdict = match incoming(seq, prev_seq, have) {
-            Incoming::Gap if self.faulty_apply_across_gap() => Incoming::Next,
+            Incoming::Gap if self.faulty(Fault::ApplyAcrossGap) => Incoming::Next,
             v => v,
         };
         match verdict {
@@ -376,16 +381,6 @@ impl<S: ReplicaStore> Replica<S> {
             out.extend(notify);
             self.ack_upstream(seq, out);
         }
-    }
-
-    #[cfg(feature = "faults")]
-    fn faulty_apply_across_gap(&self) -> bool {
-        self.faulty(Fault::ApplyAcrossGap)
-    }
-
-    #[cfg(not(feature = "faults"))]
-    fn faulty_apply_across_gap(&self) -> bool {
-        false
     }
 
     /// The successor asks for every update after `after_seq`: sent from the log, then
@@ -421,7 +416,7 @@ impl<S: ReplicaStore> Replica<S> {
             let msg = ChainMsg::SnapshotEnd { epoch, range: self.range, snapshot: 0, batches: 0, upto_seq };
             out.push(Action::Send { to, msg });
         }
-        if !self.route.is_tail() || self.faulty_caught_up_from_old_tail() {
+        if !self.route.is_tail() || self.faulty(Fault::CaughtUpFromOldTail) {
             out.push(Action::Send {
                 to,
                 msg: ChainMsg::CaughtUp { epoch, range: self.range, seq: upto_seq },
@@ -457,21 +452,22 @@ impl<S: ReplicaStore> Replica<S> {
         }
         if self.route.is_head() && !old.is_head() {
             self.last_seq = self.last_seq.max(have);
-            #[cfg(feature = "faults")]
             if self.faulty(Fault::ForgetDedupOnPromotion) {
                 self.recent = Dedup::default();
             }
         }
         let promoted_from_syncing = self.route.is_tail() && old.is_syncing();
         if promoted_from_syncing {
-            self.readable = self.faulty_tail_reads_early();
+            self.readable = self.faulty(Fault::TailReadsBeforeCaughtUp);
         } else if self.route.is_tail() && !old.is_tail() {
             self.readable = true;
         }
         if self.route.predecessor() != old.predecessor() || promoted_from_syncing {
             self.ask_resend(out);
         }
-        if (self.route.successor() != old.successor() || self.route.is_tail()) && !self.faulty_no_unacked() {
+        if (self.route.successor() != old.successor() || self.route.is_tail())
+            && !self.faulty(Fault::NoUnackedToNewSuccessor)
+        {
             self.send_unacked(out);
         }
         if self.route.is_tail() && !old.is_tail() && !old.is_syncing() {
@@ -479,36 +475,6 @@ impl<S: ReplicaStore> Replica<S> {
             self.commit(have, out);
             self.ack_upstream(have, out);
         }
-    }
-
-    #[cfg(feature = "faults")]
-    fn faulty_caught_up_from_old_tail(&self) -> bool {
-        self.faulty(Fault::CaughtUpFromOldTail)
-    }
-
-    #[cfg(not(feature = "faults"))]
-    fn faulty_caught_up_from_old_tail(&self) -> bool {
-        false
-    }
-
-    #[cfg(feature = "faults")]
-    fn faulty_tail_reads_early(&self) -> bool {
-        self.faulty(Fault::TailReadsBeforeCaughtUp)
-    }
-
-    #[cfg(not(feature = "faults"))]
-    fn faulty_tail_reads_early(&self) -> bool {
-        false
-    }
-
-    #[cfg(feature = "faults")]
-    fn faulty_no_unacked(&self) -> bool {
-        self.faulty(Fault::NoUnackedToNewSuccessor)
-    }
-
-    #[cfg(not(feature = "faults"))]
-    fn faulty_no_unacked(&self) -> bool {
-        false
     }
 
     /// Every unacknowledged update, in seq order, to the successor (a tail has none).
