@@ -5,7 +5,7 @@
 use std::cmp::Reverse;
 use std::collections::{BTreeMap, BinaryHeap, HashMap};
 
-use fawn_kv::replica::machine::{Action, Event, Replica};
+use fawn_kv::replica::machine::{Action, ClientUpdate, Event, Replica};
 use fawn_kv::replica::route::Route;
 use fawn_kv::replica::store::{MemStore, ReplicaStore};
 use fawn_proto::native::{ChainMsg, RangeConfig, ReplEffect, ReqId, WireError};
@@ -669,7 +669,7 @@ impl World {
         let now = (self.now / 1_000_000) as u32;
         let event = match req {
             Req::Update { req, update } => {
-                Event::Update { req, update, reply_to: None, now, now_micros: self.now }
+                Event::Update(ClientUpdate { req, update, reply_to: None, now, now_micros: self.now })
             }
             Req::Get { key } => Event::Get { token: ((client as u64) << 32) | tag, key, now },
         };

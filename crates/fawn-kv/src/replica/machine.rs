@@ -43,9 +43,8 @@ pub enum Fault {
 /// What happens to a replica.
 #[derive(Clone, Debug)]
 pub enum Event {
-    /// A client update, to the head. `now` judges expiry; `now_micros` floors the new seq
-    /// (seqs are microsecond timestamps, so they date updates).
-    Update { req: ReqId, update: Update, reply_to: Option<String>, now: UnixSeconds, now_micros: u64 },
+    /// A client update, to the head.
+    Update(ClientUpdate),
     /// A client get, to the tail; `token` names it in the reply.
     Get { token: u64, key: Vec<u8>, now: UnixSeconds },
     /// A chain message from a neighbour.
@@ -56,6 +55,19 @@ pub enum Event {
     Connected { peer: NodeId },
     /// Periodic retries.
     Tick,
+}
+
+/// A client update as the head receives it.
+#[derive(Clone, Debug)]
+pub struct ClientUpdate {
+    pub req: ReqId,
+    pub update: Update,
+    /// The front-end the tail tells `Committed`.
+    pub reply_to: Option<String>,
+    /// Judges expiry.
+    pub now: UnixSeconds,
+    /// Floors the new seq (seqs are microsecond timestamps, so they date updates).
+    pub now_micros: u64,
 }
 
 /// What the caller must do.
@@ -181,9 +193,7 @@ impl<S: ReplicaStore> Replica<S> {
     pub fn step(&mut self, event: Event) -> Vec<Action> {
         let mut out = Vec::new();
         match event {
-            Event::Update { req, update, reply_to, now, now_micros } => {
-                self.on_update(req, update, reply_to, now, now_micros, &mut out)
-            }
+            Event::Update(u) => self.on_update(u, &mut out),
             Event::Get { token, key, now } => {
                 out.push(Action::GetReply { token, result: self.get(&key, now) })
             }
@@ -206,38 +216,23 @@ impl<S: ReplicaStore> Replica<S> {
         Ok(item.filter(|i| !is_expired(i.expiry, now)))
     }
 
-    fn on_update(
-        &mut self,
-        req: ReqId,
-        update: Update,
-        reply_to: Option<String>,
-        now: UnixSeconds,
-        now_micros: u64,
-        out: &mut Vec<Action>,
-    ) {
-        match self.order(req, update, reply_to, now, now_micros, out) {
-            Ok(Some((seq, outcome))) => self.reply_when_acked(req, seq, outcome, out),
-            Ok(None) => {}
+    fn on_update(&mut self, u: ClientUpdate, out: &mut Vec<Action>) {
+        let req = u.req;
+        match self.order(u, out) {
+            Ok((seq, outcome)) => self.reply_when_acked(req, seq, outcome, out),
             Err(e) => out.push(Action::Reply { req, result: Err(e) }),
         }
     }
 
-    /// Head: decides and appends an update and forwards it. Returns the seq to wait for and
-    /// the outcome, or `None` when the reply is already among the actions.
-    fn order(
-        &mut self,
-        req: ReqId,
-        update: Update,
-        reply_to: Option<String>,
-        now: UnixSeconds,
-        now_micros: u64,
-        out: &mut Vec<Action>,
-    ) -> Result<Option<(u64, Outcome)>, WireError> {
+    /// Head: decides and appends an update and forwards it. Returns the seq to wait for (the
+    /// reply goes once it is committed) and the outcome.
+    fn order(&mut self, u: ClientUpdate, out: &mut Vec<Action>) -> Result<(u64, Outcome), WireError> {
+        let ClientUpdate { req, update, reply_to, now, now_micros } = u;
         if !self.route.is_head() {
             return Err(WireError::WrongNode(format!("node {} is not the head", self.route.me)));
         }
         if let Some((seq, outcome)) = self.recent.get(&req) {
-            return Ok(Some((*seq, outcome.clone())));
+            return Ok((*seq, outcome.clone()));
         }
         if self.route.rc.is_reshaping() {
             return Err(WireError::Unavailable("the range is being split or merged".into()));
@@ -255,7 +250,7 @@ impl<S: ReplicaStore> Replica<S> {
             // reply once they commit, and remember the answer so a retry is not decided again.
             Effect::None => {
                 self.recent.remember(req, prev_seq, outcome.clone());
-                return Ok(Some((prev_seq, outcome)));
+                return Ok((prev_seq, outcome));
             }
             Effect::Put { value, flags, expiry } => ReplEffect::Put { value, flags, expiry },
             Effect::Delete => ReplEffect::Delete,
@@ -277,7 +272,7 @@ impl<S: ReplicaStore> Replica<S> {
         if self.route.is_tail() {
             self.commit(seq, out);
         }
-        Ok(Some((seq, outcome)))
+        Ok((seq, outcome))
     }
 
     fn reply_when_acked(&mut self, req: ReqId, seq: u64, outcome: Outcome, out: &mut Vec<Action>) {
@@ -530,7 +525,8 @@ mod tests {
     }
 
     fn update(req: u64, u: Update) -> Event {
-        Event::Update { req: ReqId { client: 1, seq: req }, update: u, reply_to: None, now: 0, now_micros: 0 }
+        let req = ReqId { client: 1, seq: req };
+        Event::Update(ClientUpdate { req, update: u, reply_to: None, now: 0, now_micros: 0 })
     }
 
     /// Replicas of `chain`, with messages delivered in order until none is left; returns the
