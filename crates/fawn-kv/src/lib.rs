@@ -11,6 +11,7 @@ pub mod lockfile;
 pub mod manager;
 pub mod memcache;
 pub mod metrics;
+pub mod replica;
 pub mod run;
 pub mod server;
 pub mod service;

@@ -10,15 +10,13 @@
 //! fit is recovered from `unacked` (`WriteState::held_back`, re-queued by `tick`) or asked for
 //! again by the receiver (a gap in `prev_seq`, a promoted tail's `Resend`).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fawn_ds::{BatchOp, DataStore, Meta, RecordKind};
-use fawn_proto::native::{
-    ChainMsg, Epoch, Origin, RangeConfig, RecordMark, ReplEffect, ReqId, SnapshotItem, WireError,
-};
+use fawn_proto::native::{ChainMsg, Epoch, Origin, RecordMark, ReplEffect, ReqId, SnapshotItem, WireError};
 use fawn_proto::op::{decide, Effect, Item, Mutation, Outcome, Update};
 use fawn_ring::{key_id, NodeId, Range};
 use parking_lot::Mutex;
@@ -27,16 +25,12 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{debug, info, warn};
 
 use crate::clock::{flushed, next_seq, unix_now};
+use crate::replica::dedup::Dedup;
+pub use crate::replica::machine::UNACKED_UPDATES_MAX;
+use crate::replica::machine::{incoming, Incoming};
+pub use crate::replica::route::Route;
+use crate::replica::store::ReplicaStore;
 
-/// Request ids remembered per range for retried-update deduplication.
-pub const DEDUP_ENTRIES_MAX: usize = 65_536;
-/// Most parent tables a replica keeps for deduplication after splits and merges (each holds up
-/// to `DEDUP_ENTRIES_MAX` entries).
-pub const DEDUP_INHERITED_TABLES_MAX: usize = 4;
-/// Updates a head keeps forwarded but unacknowledged before it refuses new ones
-/// (`Unavailable`, which clients retry): the backpressure a full link queue gave when the head
-/// waited for room, without holding the range lock (a successor cut off under put load).
-pub const UNACKED_UPDATES_MAX: usize = 16_384;
 /// Updates a syncing replica buffers while its snapshot streams in.
 pub const SYNC_BUFFER_MESSAGES_MAX: usize = 1_000_000;
 /// A snapshot stream that has sent nothing for this long (its sender restarted, or could not
@@ -50,33 +44,6 @@ pub trait LinkTo: Send + Sync {
     fn link(&self, peer: NodeId) -> mpsc::Sender<ChainMsg>;
     /// Tell the front-end at `reply_to` that its update committed (fire and forget).
     fn committed(&self, reply_to: &str, req: ReqId, outcome: Outcome, key: &[u8]);
-}
-
-/// This node's place in one range's chain, in one epoch.
-#[derive(Clone, Debug)]
-pub struct Route {
-    pub epoch: Epoch,
-    pub me: NodeId,
-    pub rc: RangeConfig,
-}
-
-impl Route {
-    pub fn is_head(&self) -> bool {
-        self.rc.head() == Some(self.me)
-    }
-    /// Last in-sync replica: commits updates and serves gets.
-    pub fn is_tail(&self) -> bool {
-        self.rc.tail() == Some(self.me)
-    }
-    pub fn is_syncing(&self) -> bool {
-        self.rc.syncing.contains(&self.me)
-    }
-    pub fn predecessor(&self) -> Option<NodeId> {
-        self.rc.predecessor(self.me)
-    }
-    pub fn successor(&self) -> Option<NodeId> {
-        self.rc.successor(self.me)
-    }
 }
 
 /// Progress of a syncing replica.
@@ -152,6 +119,9 @@ struct WriteState {
     /// An ack upstream did not fit its link's queue: `tick` sends the latest one again (acks
     /// are cumulative).
     ack_dropped: bool,
+    /// The highest ack the current successor sent: passed upstream again on a new connection
+    /// to the predecessor, which may have lost the last one with the old connection.
+    acked_by_successor: u64,
 }
 
 impl WriteState {
@@ -160,69 +130,6 @@ impl WriteState {
         if let Some(sync) = self.sync.as_mut().filter(|s| s.source == from) {
             sync.heard_at = Some(Instant::now());
         }
-    }
-}
-
-/// One table of request outcomes: sequence number and outcome by request id.
-type OutcomeTable = HashMap<ReqId, (u64, Outcome)>;
-
-/// Outcomes of recently ordered requests, so that a retried update is applied once: the
-/// replica's own (first in, first out, at most `DEDUP_ENTRIES_MAX`) and, read-only and
-/// shared, those of the ranges it was split or merged from. Shared rather than copied: a split
-/// used to copy up to 65 k entries into each part while puts waited (9–24 ms per part of a
-/// busy range, measured in the `resize` benchmark).
-#[derive(Default)]
-struct Dedup {
-    own: OutcomeTable,
-    order: VecDeque<ReqId>,
-    /// Tables of parent ranges, oldest first.
-    inherited: Vec<Arc<OutcomeTable>>,
-    /// Requests remembered since the latest inheritance. Once it reaches
-    /// `DEDUP_ENTRIES_MAX`, a single table of that size would have evicted every inherited
-    /// entry, so the inherited tables are dropped.
-    since_inherited: usize,
-}
-
-impl Dedup {
-    fn get(&self, req: &ReqId) -> Option<&(u64, Outcome)> {
-        self.own.get(req).or_else(|| self.inherited.iter().rev().find_map(|t| t.get(req)))
-    }
-
-    fn remember(&mut self, req: ReqId, seq: u64, outcome: Outcome) {
-        if self.own.insert(req, (seq, outcome)).is_none() {
-            self.order.push_back(req);
-            self.since_inherited += 1;
-            if self.since_inherited >= DEDUP_ENTRIES_MAX {
-                self.inherited.clear();
-            }
-        }
-        while self.order.len() > DEDUP_ENTRIES_MAX {
-            if let Some(old) = self.order.pop_front() {
-                self.own.remove(&old);
-            }
-        }
-    }
-
-    /// Everything remembered, as shared tables for an heir. The own entries move into a
-    /// shared table, which this (retiring) replica keeps answering from too.
-    fn share(&mut self) -> Vec<Arc<OutcomeTable>> {
-        if !self.own.is_empty() {
-            self.order.clear();
-            self.inherited.push(Arc::new(std::mem::take(&mut self.own)));
-        }
-        self.inherited.clone()
-    }
-
-    /// Takes a parent's tables (`share`), keeping at most `DEDUP_INHERITED_TABLES_MAX`.
-    fn inherit(&mut self, tables: Vec<Arc<OutcomeTable>>) {
-        for t in tables {
-            if !self.inherited.iter().any(|have| Arc::ptr_eq(have, &t)) {
-                self.inherited.push(t);
-            }
-        }
-        let excess = self.inherited.len().saturating_sub(DEDUP_INHERITED_TABLES_MAX);
-        self.inherited.drain(..excess);
-        self.since_inherited = 0;
     }
 }
 
@@ -366,6 +273,7 @@ impl RangeReplica {
                 sync,
                 held_back: None,
                 ack_dropped: false,
+                acked_by_successor: 0,
             }),
             acked: AtomicU64::new(last),
             snapshot_sending: AtomicU64::new(0),
@@ -602,6 +510,7 @@ impl RangeReplica {
         if st.route.successor() != Some(from) {
             return;
         }
+        st.acked_by_successor = st.acked_by_successor.max(seq);
         self.on_ack_local(seq);
         self.ack_upstream(&mut st, seq, links);
     }
@@ -640,19 +549,22 @@ impl RangeReplica {
         let have = self.store.max_seq();
         let pred = st.route.predecessor();
         let epoch = st.route.epoch;
-        if seq <= have {
-            if st.route.is_tail() {
-                self.ack_upstream(st, have, links);
+        match incoming(seq, prev_seq, have) {
+            Incoming::Duplicate => {
+                if st.route.is_tail() {
+                    self.ack_upstream(st, have, links);
+                }
+                return Ok(());
             }
-            return Ok(());
-        }
-        if prev_seq > have {
-            if let Some(pred) = pred {
-                warn!(range = %self.range.id_string(), have, prev_seq, "gap in replicated updates; asking for a resend");
-                // Dropped if the link is full: the next update shows the gap again.
-                queue(links, pred, ChainMsg::Resend { epoch, range: self.range, after_seq: have });
+            Incoming::Gap => {
+                if let Some(pred) = pred {
+                    warn!(range = %self.range.id_string(), have, prev_seq, "gap in replicated updates; asking for a resend");
+                    // Dropped if the link is full: the next update shows the gap again.
+                    queue(links, pred, ChainMsg::Resend { epoch, range: self.range, after_seq: have });
+                }
+                return Ok(());
             }
-            return Ok(());
+            Incoming::Next => {}
         }
         self.write(key, effect, seq)?;
         st.last_seq = st.last_seq.max(seq);
@@ -1116,6 +1028,9 @@ impl RangeReplica {
     pub async fn install(&self, route: Route, links: &dyn LinkTo) {
         let mut st = self.state.lock().await;
         let old = std::mem::replace(&mut st.route, route.clone());
+        if route.successor() != old.successor() {
+            st.acked_by_successor = 0;
+        }
         let epoch = route.epoch;
         let have = self.store.max_seq();
         if route.is_head() && !old.is_head() {
@@ -1202,7 +1117,8 @@ impl RangeReplica {
         self.unacked.lock().keys().next().copied()
     }
 
-    /// Unacked updates to resend on a fresh link to the successor.
+    /// What to send first on a fresh link to `peer`: the unacknowledged updates to the
+    /// successor, the latest ack to the predecessor.
     pub async fn resend_on_connect(&self, peer: NodeId) -> Vec<ChainMsg> {
         let st = self.state.lock().await;
         let mut out = Vec::new();
@@ -1211,6 +1127,11 @@ impl RangeReplica {
         }
         if st.route.predecessor() == Some(peer) && st.route.is_tail() {
             out.push(ChainMsg::Ack { epoch: st.route.epoch, range: self.range, seq: self.store.max_seq() });
+        } else if st.route.predecessor() == Some(peer) && st.acked_by_successor > 0 {
+            // A middle replica's last ack may have been lost with the old connection; with no
+            // later update the head would wait for it until the client gave up.
+            let seq = st.acked_by_successor;
+            out.push(ChainMsg::Ack { epoch: st.route.epoch, range: self.range, seq });
         }
         out
     }
@@ -1219,21 +1140,20 @@ impl RangeReplica {
     /// Sorted by sequence number: log order need not be sequence order once maintenance has
     /// moved surviving records to another log.
     fn updates_after(&self, epoch: Epoch, after: u64) -> Result<Vec<ChainMsg>, WireError> {
-        let mut records = Vec::new();
-        for record in self.store.iter() {
-            let record = record.map_err(storage)?;
-            if record.meta.seq > after {
-                records.push(record);
-            }
-        }
-        records.sort_by_key(|r| r.meta.seq);
+        let updates = ReplicaStore::updates_after(&self.store, after).map_err(|e| WireError::Storage(e.0))?;
         let mut prev = after;
-        let mut out = Vec::with_capacity(records.len());
-        for record in records {
-            let seq = record.meta.seq;
-            let effect = effect_of(record.kind, record.value, record.meta);
-            let (range, key) = (self.range, record.key);
-            out.push(ChainMsg::Replicate { epoch, range, seq, prev_seq: prev, key, effect, origin: None });
+        let mut out = Vec::with_capacity(updates.len());
+        for u in updates {
+            let (range, seq) = (self.range, u.seq);
+            out.push(ChainMsg::Replicate {
+                epoch,
+                range,
+                seq,
+                prev_seq: prev,
+                key: u.key,
+                effect: u.effect,
+                origin: None,
+            });
             prev = seq;
         }
         Ok(out)
@@ -1534,6 +1454,7 @@ pub fn storage(e: fawn_ds::Error) -> WireError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fawn_proto::native::RangeConfig;
 
     type Wire = (mpsc::Sender<ChainMsg>, mpsc::Receiver<ChainMsg>);
 
@@ -1591,53 +1512,6 @@ mod tests {
             flags: 0,
             expiry: 0,
         }
-    }
-
-    #[test]
-    fn dedup_shares_parent_tables_and_drops_them_once_outgrown() {
-        let stored = |n| Outcome::Stored { cas: n };
-        let mut parent = Dedup::default();
-        parent.remember(req(1), 10, stored(1));
-        let mut left = Dedup::default();
-        let mut right = Dedup::default();
-        left.inherit(parent.share());
-        right.inherit(parent.share());
-        // Both parts and the retired parent answer from the one shared table.
-        for d in [&parent, &left, &right] {
-            assert_eq!(d.get(&req(1)), Some(&(10, stored(1))));
-        }
-        assert_eq!(left.inherited.len(), 1);
-        assert!(Arc::ptr_eq(&left.inherited[0], &right.inherited[0]));
-        // A merge of the two parts holds the shared table once, plus each part's own.
-        left.remember(req(2), 20, stored(2));
-        right.remember(req(3), 30, stored(3));
-        let mut merged = Dedup::default();
-        merged.inherit(left.share());
-        merged.inherit(right.share());
-        assert_eq!(merged.inherited.len(), 3);
-        for (n, seq) in [(1, 10), (2, 20), (3, 30)] {
-            assert_eq!(merged.get(&req(n)).map(|e| e.0), Some(seq));
-        }
-        // As many new requests as one table holds push every inherited entry out.
-        for n in 0..DEDUP_ENTRIES_MAX as u64 {
-            merged.remember(req(1000 + n), n, stored(n));
-        }
-        assert!(merged.inherited.is_empty());
-        assert_eq!(merged.get(&req(1)), None);
-        assert_eq!(merged.own.len(), DEDUP_ENTRIES_MAX);
-    }
-
-    #[test]
-    fn dedup_keeps_at_most_the_newest_inherited_tables() {
-        let mut heir = Dedup::default();
-        for n in 0..(DEDUP_INHERITED_TABLES_MAX as u64 + 2) {
-            let mut parent = Dedup::default();
-            parent.remember(req(n), n, Outcome::Deleted);
-            heir.inherit(parent.share());
-        }
-        assert_eq!(heir.inherited.len(), DEDUP_INHERITED_TABLES_MAX);
-        assert_eq!(heir.get(&req(0)), None, "the oldest table went first");
-        assert!(heir.get(&req(DEDUP_INHERITED_TABLES_MAX as u64 + 1)).is_some());
     }
 
     fn req(n: u64) -> ReqId {
@@ -1810,6 +1684,21 @@ mod tests {
         head.on_ack(2, last, &wires).await;
         let after = head.order_update(req(1 << 40), &set(0), None, 0, &wires).await;
         assert!(after.is_ok(), "still refused after the acks");
+    }
+
+    #[tokio::test]
+    async fn a_middle_replica_acks_again_on_a_new_connection_to_its_predecessor() {
+        // The ack it passed upstream may have been lost with the old connection; the head
+        // must not wait for the next update to learn that its updates committed.
+        let dir = tempfile::tempdir().expect("tempdir");
+        let wires = Wires::default();
+        let middle = replica(dir.path(), route(5, 2, &[1, 2, 3], &[]));
+        assert!(middle.resend_on_connect(1).await.is_empty(), "nothing acknowledged yet");
+        middle.on_ack(3, 42, &wires).await;
+        let first = middle.resend_on_connect(1).await;
+        assert!(matches!(first.as_slice(), [ChainMsg::Ack { seq: 42, .. }]), "{first:?}");
+        middle.install(route(6, 2, &[1, 2, 4], &[]), &wires).await;
+        assert!(middle.resend_on_connect(1).await.is_empty(), "an ack of the old successor");
     }
 
     #[tokio::test]

@@ -1,0 +1,619 @@
+//! One range replica's chain write path as a pure state machine: `step(event) -> actions`.
+//!
+//! It covers ordering at the head (dedup, decide, seq), applying at every other replica (gap
+//! and duplicate detection by `prev_seq`), acks from the tail back up, resends (asked for on a
+//! gap, a new predecessor or a promotion; unacknowledged updates re-sent on a new connection
+//! or to a new successor), gets at the tail, and a syncing replica catching up. The datastore
+//! is written through [`ReplicaStore`] inside `step`, so append order is seq order. Snapshot
+//! and suffix streams, splits and merges stay in the async back-end: a syncing replica here
+//! catches up by asking its source to resend its log (`Resend` after 0), and a `SnapshotEnd`
+//! after the resent updates ends its sync.
+
+use std::collections::BTreeMap;
+
+use fawn_proto::native::{ChainMsg, Origin, ReplEffect, ReqId, WireError};
+use fawn_proto::op::{decide, is_expired, Effect, Item, Outcome, UnixSeconds, Update};
+use fawn_ring::{NodeId, Range};
+
+use super::dedup::Dedup;
+use super::route::Route;
+use super::store::ReplicaStore;
+
+/// Updates a head keeps forwarded but unacknowledged before it refuses new ones
+/// (`Unavailable`, which clients retry): the backpressure a full link queue gave when the head
+/// waited for room, without holding the range lock (a successor cut off under put load).
+pub const UNACKED_UPDATES_MAX: usize = 16_384;
+
+/// Faults that can be switched on to show the simulator finds them. Only a build with the
+/// `faults` feature can switch one on (`Replica::with_fault`); otherwise `faulty` is false.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// A replica promoted to head starts with an empty dedup table.
+    ForgetDedupOnPromotion,
+    /// A replica whose successor changes does not send it its unacknowledged updates.
+    NoUnackedToNewSuccessor,
+    /// A syncing replica promoted to tail serves gets before its predecessor said `CaughtUp`.
+    TailReadsBeforeCaughtUp,
+    /// A replica applies an update whose `prev_seq` it does not hold.
+    ApplyAcrossGap,
+    /// A node still tail in its own view confirms `CaughtUp` to its promoted successor.
+    CaughtUpFromOldTail,
+}
+
+/// What happens to a replica.
+#[derive(Clone, Debug)]
+pub enum Event {
+    /// A client update, to the head.
+    Update(ClientUpdate),
+    /// A client get, to the tail; `token` names it in the reply.
+    Get { token: u64, key: Vec<u8>, now: UnixSeconds },
+    /// A chain message from a neighbour.
+    Chain { from: NodeId, msg: ChainMsg },
+    /// This replica's route in a new epoch.
+    Install(Route),
+    /// A fresh connection to `peer` (what was in flight on the old one is lost).
+    Connected { peer: NodeId },
+    /// Periodic retries.
+    Tick,
+}
+
+/// A client update as the head receives it.
+#[derive(Clone, Debug)]
+pub struct ClientUpdate {
+    pub req: ReqId,
+    pub update: Update,
+    /// The front-end the tail tells `Committed`.
+    pub reply_to: Option<String>,
+    /// Judges expiry.
+    pub now: UnixSeconds,
+    /// Floors the new seq (seqs are microsecond timestamps, so they date updates).
+    pub now_micros: u64,
+}
+
+/// What the caller must do.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Action {
+    /// Send a chain message to a neighbour (in order, per peer).
+    Send { to: NodeId, msg: ChainMsg },
+    /// Answer an update.
+    Reply { req: ReqId, result: Result<Outcome, WireError> },
+    /// Answer a get.
+    GetReply { token: u64, result: Result<Option<Item>, WireError> },
+    /// Tell the front-end at `reply_to` that `req` committed (the tail does).
+    Committed { reply_to: String, req: ReqId, outcome: Outcome, key: Vec<u8> },
+    /// Tell the manager this syncing replica caught up.
+    SyncDone,
+}
+
+/// An incoming update relative to what a replica holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Incoming {
+    /// Held already (seq at or below the highest held).
+    Duplicate,
+    /// An update before it is missing: ask for a resend after the highest held.
+    Gap,
+    /// The next one: apply it.
+    Next,
+}
+
+/// Where an update of `seq` following `prev_seq` stands at a replica holding up to `have`.
+pub fn incoming(seq: u64, prev_seq: u64, have: u64) -> Incoming {
+    if seq <= have {
+        Incoming::Duplicate
+    } else if prev_seq > have {
+        Incoming::Gap
+    } else {
+        Incoming::Next
+    }
+}
+
+/// One range's replica on one node.
+pub struct Replica<S> {
+    range: Range,
+    route: Route,
+    store: S,
+    /// Highest seq ordered or applied here.
+    last_seq: u64,
+    /// Everything up to here is committed (stored at the tail).
+    acked: u64,
+    /// The highest ack the current successor sent (what this replica may pass upstream again).
+    acked_by_successor: u64,
+    recent: Dedup,
+    /// Forwarded to the successor, not yet acknowledged, by seq.
+    unacked: BTreeMap<u64, ChainMsg>,
+    /// Head: updates waiting for the tail's ack before their reply, by seq.
+    waiting: BTreeMap<u64, Vec<(ReqId, Outcome)>>,
+    /// A tail serves gets; a syncing replica promoted to tail only after `CaughtUp`.
+    readable: bool,
+    /// A syncing replica that has caught up (reported `SyncDone`).
+    synced: bool,
+    #[cfg(feature = "faults")]
+    fault: Option<Fault>,
+}
+
+impl<S: ReplicaStore> Replica<S> {
+    pub fn new(store: S, route: Route) -> Replica<S> {
+        let last = store.max_seq();
+        Replica {
+            range: route.rc.range,
+            readable: !route.is_syncing(),
+            route,
+            store,
+            last_seq: last,
+            acked: last,
+            acked_by_successor: 0,
+            recent: Dedup::default(),
+            unacked: BTreeMap::new(),
+            waiting: BTreeMap::new(),
+            synced: false,
+            #[cfg(feature = "faults")]
+            fault: None,
+        }
+    }
+
+    /// Switches a fault on (tests only).
+    #[cfg(feature = "faults")]
+    pub fn with_fault(mut self, fault: Option<Fault>) -> Replica<S> {
+        self.fault = fault;
+        self
+    }
+
+    #[cfg(feature = "faults")]
+    fn faulty(&self, fault: Fault) -> bool {
+        self.fault == Some(fault)
+    }
+
+    #[cfg(not(feature = "faults"))]
+    fn faulty(&self, _: Fault) -> bool {
+        false
+    }
+
+    pub fn route(&self) -> &Route {
+        &self.route
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    /// Everything up to this seq is committed.
+    pub fn acked(&self) -> u64 {
+        self.acked
+    }
+
+    pub fn unacked_len(&self) -> usize {
+        self.unacked.len()
+    }
+
+    pub fn readable(&self) -> bool {
+        self.readable
+    }
+
+    /// Handles one event; returns what to do, in order.
+    pub fn step(&mut self, event: Event) -> Vec<Action> {
+        let mut out = Vec::new();
+        match event {
+            Event::Update(u) => self.on_update(u, &mut out),
+            Event::Get { token, key, now } => {
+                out.push(Action::GetReply { token, result: self.get(&key, now) })
+            }
+            Event::Chain { from, msg } => self.on_chain(from, msg, &mut out),
+            Event::Install(route) => self.install(route, &mut out),
+            Event::Connected { peer } => self.on_connected(peer, &mut out),
+            Event::Tick => self.tick(&mut out),
+        }
+        out
+    }
+
+    fn get(&self, key: &[u8], now: UnixSeconds) -> Result<Option<Item>, WireError> {
+        if !self.route.is_tail() {
+            return Err(WireError::WrongNode(format!("node {} is not the tail", self.route.me)));
+        }
+        if !self.readable {
+            return Err(WireError::Unavailable("the new tail has not caught up yet".into()));
+        }
+        let item = self.store.read(key).map_err(|e| WireError::Storage(e.0))?;
+        Ok(item.filter(|i| !is_expired(i.expiry, now)))
+    }
+
+    fn on_update(&mut self, u: ClientUpdate, out: &mut Vec<Action>) {
+        let req = u.req;
+        match self.order(u, out) {
+            Ok((seq, outcome)) => self.reply_when_acked(req, seq, outcome, out),
+            Err(e) => out.push(Action::Reply { req, result: Err(e) }),
+        }
+    }
+
+    /// Head: decides and appends an update and forwards it. Returns the seq to wait for (the
+    /// reply goes once it is committed) and the outcome.
+    fn order(&mut self, u: ClientUpdate, out: &mut Vec<Action>) -> Result<(u64, Outcome), WireError> {
+        let ClientUpdate { req, update, reply_to, now, now_micros } = u;
+        if !self.route.is_head() {
+            return Err(WireError::WrongNode(format!("node {} is not the head", self.route.me)));
+        }
+        if let Some((seq, outcome)) = self.recent.get(&req) {
+            return Ok((*seq, outcome.clone()));
+        }
+        if self.route.rc.is_reshaping() {
+            return Err(WireError::Unavailable("the range is being split or merged".into()));
+        }
+        if self.unacked.len() >= UNACKED_UPDATES_MAX {
+            return Err(WireError::Unavailable("chain backlog full".into()));
+        }
+        let current = self.store.read(&update.key).map_err(|e| WireError::Storage(e.0))?;
+        let prev_seq = self.last_seq.max(self.store.max_seq());
+        let seq = (prev_seq + 1).max(now_micros);
+        assert!(seq > prev_seq, "the head's seqs must strictly increase");
+        let (outcome, effect) = decide(&update, current.as_ref(), now, seq);
+        let effect = match effect {
+            // A failed condition was judged against state that may hold uncommitted updates:
+            // reply once they commit, and remember the answer so a retry is not decided again.
+            Effect::None => {
+                self.recent.remember(req, prev_seq, outcome.clone());
+                return Ok((prev_seq, outcome));
+            }
+            Effect::Put { value, flags, expiry } => ReplEffect::Put { value, flags, expiry },
+            Effect::Delete => ReplEffect::Delete,
+        };
+        self.store.append(&update.key, &effect, seq).map_err(|e| WireError::Storage(e.0))?;
+        self.last_seq = seq;
+        self.recent.remember(req, seq, outcome.clone());
+        let origin = Some(Origin { req, outcome: outcome.clone(), reply_to });
+        let msg = ChainMsg::Replicate {
+            epoch: self.route.epoch,
+            range: self.range,
+            seq,
+            prev_seq,
+            key: update.key,
+            effect,
+            origin,
+        };
+        self.forward(seq, msg, out);
+        if self.route.is_tail() {
+            self.commit(seq, out);
+        }
+        Ok((seq, outcome))
+    }
+
+    fn reply_when_acked(&mut self, req: ReqId, seq: u64, outcome: Outcome, out: &mut Vec<Action>) {
+        if self.acked >= seq {
+            out.push(Action::Reply { req, result: Ok(outcome) });
+        } else {
+            self.waiting.entry(seq).or_default().push((req, outcome));
+        }
+    }
+
+    /// Sends an update on to the successor, remembering it until acknowledged; from the tail
+    /// to a syncing replica (which acknowledges nothing) it is only sent.
+    fn forward(&mut self, seq: u64, msg: ChainMsg, out: &mut Vec<Action>) {
+        let Some(succ) = self.route.successor() else { return };
+        if !self.route.is_tail() {
+            self.unacked.insert(seq, msg.clone());
+        }
+        out.push(Action::Send { to: succ, msg });
+    }
+
+    /// Everything up to `seq` is committed: reply to whoever waits, forget acknowledged updates.
+    fn commit(&mut self, seq: u64, out: &mut Vec<Action>) {
+        self.acked = self.acked.max(seq);
+        self.unacked = self.unacked.split_off(&(self.acked + 1));
+        let rest = self.waiting.split_off(&(self.acked + 1));
+        for (req, outcome) in std::mem::replace(&mut self.waiting, rest).into_values().flatten() {
+            out.push(Action::Reply { req, result: Ok(outcome) });
+        }
+    }
+
+    fn ack_upstream(&self, seq: u64, out: &mut Vec<Action>) {
+        if let Some(pred) = self.route.predecessor() {
+            let msg = ChainMsg::Ack { epoch: self.route.epoch, range: self.range, seq };
+            out.push(Action::Send { to: pred, msg });
+        }
+    }
+
+    fn ask_resend(&self, out: &mut Vec<Action>) {
+        if let Some(pred) = self.route.predecessor() {
+            let msg = ChainMsg::Resend {
+                epoch: self.route.epoch,
+                range: self.range,
+                after_seq: self.store.max_seq(),
+            };
+            out.push(Action::Send { to: pred, msg });
+        }
+    }
+
+    fn on_chain(&mut self, from: NodeId, msg: ChainMsg, out: &mut Vec<Action>) {
+        let from_pred = self.route.predecessor() == Some(from);
+        let from_succ = self.route.successor() == Some(from);
+        match msg {
+            ChainMsg::Replicate { .. } if from_pred => self.apply(msg, out),
+            ChainMsg::Ack { seq, .. } if from_succ && !self.route.is_tail() => {
+                self.acked_by_successor = self.acked_by_successor.max(seq);
+                self.commit(seq, out);
+                self.ack_upstream(seq, out);
+            }
+            ChainMsg::Resend { after_seq, .. } if from_succ => self.resend(from, after_seq, out),
+            ChainMsg::CaughtUp { .. } if from_pred => self.on_caught_up(out),
+            ChainMsg::SnapshotEnd { .. } if from_pred => self.on_copy_end(out),
+            _ => {}
+        }
+    }
+
+    /// A replicated update from the predecessor.
+    fn apply(&mut self, msg: ChainMsg, out: &mut Vec<Action>) {
+        let ChainMsg::Replicate { seq, prev_seq, ref key, ref effect, ref origin, .. } = msg else { return };
+        let have = self.store.max_seq();
+        let verdict = match incoming(seq, prev_seq, have) {
+            Incoming::Gap if self.faulty(Fault::ApplyAcrossGap) => Incoming::Next,
+            v => v,
+        };
+        match verdict {
+            Incoming::Duplicate => {
+                if self.route.is_tail() {
+                    self.ack_upstream(have, out);
+                }
+                return;
+            }
+            Incoming::Gap => return self.ask_resend(out),
+            Incoming::Next => {}
+        }
+        if let Err(e) = self.store.append(key, effect, seq) {
+            // Nothing applied: the predecessor resends it on the next connection.
+            tracing::warn!(range = %self.range.id_string(), seq, error = %e.0, "apply failed");
+            return;
+        }
+        self.last_seq = self.last_seq.max(seq);
+        if let Some(origin) = origin {
+            self.recent.remember(origin.req, seq, origin.outcome.clone());
+        }
+        let notify = origin.as_ref().filter(|_| self.route.is_tail()).and_then(|o| {
+            let reply_to = o.reply_to.clone()?;
+            Some(Action::Committed { reply_to, req: o.req, outcome: o.outcome.clone(), key: key.clone() })
+        });
+        let is_tail = self.route.is_tail();
+        self.forward(seq, msg, out);
+        if is_tail {
+            self.commit(seq, out);
+            out.extend(notify);
+            self.ack_upstream(seq, out);
+        }
+    }
+
+    /// The successor asks for every update after `after_seq`: sent from the log, then
+    /// `CaughtUp` — except from a node that is still the tail in its own view to a promoted
+    /// successor: it still commits on its own, so the successor must not serve gets yet (it
+    /// asks again every tick). A syncing successor is told, which ends its sync.
+    fn resend(&mut self, to: NodeId, after_seq: u64, out: &mut Vec<Action>) {
+        let updates = match self.store.updates_after(after_seq) {
+            Ok(u) => u,
+            Err(e) => {
+                tracing::warn!(range = %self.range.id_string(), error = %e.0, "resend read failed");
+                return;
+            }
+        };
+        let epoch = self.route.epoch;
+        let mut prev = after_seq;
+        for u in updates {
+            let msg = ChainMsg::Replicate {
+                epoch,
+                range: self.range,
+                seq: u.seq,
+                prev_seq: prev,
+                key: u.key,
+                effect: u.effect,
+                origin: None,
+            };
+            prev = u.seq;
+            out.push(Action::Send { to, msg });
+        }
+        let upto_seq = self.store.max_seq();
+        if self.route.is_tail() && self.route.rc.syncing.contains(&to) {
+            // The copy is complete: the log-resend stand-in for a snapshot stream's end.
+            let msg = ChainMsg::SnapshotEnd { epoch, range: self.range, snapshot: 0, batches: 0, upto_seq };
+            out.push(Action::Send { to, msg });
+        }
+        if !self.route.is_tail() || self.faulty(Fault::CaughtUpFromOldTail) {
+            out.push(Action::Send {
+                to,
+                msg: ChainMsg::CaughtUp { epoch, range: self.range, seq: upto_seq },
+            });
+        }
+    }
+
+    /// The source sent a syncing replica everything it held.
+    fn on_copy_end(&mut self, out: &mut Vec<Action>) {
+        if self.route.is_syncing() && !self.synced {
+            self.synced = true;
+            out.push(Action::SyncDone);
+        }
+    }
+
+    /// The predecessor, no longer a tail, confirmed a promoted tail has everything it had.
+    fn on_caught_up(&mut self, out: &mut Vec<Action>) {
+        if !self.route.is_tail() || self.route.is_syncing() {
+            return;
+        }
+        self.readable = true;
+        let seq = self.store.max_seq();
+        self.commit(seq, out);
+        self.ack_upstream(seq, out);
+    }
+
+    /// A new route: re-wire the chain around this replica.
+    fn install(&mut self, route: Route, out: &mut Vec<Action>) {
+        let old = std::mem::replace(&mut self.route, route);
+        let have = self.store.max_seq();
+        if self.route.successor() != old.successor() {
+            self.acked_by_successor = 0;
+        }
+        if self.route.is_head() && !old.is_head() {
+            self.last_seq = self.last_seq.max(have);
+            if self.faulty(Fault::ForgetDedupOnPromotion) {
+                self.recent = Dedup::default();
+            }
+        }
+        let promoted_from_syncing = self.route.is_tail() && old.is_syncing();
+        if promoted_from_syncing {
+            self.readable = self.faulty(Fault::TailReadsBeforeCaughtUp);
+        } else if self.route.is_tail() && !old.is_tail() {
+            self.readable = true;
+        }
+        if self.route.predecessor() != old.predecessor() || promoted_from_syncing {
+            self.ask_resend(out);
+        }
+        if (self.route.successor() != old.successor() || self.route.is_tail())
+            && !self.faulty(Fault::NoUnackedToNewSuccessor)
+        {
+            self.send_unacked(out);
+        }
+        if self.route.is_tail() && !old.is_tail() && !old.is_syncing() {
+            // Everything this replica holds is now committed.
+            self.commit(have, out);
+            self.ack_upstream(have, out);
+        }
+    }
+
+    /// Every unacknowledged update, in seq order, to the successor (a tail has none).
+    fn send_unacked(&self, out: &mut Vec<Action>) {
+        let Some(succ) = self.route.successor().filter(|_| !self.route.is_tail()) else { return };
+        for msg in self.unacked.values() {
+            out.push(Action::Send { to: succ, msg: msg.clone() });
+        }
+    }
+
+    /// A fresh connection: what was in flight on the old one may be lost.
+    fn on_connected(&mut self, peer: NodeId, out: &mut Vec<Action>) {
+        if self.route.successor() == Some(peer) {
+            self.send_unacked(out);
+        }
+        if self.route.predecessor() == Some(peer) && !self.route.is_syncing() {
+            // Acks are cumulative and the last one may have been lost with the old
+            // connection: with no later update, the head would wait for it for ever.
+            let seq = if self.route.is_tail() { self.store.max_seq() } else { self.acked_by_successor };
+            if seq > 0 {
+                self.ack_upstream(seq, out);
+            }
+        }
+        if self.route.predecessor() == Some(peer) && self.route.is_syncing() && !self.synced {
+            self.ask_resend(out);
+        }
+    }
+
+    /// Periodic retries: a promoted tail asks for its catch-up confirmation, a syncing
+    /// replica for its copy.
+    fn tick(&mut self, out: &mut Vec<Action>) {
+        let promoted = self.route.is_tail() && !self.readable;
+        let syncing = self.route.is_syncing() && !self.synced;
+        if promoted || syncing {
+            self.ask_resend(out);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replica::store::MemStore;
+    use fawn_proto::native::RangeConfig;
+    use fawn_proto::op::Mutation;
+
+    fn route(epoch: u64, me: NodeId, chain: &[NodeId]) -> Route {
+        Route { epoch, me, rc: RangeConfig::new(Range::full(), chain.to_vec()) }
+    }
+
+    fn set(key: &str, value: &str) -> Update {
+        Update { key: key.into(), mutation: Mutation::Set, value: value.into(), flags: 0, expiry: 0 }
+    }
+
+    fn update(req: u64, u: Update) -> Event {
+        let req = ReqId { client: 1, seq: req };
+        Event::Update(ClientUpdate { req, update: u, reply_to: None, now: 0, now_micros: 0 })
+    }
+
+    /// Replicas of `chain`, with messages delivered in order until none is left; returns the
+    /// non-`Send` actions.
+    struct Chain(BTreeMap<NodeId, Replica<MemStore>>);
+
+    impl Chain {
+        fn new(chain: &[NodeId]) -> Chain {
+            Chain(
+                chain.iter().map(|n| (*n, Replica::new(MemStore::default(), route(1, *n, chain)))).collect(),
+            )
+        }
+
+        fn run(&mut self, at: NodeId, event: Event) -> Vec<Action> {
+            let mut todo = vec![(at, event)];
+            let mut done = Vec::new();
+            while !todo.is_empty() {
+                let (node, event) = todo.remove(0);
+                for a in self.0.get_mut(&node).expect("node").step(event) {
+                    match a {
+                        Action::Send { to, msg } => todo.push((to, Event::Chain { from: node, msg })),
+                        other => done.push(other),
+                    }
+                }
+            }
+            done
+        }
+    }
+
+    #[test]
+    fn an_update_replies_once_the_tail_has_it_and_a_retry_is_not_applied_again() {
+        let mut c = Chain::new(&[1, 2, 3]);
+        let out = c.run(1, update(1, set("k", "v")));
+        let [Action::Reply { result: Ok(Outcome::Stored { cas }), .. }] = out.as_slice() else {
+            panic!("{out:?}")
+        };
+        for r in c.0.values() {
+            assert_eq!(r.store().seq_of(b"k"), Some(*cas));
+            assert_eq!(r.acked(), *cas, "node {}", r.route().me);
+        }
+        let again = c.run(1, update(1, set("k", "v")));
+        assert_eq!(again, out, "a retry must get the first answer");
+        assert_eq!(c.0[&3].store().max_seq(), *cas, "a retry was applied twice");
+        let get = c.run(3, Event::Get { token: 9, key: b"k".to_vec(), now: 0 });
+        assert!(matches!(&get[..], [Action::GetReply { result: Ok(Some(_)), .. }]), "{get:?}");
+        let at_head = c.run(1, Event::Get { token: 9, key: b"k".to_vec(), now: 0 });
+        assert!(matches!(&at_head[..], [Action::GetReply { result: Err(WireError::WrongNode(_)), .. }]));
+    }
+
+    #[test]
+    fn a_gap_asks_for_a_resend_and_applies_nothing() {
+        let mut r = Replica::new(MemStore::default(), route(1, 2, &[1, 2]));
+        let msg = ChainMsg::Replicate {
+            epoch: 1,
+            range: Range::full(),
+            seq: 7,
+            prev_seq: 5,
+            key: b"k".to_vec(),
+            effect: ReplEffect::Delete,
+            origin: None,
+        };
+        let out = r.step(Event::Chain { from: 1, msg });
+        assert!(
+            matches!(&out[..], [Action::Send { to: 1, msg: ChainMsg::Resend { after_seq: 0, .. } }]),
+            "{out:?}"
+        );
+        assert_eq!(r.store().max_seq(), 0);
+    }
+
+    #[test]
+    fn a_new_head_answers_a_retry_from_the_origin_it_was_sent() {
+        let mut c = Chain::new(&[1, 2, 3]);
+        let first = c.run(1, update(4, set("k", "v")));
+        c.0.remove(&1);
+        for (n, r) in c.0.iter_mut() {
+            r.step(Event::Install(route(2, *n, &[2, 3])));
+        }
+        let retry = c.run(2, update(4, set("k", "v")));
+        assert_eq!(retry, first);
+        assert_eq!(c.0[&3].store().max_seq(), c.0[&2].store().max_seq());
+    }
+
+    #[test]
+    fn incoming_tells_duplicates_gaps_and_the_next_update_apart() {
+        assert_eq!(incoming(5, 3, 5), Incoming::Duplicate);
+        assert_eq!(incoming(6, 5, 5), Incoming::Next);
+        assert_eq!(incoming(6, 4, 5), Incoming::Next);
+        assert_eq!(incoming(7, 6, 5), Incoming::Gap);
+    }
+}

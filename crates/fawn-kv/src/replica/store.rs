@@ -1,0 +1,189 @@
+//! The datastore as the replica state machine sees it: append a record, the highest seq held,
+//! read a key, the records after a seq. Served by the real FAWN-DS (`DataStore`) or by
+//! [`MemStore`], an in-memory map for the simulator and unit tests.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use fawn_ds::{DataStore, Meta, RecordKind};
+use fawn_proto::native::ReplEffect;
+use fawn_proto::op::Item;
+
+/// A datastore failure, as text (the replica only reports it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoreError(pub String);
+
+/// One stored update.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredUpdate {
+    pub seq: u64,
+    pub key: Vec<u8>,
+    pub effect: ReplEffect,
+}
+
+/// What the replica needs from its datastore.
+pub trait ReplicaStore {
+    /// Appends the update of sequence number `seq` (above every seq held).
+    fn append(&mut self, key: &[u8], effect: &ReplEffect, seq: u64) -> Result<(), StoreError>;
+    /// The highest sequence number held (0 when empty).
+    fn max_seq(&self) -> u64;
+    /// The live item of `key` (its cas is the seq of the put that wrote it), expired or not.
+    fn read(&self, key: &[u8]) -> Result<Option<Item>, StoreError>;
+    /// The updates with a seq above `after`, in seq order: every one of them, or (a log that
+    /// compaction has cleaned) at least each key's latest.
+    fn updates_after(&self, after: u64) -> Result<Vec<StoredUpdate>, StoreError>;
+}
+
+/// A range's updates in memory, as an uncompacted log: each key's latest, and every update
+/// appended by seq (so a resend includes superseded updates, and a checker can tell which
+/// updates a replica applied).
+#[derive(Clone, Debug, Default)]
+pub struct MemStore {
+    latest: BTreeMap<Vec<u8>, (u64, ReplEffect)>,
+    max_seq: u64,
+    log: BTreeMap<u64, (Vec<u8>, ReplEffect)>,
+}
+
+impl MemStore {
+    /// The seq of `key`'s latest update (put or delete), if any.
+    pub fn seq_of(&self, key: &[u8]) -> Option<u64> {
+        self.latest.get(key).map(|(seq, _)| *seq)
+    }
+
+    /// Whether the update of `seq` was ever appended here.
+    pub fn applied(&self, seq: u64) -> bool {
+        self.log.contains_key(&seq)
+    }
+
+    /// The seqs appended above `after`, in order.
+    pub fn applied_after(&self, after: u64) -> impl Iterator<Item = u64> + '_ {
+        self.log.range(after + 1..).map(|(seq, _)| *seq)
+    }
+
+    /// Every key's latest update, in key order.
+    pub fn contents(&self) -> impl Iterator<Item = (&Vec<u8>, &(u64, ReplEffect))> {
+        self.latest.iter()
+    }
+}
+
+impl ReplicaStore for MemStore {
+    fn append(&mut self, key: &[u8], effect: &ReplEffect, seq: u64) -> Result<(), StoreError> {
+        if seq <= self.max_seq {
+            return Err(StoreError(format!("append of seq {seq} at or below {}", self.max_seq)));
+        }
+        self.latest.insert(key.to_vec(), (seq, effect.clone()));
+        self.max_seq = seq;
+        self.log.insert(seq, (key.to_vec(), effect.clone()));
+        Ok(())
+    }
+
+    fn max_seq(&self) -> u64 {
+        self.max_seq
+    }
+
+    fn read(&self, key: &[u8]) -> Result<Option<Item>, StoreError> {
+        Ok(self.latest.get(key).and_then(|(seq, effect)| match effect {
+            ReplEffect::Put { value, flags, expiry } => {
+                Some(Item { value: value.clone(), flags: *flags, expiry: *expiry, cas: *seq })
+            }
+            ReplEffect::Delete => None,
+        }))
+    }
+
+    fn updates_after(&self, after: u64) -> Result<Vec<StoredUpdate>, StoreError> {
+        Ok(self
+            .log
+            .range(after + 1..)
+            .map(|(seq, (key, effect))| StoredUpdate { seq: *seq, key: key.clone(), effect: effect.clone() })
+            .collect())
+    }
+}
+
+fn storage(e: fawn_ds::Error) -> StoreError {
+    StoreError(e.to_string())
+}
+
+/// The real FAWN-DS log (shared with the back-end's other users of the range's datastore).
+impl ReplicaStore for Arc<DataStore> {
+    fn append(&mut self, key: &[u8], effect: &ReplEffect, seq: u64) -> Result<(), StoreError> {
+        match effect {
+            ReplEffect::Put { value, flags, expiry } => {
+                self.store(key, value, Meta { seq, flags: *flags, expiry: *expiry })
+            }
+            ReplEffect::Delete => self.delete(key, Meta { seq, ..Meta::default() }),
+        }
+        .map_err(storage)
+    }
+
+    fn max_seq(&self) -> u64 {
+        DataStore::max_seq(self)
+    }
+
+    fn read(&self, key: &[u8]) -> Result<Option<Item>, StoreError> {
+        let entry = self.lookup(key).map_err(storage)?;
+        Ok(entry.map(|e| Item {
+            value: e.value,
+            flags: e.meta.flags,
+            expiry: e.meta.expiry,
+            cas: e.meta.seq,
+        }))
+    }
+
+    /// Sorted by seq: log order need not be seq order once maintenance has moved surviving
+    /// records to another log.
+    fn updates_after(&self, after: u64) -> Result<Vec<StoredUpdate>, StoreError> {
+        let mut out = Vec::new();
+        for record in self.iter() {
+            let record = record.map_err(storage)?;
+            if record.meta.seq > after {
+                let effect = match record.kind {
+                    RecordKind::Put => ReplEffect::Put {
+                        value: record.value,
+                        flags: record.meta.flags,
+                        expiry: record.meta.expiry,
+                    },
+                    RecordKind::Delete => ReplEffect::Delete,
+                };
+                out.push(StoredUpdate { seq: record.meta.seq, key: record.key, effect });
+            }
+        }
+        out.sort_by_key(|u| u.seq);
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(v: &str) -> ReplEffect {
+        ReplEffect::Put { value: v.as_bytes().to_vec(), flags: 0, expiry: 0 }
+    }
+
+    /// Both stores answer alike for the same appends.
+    fn exercise(store: &mut dyn ReplicaStore) {
+        store.append(b"a", &put("1"), 5).expect("append");
+        store.append(b"b", &put("2"), 7).expect("append");
+        store.append(b"a", &ReplEffect::Delete, 9).expect("append");
+        assert_eq!(store.max_seq(), 9);
+        assert_eq!(store.read(b"a").expect("read"), None);
+        assert_eq!(store.read(b"b").expect("read").map(|i| (i.value, i.cas)), Some((b"2".to_vec(), 7)));
+        let after: Vec<u64> = store.updates_after(5).expect("after").iter().map(|u| u.seq).collect();
+        assert_eq!(after, vec![7, 9]);
+    }
+
+    #[test]
+    fn mem_store_and_fawn_ds_agree() {
+        exercise(&mut MemStore::default());
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ds = DataStore::open(dir.path(), fawn_ds::Options::default()).expect("open");
+        exercise(&mut Arc::new(ds));
+    }
+
+    #[test]
+    fn mem_store_refuses_a_seq_that_goes_backwards() {
+        let mut s = MemStore::default();
+        s.append(b"a", &put("1"), 5).expect("append");
+        assert!(s.append(b"b", &put("2"), 5).is_err());
+    }
+}

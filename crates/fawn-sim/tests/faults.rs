@@ -1,0 +1,48 @@
+//! Guards the simulator's teeth: each fault re-introduced in the replica state machine is
+//! found within a bounded number of seeds (seeds that pass without the fault only).
+#![cfg(feature = "faults")]
+
+use fawn_sim::{run_seed, Config, Fault};
+
+/// Each fault must be found among this many seeds.
+const SEEDS_MAX: u64 = 2_000;
+
+fn seeds_to_find(fault: Fault) -> Option<u64> {
+    let clean = Config { crashes_max: 1, ..Config::default() };
+    let faulty = Config { fault: Some(fault), ..clean.clone() };
+    (0..SEEDS_MAX).find(|seed| {
+        !run_seed(*seed, &faulty).violations.is_empty() && run_seed(*seed, &clean).violations.is_empty()
+    })
+}
+
+fn found(fault: Fault) {
+    match seeds_to_find(fault) {
+        Some(seed) => eprintln!("{fault:?}: found at seed {seed} ({} seeds)", seed + 1),
+        None => panic!("{fault:?} not found in {SEEDS_MAX} seeds"),
+    }
+}
+
+#[test]
+fn a_head_that_forgets_dedup_after_failover_is_found() {
+    found(Fault::ForgetDedupOnPromotion);
+}
+
+#[test]
+fn unacked_updates_not_resent_to_a_new_successor_are_found() {
+    found(Fault::NoUnackedToNewSuccessor);
+}
+
+#[test]
+fn a_tail_that_serves_gets_before_it_caught_up_is_found() {
+    found(Fault::TailReadsBeforeCaughtUp);
+}
+
+#[test]
+fn applying_across_a_gap_is_found() {
+    found(Fault::ApplyAcrossGap);
+}
+
+#[test]
+fn an_old_tail_that_confirms_catch_up_before_stepping_down_is_found() {
+    found(Fault::CaughtUpFromOldTail);
+}
