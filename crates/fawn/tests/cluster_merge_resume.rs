@@ -1,4 +1,4 @@
-//! Guards ranges merged on leave (issue 6, "ranges merge into neighbours") against a crash
+//! Guards ranges merged on leave ("ranges merge into neighbours") against a crash
 //! mid-merge: in a 4-back-end cluster (R = 3, sync `always`) one back-end is started with
 //! fault injection (`FAWN_CRASH_AT`) and node 0 leaves. The back-end aborts in its first local
 //! merge right after marking the part it merges in (`merge-marked`), is restarted with the

@@ -1,4 +1,4 @@
-//! Guards rejoin by suffix (issue 6: "a failed node that comes back with its old data rejoins
+//! Guards rejoin by suffix ("a failed node that comes back with its old data rejoins
 //! with only the missing suffix copied where possible"): 4 back-ends, R=3. One back-end is
 //! killed with kill -9 after a preload; while it is declared failed, keys are added, some
 //! preloaded keys overwritten and deleted — in one range the very key of the victim's last

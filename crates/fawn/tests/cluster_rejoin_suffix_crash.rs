@@ -1,4 +1,4 @@
-//! Guards a rejoin by suffix that is cut short by a crash (issue 6, rejoin): a suffix is
+//! Guards a rejoin by suffix that is cut short by a crash (rejoin): a suffix is
 //! streamed in the source's log order, so a datastore holding part of one is no prefix of the
 //! range's history, and asking again for "the records after its last one" could skip keys the
 //! first stream had not reached yet. While a suffix is being received the range must not count

@@ -1,4 +1,4 @@
-//! Guards ranges split on join (issue 6, "local split of the affected ranges"): a fifth
+//! Guards ranges split on join ("local split of the affected ranges"): a fifth
 //! back-end joins a 4-back-end cluster (R = 3); each of its virtual ids must end a range of
 //! its own that it replicates, and every acknowledged write must read back. Then a split cut
 //! short by a crash: a replica of a split-off part is killed with kill -9 and left with the

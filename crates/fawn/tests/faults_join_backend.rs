@@ -1,4 +1,4 @@
-//! Guards a join under load (paper §3.4.4, issue 6): a fourth back-end with a new node id and
+//! Guards a join under load (paper §3.4.4): a fourth back-end with a new node id and
 //! an empty data directory joins a 3-node R=3 cluster while clients run a mixed
 //! get/put/delete load. Its ranges are pre-copied and it enters the chains without losing an
 //! update or serving a read before it is consistent: the history is linearizable and the

@@ -1,4 +1,4 @@
-//! Guards two membership changes at once (issue 6: "a join while another node fails is either
+//! Guards two membership changes at once ("a join while another node fails is either
 //! handled or queued safely"): a fifth back-end joins a 4-node R=3 cluster under a mixed
 //! get/put/delete load, and while the join is under way (its registration, pre-copies, the
 //! chain changes that follow; the seed picks the moment) one of the old back-ends — possibly

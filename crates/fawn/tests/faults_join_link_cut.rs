@@ -1,4 +1,4 @@
-//! Guards a cut link between a tail and its syncing replica during a join (issue 6: a
+//! Guards a cut link between a tail and its syncing replica during a join (a
 //! partition between two chain neighbours must not break linearizability, and the tail keeps
 //! no unacknowledged updates for a syncing replica, so the tail's own stall check never sees
 //! it). A fourth back-end joins a 3-node R=3 cluster under the mixed load while its links to

@@ -1,4 +1,4 @@
-//! Guards failure handling (DESIGN §5 "Failure", issue 6): a back-end is killed with kill -9
+//! Guards failure handling (DESIGN §5 "Failure"): a back-end is killed with kill -9
 //! under a mixed get/put/delete load; the manager must detect it, repair its chains and keep
 //! serving with the survivors (R=3, one failure), and when the node is restarted on its old
 //! data directory it must rejoin and resync. Every run: the history is linearizable and the

@@ -1,4 +1,4 @@
-//! Guards a syncing replica that restarts in the middle of its range copy (issue 6). A fourth
+//! Guards a syncing replica that restarts in the middle of its range copy. A fourth
 //! back-end joins a 3-node R=3 cluster holding ~40 MB; its copies are paced to 1 MiB/s per
 //! range so that each takes seconds. In the second half of the copy the joiner is killed
 //! (kill -9) and restarted at once on its old address: its ranges start over empty and ask

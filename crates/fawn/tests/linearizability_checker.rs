@@ -1,4 +1,4 @@
-//! Guards the linearizability checker itself (issue 6, "What must be shown" item 1): the
+//! Guards the linearizability checker itself: the
 //! Porcupine-based `lincheck` (tools/linearizability) must reject a history with a stale read
 //! recorded through the Rust recorder, accept the same history without it, and accept a
 //! history recorded from a real multi-process cluster (several clients, mixed get/put/delete

@@ -109,7 +109,7 @@ pub struct BackendOptions {
 /// per syncing range.
 pub const COPY_BYTES_PER_S_DEFAULT: u64 = 32 << 20;
 /// Default for `BackendOptions::join_copy_bytes_per_s`: 4 MiB/s per syncing range. Measured at
-/// max load on 2 vCPUs (docs/BENCHMARKS.md, sessions 4–5): gets during a join at 0.63 of the
+/// max load on 2 vCPUs (docs/BENCHMARKS.md): gets during a join at 0.63 of the
 /// steady rate at 32 MiB/s, 0.76–0.88 at 8 MiB/s, 0.82–0.92 at 4 MiB/s. A join risks nothing
 /// while it runs (the range keeps R replicas), so it goes slow.
 pub const JOIN_COPY_BYTES_PER_S_DEFAULT: u64 = 4 << 20;
@@ -1330,7 +1330,7 @@ impl Exposition for Backend {
     }
 }
 
-/// What an operator needs to see of a datastore's space and cleaning (issue 3): live and
+/// What an operator needs to see of a datastore's space and cleaning: live and
 /// garbage bytes, bytes written by clients and by cleaning (their ratio is the write
 /// amplification), and how long the last maintenance ran and held the writers' lock.
 fn datastore_maintenance_metrics(out: &mut String, labels: &str, s: &fawn_ds::Stats) {
@@ -1599,7 +1599,7 @@ mod copy_rate_tests {
     }
 }
 
-/// Guards the operator's view of cleaning (issue 3): the per-range maintenance metrics come
+/// Guards the operator's view of cleaning: the per-range maintenance metrics come
 /// from a real datastore's stats and move when a real compaction runs.
 #[cfg(test)]
 mod maintenance_metrics_tests {
