@@ -13,6 +13,7 @@
 //!   RocksDB with the `rocksdb` feature).
 //! * `files`: semi-random writes into 1..N datastores vs N raw files (Figure 9).
 //! * `device`: the raw device under a directory with O_DIRECT (sequential MB/s, random 4 KiB IOPS).
+//! * `report`: regenerate the tables of `docs/BENCHMARKS.md` from the kept result lines.
 //!
 //! The `fawn` binary embeds this as `fawn bench` through [`BenchArgs`] and [`run`].
 
@@ -38,6 +39,7 @@ pub mod plot;
 mod progress;
 pub mod proto;
 mod raw;
+pub mod report;
 #[cfg(feature = "rocksdb")]
 mod rocks;
 pub mod servers;
@@ -91,6 +93,9 @@ pub enum BenchCommand {
     /// The paper's evaluation end to end (Tables 1-3, Figures 9-15, failure timing): JSON, CSV
     /// and SVG plots in --out-dir.
     Paper(paper::PaperArgs),
+    /// Regenerate the marked tables of docs/BENCHMARKS.md from the result files in docs/results
+    /// (`--check`: fail if any is stale instead).
+    Report(report::ReportArgs),
 }
 
 /// Run `fawn bench` with parsed arguments.
@@ -120,6 +125,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         BenchCommand::Paper(p) => paper::run(p, args.quiet),
         BenchCommand::Distance(d) => distance::run(d, args.quiet, &mut rep),
         BenchCommand::Maint(m) => maint::run(m, args.quiet, &mut rep),
+        BenchCommand::Report(r) => report::run(r),
     }
 }
 
