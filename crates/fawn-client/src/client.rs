@@ -10,23 +10,24 @@ use fawn_ring::{key_id, wedge_of};
 use parking_lot::RwLock;
 
 use crate::pool::Pool;
+use crate::retry::{Attempt, Next, Retry, RetryPolicy};
 use crate::rpc::RpcError;
-
-/// Retries of one operation before giving up (each after a config refresh and a backoff).
-pub const CLIENT_RETRIES_MAX: u32 = 8;
-/// First retry backoff; doubles per retry.
-const BACKOFF_START: Duration = Duration::from_millis(20);
 
 /// Client settings.
 #[derive(Clone, Debug)]
 pub struct ClientOptions {
     pub connect_timeout: Duration,
     pub request_timeout: Duration,
+    pub retry: RetryPolicy,
 }
 
 impl Default for ClientOptions {
     fn default() -> Self {
-        ClientOptions { connect_timeout: Duration::from_secs(2), request_timeout: Duration::from_secs(5) }
+        ClientOptions {
+            connect_timeout: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(5),
+            retry: RetryPolicy::DEFAULT,
+        }
     }
 }
 
@@ -156,22 +157,21 @@ impl Client {
     }
 
     async fn with_retries(&self, make: impl Fn(u64) -> Request, key: &[u8]) -> Result<Response, ClientError> {
-        let mut backoff = BACKOFF_START;
-        let mut attempt = 0;
+        let mut retry = Retry::new(self.options.retry);
         loop {
-            attempt += 1;
+            let routed_by = self.config.read().epoch;
             let result = self.try_once(&make, key).await;
-            let retryable = match &result {
-                Ok(_) => return result,
-                Err(ClientError::Rpc(_)) => true,
-                Err(ClientError::Cluster(e)) => is_retryable(e),
-                Err(_) => false,
+            let attempt = match &result {
+                Ok(_) => Attempt::Answered,
+                Err(ClientError::Rpc(_)) => Attempt::Unreachable,
+                Err(ClientError::Cluster(e)) => Attempt::Refused(e),
+                Err(_) => return result,
             };
-            if !retryable || attempt > CLIENT_RETRIES_MAX {
-                return result;
+            match retry.after(attempt, routed_by) {
+                Next::Stop => return result,
+                Next::RetryNow => {}
+                Next::RetryAfter(wait) => tokio::time::sleep(wait).await,
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(1));
             let _ = self.refresh().await;
         }
     }
@@ -183,16 +183,4 @@ impl Client {
             resp => Ok(resp),
         }
     }
-}
-
-/// Errors after which the same request may succeed (the update carries the same request id,
-/// so a retried update is applied once).
-pub fn is_retryable(e: &WireError) -> bool {
-    matches!(
-        e,
-        WireError::StaleEpoch { .. }
-            | WireError::Unavailable(_)
-            | WireError::Timeout
-            | WireError::WrongNode(_)
-    )
 }

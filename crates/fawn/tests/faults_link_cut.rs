@@ -56,6 +56,7 @@ impl Probe {
                 let options = ClientOptions {
                     connect_timeout: Duration::from_secs(1),
                     request_timeout: Duration::from_millis(500),
+                    ..ClientOptions::default()
                 };
                 let Ok(client) = Client::connect(&bootstrap, options).await else { return };
                 let mut i = 0u64;

@@ -31,6 +31,7 @@ fn time_to_put(bootstrap: &[String], key: &str) -> Option<Duration> {
         let options = ClientOptions {
             connect_timeout: Duration::from_secs(1),
             request_timeout: Duration::from_millis(500),
+            ..ClientOptions::default()
         };
         while start.elapsed() < RESUME_MAX {
             if let Ok(client) = Client::connect(bootstrap, options.clone()).await {

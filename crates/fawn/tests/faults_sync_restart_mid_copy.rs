@@ -62,8 +62,11 @@ fn syncing_replica_restarts_mid_copy() {
     let mut procs = Procs::start(shape);
     let rt =
         tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime");
-    let options =
-        ClientOptions { connect_timeout: Duration::from_secs(1), request_timeout: Duration::from_secs(5) };
+    let options = ClientOptions {
+        connect_timeout: Duration::from_secs(1),
+        request_timeout: Duration::from_secs(5),
+        ..ClientOptions::default()
+    };
     let client = rt.block_on(procs.client(options.clone()));
 
     let started = Instant::now();

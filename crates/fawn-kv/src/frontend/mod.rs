@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fawn_client::pool::Pool;
+use fawn_client::retry::{Attempt, Next, Retry, RetryPolicy};
 use fawn_proto::native::{ClusterConfig, Epoch, NodeStatus, ReqId, Request, Response, WireError};
 use fawn_proto::op::{is_expired, Item, Outcome, Update};
 use fawn_ring::{key_id, wedge_of};
@@ -26,10 +27,13 @@ use cache::{CacheTiming, QueryCache};
 
 /// How often a front-end polls the manager for a newer configuration.
 pub const CONFIG_POLL_INTERVAL: Duration = Duration::from_millis(500);
-/// Attempts per request to a back-end or front-end before answering "unavailable".
-pub const ROUTE_ATTEMPTS_MAX: u32 = 6;
-/// First retry pause; doubles per attempt.
-const BACKOFF_START: Duration = Duration::from_millis(25);
+/// Retries of a request to a back-end or a peer front-end before answering "unavailable": short,
+/// since a memcached client waits behind it on its connection and has its own timeout.
+pub const ROUTE_RETRY: RetryPolicy = RetryPolicy {
+    attempts_max: 6,
+    backoff_start: Duration::from_millis(25),
+    backoff_max: Duration::from_secs(1),
+};
 
 /// Front-end settings.
 #[derive(Clone, Debug)]
@@ -279,49 +283,48 @@ impl Frontend {
         !is_expired(item.expiry, now) && !flushed(item.cas, self.current().config.flush_at_micros)
     }
 
-    /// Sends a request to the address `target` picks from the current view, retrying with
-    /// backoff (and a configuration refresh) on transport errors and retryable refusals.
+    /// Sends a request to the address `target` picks from the current view, retrying by
+    /// [`ROUTE_RETRY`] with a configuration refresh before each retry.
     async fn call_with_retries(
         &self,
         target: impl Fn(&View) -> Option<String>,
         make: impl Fn(u64) -> Request,
     ) -> Result<Response, WireError> {
-        let mut backoff = BACKOFF_START;
-        let mut last = WireError::Unavailable("no route".into());
-        // A refusal that only says "a newer configuration exists" is fixed by fetching it:
-        // retry at once instead of backing off (a join or repair bumps the epoch several times).
-        let mut newer_epoch_known = false;
-        let mut routed_by: Epoch = 0;
-        for attempt in 0..ROUTE_ATTEMPTS_MAX {
-            if attempt > 0 {
-                self.counters.retries.fetch_add(1, Ordering::Relaxed);
-                if !newer_epoch_known {
-                    tokio::time::sleep(backoff).await;
-                    backoff *= 2;
-                }
-                self.refresh_after(routed_by).await;
-            }
+        let mut retry = Retry::new(ROUTE_RETRY);
+        loop {
             let view = self.current();
-            routed_by = view.config.epoch;
-            let Some(addr) = target(&view) else { continue };
-            newer_epoch_known = false;
-            match self.pool.call(&addr, make(view.config.epoch), self.options.request_timeout).await {
-                Ok(Response::Error(WireError::StaleEpoch { current })) if current > routed_by => {
-                    newer_epoch_known = true;
-                    last = WireError::StaleEpoch { current };
-                }
-                Ok(Response::Error(e)) if fawn_client::client::is_retryable(&e) => last = e,
-                Ok(Response::Error(e)) => return Err(e),
-                Ok(resp) => {
-                    if attempt > 0 {
-                        debug!(attempt, addr, last = %last, "answered after retries");
+            let routed_by = view.config.epoch;
+            let result = match target(&view) {
+                Some(addr) => self
+                    .pool
+                    .call(&addr, make(routed_by), self.options.request_timeout)
+                    .await
+                    .map_err(|e| e.to_string()),
+                None => Err("no route".to_owned()),
+            };
+            let next = match &result {
+                Ok(Response::Error(e)) => retry.after(Attempt::Refused(e), routed_by),
+                Ok(_) => retry.after(Attempt::Answered, routed_by),
+                Err(_) => retry.after(Attempt::Unreachable, routed_by),
+            };
+            if next == Next::Stop {
+                return match result {
+                    Ok(Response::Error(e)) => Err(e),
+                    Ok(resp) => {
+                        if retry.attempts() > 1 {
+                            debug!(attempts = retry.attempts(), "answered after retries");
+                        }
+                        Ok(resp)
                     }
-                    return Ok(resp);
-                }
-                Err(e) => last = WireError::Unavailable(e.to_string()),
+                    Err(reason) => Err(WireError::Unavailable(reason)),
+                };
             }
+            self.counters.retries.fetch_add(1, Ordering::Relaxed);
+            if let Next::RetryAfter(wait) = next {
+                tokio::time::sleep(wait).await;
+            }
+            self.refresh_after(routed_by).await;
         }
-        Err(last)
     }
 
     fn new_req(&self) -> ReqId {

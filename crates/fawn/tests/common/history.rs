@@ -387,7 +387,11 @@ impl Default for Workload {
 
 impl Workload {
     pub fn client_options(&self) -> ClientOptions {
-        ClientOptions { connect_timeout: Duration::from_secs(1), request_timeout: self.request_timeout }
+        ClientOptions {
+            connect_timeout: Duration::from_secs(1),
+            request_timeout: self.request_timeout,
+            ..ClientOptions::default()
+        }
     }
 
     pub fn key(i: u32) -> String {
