@@ -269,9 +269,8 @@ pub struct BackendArgs {
     copy_rate_mib: u64,
     /// The same ceiling for copies to a range that already has R in-sync replicas: a joining
     /// node's pre-copy, a leaving node's replacement (MiB/s of keys + values; 0 = unlimited).
-    /// Nothing is at risk while they run, so by default they go slower and cost foreground
-    /// gets less (at max load on 2 vCPUs: gets at 0.82–0.92 of the steady rate during a join
-    /// at 4 MiB/s, 0.63 at 32 MiB/s; docs/BENCHMARKS.md).
+    /// Nothing is at risk while they run, so by default they go slower and take less from
+    /// foreground gets (docs/BENCHMARKS.md, gets during a join).
     #[arg(long, value_name = "MIB", env = "FAWN_JOIN_COPY_RATE_MIB", default_value_t = fawn_kv::backend::JOIN_COPY_BYTES_PER_S_DEFAULT >> 20)]
     join_copy_rate_mib: u64,
 }

@@ -1,6 +1,8 @@
 //! `fawn`: the one binary. A thin main: parse flags, set up logging, call library code.
 
 mod args;
+#[cfg(test)]
+mod flagdoc;
 mod status;
 
 use args::{Cli, Command};
