@@ -29,11 +29,13 @@ pub struct Shape {
     pub frontends: u32,
     pub replicas: u32,
     pub vnodes: u32,
+    /// Serve `/metrics` on every role (`fawn up --metrics`).
+    pub metrics: bool,
 }
 
 impl Default for Shape {
     fn default() -> Self {
-        Shape { backends: 3, frontends: 1, replicas: 3, vnodes: 2 }
+        Shape { backends: 3, frontends: 1, replicas: 3, vnodes: 2, metrics: false }
     }
 }
 
@@ -76,7 +78,7 @@ impl Cluster {
     pub fn start_in(dir: &Path, shape: Shape, base_port: Option<u16>) -> Cluster {
         let base = base_port.unwrap_or_else(|| free_base(&shape));
         let memcached_port = base + 200;
-        let args = vec![
+        let mut args = vec![
             "up".to_string(),
             "--data-dir".into(),
             dir.display().to_string(),
@@ -93,6 +95,9 @@ impl Cluster {
             "--vnodes".into(),
             shape.vnodes.to_string(),
         ];
+        if shape.metrics {
+            args.push("--metrics".into());
+        }
         let mut cluster = Cluster {
             child: None,
             dir: dir.to_path_buf(),
