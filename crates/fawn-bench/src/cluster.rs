@@ -65,6 +65,13 @@ pub struct ClusterArgs {
     /// memcached binary (peers section).
     #[arg(long, default_value = "memcached")]
     pub memcached_bin: String,
+    /// redis-server binary (peers section: a primary with two replicas, append-only files
+    /// synced every second).
+    #[arg(long, default_value = "redis-server")]
+    pub redis_bin: String,
+    /// Leave the replicated Redis out of the peers section.
+    #[arg(long)]
+    pub no_redis: bool,
 }
 
 /// Parse workload flags the way the command line would (the defaults stay in one place). A flag
@@ -384,7 +391,11 @@ fn wait_until_cache_fills() {
     std::thread::sleep(fawn_kv::frontend::cache::UNSETTLED_UPDATE_HOLD);
 }
 
-/// GET/SET vs memcached -t 1, pipelined or not, cache-hit and full-path gets, per value size.
+/// The replicated Redis peer's system name in the results.
+const REDIS_REPLICATED: &str = "redis-replicated";
+
+/// GET/SET vs memcached -t 1 and vs Redis with two replicas, pipelined or not, cache-hit and
+/// full-path gets, per value size.
 fn peers(rt: &tokio::runtime::Runtime, env: &mut Env, args: &ClusterArgs, rep: &mut Reporter) -> Result<()> {
     for &vs in &args.value_sizes {
         peers_at(rt, env, args, rep, vs)?;
@@ -429,6 +440,22 @@ fn peers_at(
         let st = rt.block_on(drive(m.addr, Protocol::Memcached, &w, &[m.pid()], "memcached", env.quiet))?;
         netbench::report(rep, &w, "memcached", &st)?;
     }
+    if !args.no_redis {
+        for (op, g, pipe) in &points {
+            let w = mk(op, g, *pipe, REDIS_REPLICATED, true)?;
+            let group = servers::start_redis_replicated(&args.redis_bin, 2)?;
+            let pids = group.pids();
+            let st = rt.block_on(drive(
+                group.primary.addr,
+                Protocol::Redis,
+                &w,
+                &pids,
+                REDIS_REPLICATED,
+                env.quiet,
+            ))?;
+            netbench::report(rep, &w, REDIS_REPLICATED, &st)?;
+        }
+    }
     for (system, cache) in [("fawn-cache-hit", None), ("fawn-cache-miss", Some(0u64))] {
         let c = env.start(|s| s.cache_entries = cache)?;
         if cache.is_none() {
@@ -446,20 +473,16 @@ fn peers_at(
                 env.quiet,
             ))?;
             netbench::report(rep, &w, system, &st)?;
-            let base_sc = format!("cluster/vs-memcached/{op}/v{vs}/c{conns}/p{pipe}/memcached");
-            for m in ["ops_per_s", "ops_per_cpu_s"] {
-                if let (Some(b), Some(v)) =
-                    (rep.find(&base_sc, "memcached", m), rep.find(&w.scenario(), system, m))
-                {
-                    if b > 0.0 {
-                        rep.metric(
-                            &w.scenario(),
-                            system,
-                            &format!("{m}_vs_memcached"),
-                            v / b,
-                            "ratio",
-                            &w.params(),
-                        )?;
+            for (peer, suffix) in [("memcached", "memcached"), (REDIS_REPLICATED, "redis_replicated")] {
+                let peer_scenario = format!("cluster/vs-memcached/{op}/v{vs}/c{conns}/p{pipe}/{peer}");
+                for m in ["ops_per_s", "ops_per_cpu_s"] {
+                    if let (Some(b), Some(v)) =
+                        (rep.find(&peer_scenario, peer, m), rep.find(&w.scenario(), system, m))
+                    {
+                        if b > 0.0 {
+                            let name = format!("{m}_vs_{suffix}");
+                            rep.metric(&w.scenario(), system, &name, v / b, "ratio", &w.params())?;
+                        }
                     }
                 }
             }

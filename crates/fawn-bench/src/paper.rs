@@ -1163,6 +1163,8 @@ fn cluster_part(c: &mut Ctx) -> Result<()> {
         duration: c.z.cluster_duration,
         warmup: c.z.warmup,
         memcached_bin: c.args.memcached_bin.clone(),
+        redis_bin: c.args.redis_bin.clone(),
+        no_redis: false,
     };
     cluster::run(&a, c.quiet, c.rep)
 }

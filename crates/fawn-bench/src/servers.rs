@@ -1,4 +1,5 @@
-//! Peer servers the benchmark starts itself on loopback: Debian's memcached and redis-server.
+//! Peer servers the benchmark starts itself on loopback: Debian's memcached and redis-server
+//! (alone, or as a primary with replicas).
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -122,6 +123,104 @@ pub fn start_redis(bin: &str) -> Result<Server> {
     .map(String::from)
     .to_vec();
     start("redis", "redis-server", bin, args, port)
+}
+
+/// A Redis primary with `replicas` replicas on loopback, each persisting with an append-only
+/// file synced every second: the closest thing a user would pick for a replicated, persistent
+/// cache. The primary acknowledges a write before its replicas have it (asynchronous
+/// replication), so it is a generous peer for a chain that acknowledges only after all replicas.
+pub struct ReplicatedRedis {
+    pub primary: Server,
+    replicas: Vec<Server>,
+    _dir: tempfile::TempDir,
+}
+
+impl ReplicatedRedis {
+    /// Every process of the group (for CPU accounting).
+    pub fn pids(&self) -> Vec<u32> {
+        std::iter::once(&self.primary).chain(&self.replicas).map(Server::pid).collect()
+    }
+}
+
+/// How long replicas may take to finish their first sync with the primary.
+const REPLICA_SYNC_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub fn start_redis_replicated(bin: &str, replicas: usize) -> Result<ReplicatedRedis> {
+    let dir = tempfile::Builder::new()
+        .prefix("fawn-bench-redis-")
+        .tempdir()
+        .context("creating Redis's directory")?;
+    let persistent_args = |port: u16, name: &str| -> Result<Vec<String>> {
+        let data = dir.path().join(name);
+        std::fs::create_dir_all(&data).with_context(|| format!("creating {}", data.display()))?;
+        Ok([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--dir",
+            &data.display().to_string(),
+            "--save",
+            "",
+            "--appendonly",
+            "yes",
+            "--appendfsync",
+            "everysec",
+            "--protected-mode",
+            "no",
+            "--loglevel",
+            "warning",
+        ]
+        .map(String::from)
+        .to_vec())
+    };
+    let port = free_port()?;
+    let primary = start("redis", "redis-server", bin, persistent_args(port, "primary")?, port)?;
+    let mut group = Vec::with_capacity(replicas);
+    for i in 0..replicas {
+        let replica_port = free_port()?;
+        let mut args = persistent_args(replica_port, &format!("replica-{i}"))?;
+        args.extend(["--replicaof".to_string(), "127.0.0.1".to_string(), port.to_string()]);
+        group.push(start("redis", "redis-server", bin, args, replica_port)?);
+    }
+    let deadline = Instant::now() + REPLICA_SYNC_TIMEOUT;
+    for replica in &group {
+        while !redis_info(replica.addr, "replication")?.contains("master_link_status:up") {
+            if Instant::now() > deadline {
+                bail!(
+                    "Redis replica {} did not sync with its primary within {REPLICA_SYNC_TIMEOUT:?}",
+                    replica.addr
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    Ok(ReplicatedRedis { primary, replicas: group, _dir: dir })
+}
+
+/// The text of Redis's `INFO <section>`.
+fn redis_info(addr: SocketAddr, section: &str) -> Result<String> {
+    use std::io::Write;
+    let mut stream =
+        TcpStream::connect_timeout(&addr, READY_TIMEOUT).with_context(|| format!("connecting to {addr}"))?;
+    stream.set_read_timeout(Some(READY_TIMEOUT)).context("setting a read timeout")?;
+    stream.write_all(format!("INFO {section}\r\n").as_bytes()).context("sending INFO")?;
+    let mut reply = Vec::new();
+    let mut chunk = [0u8; 4096];
+    loop {
+        let n = stream.read(&mut chunk).context("reading INFO")?;
+        if n == 0 {
+            bail!("{addr} closed the connection during INFO");
+        }
+        reply.extend_from_slice(&chunk[..n]);
+        let text = String::from_utf8_lossy(&reply);
+        let Some((header, body)) = text.split_once("\r\n") else { continue };
+        let length: usize =
+            header.trim_start_matches('$').parse().with_context(|| format!("bad INFO reply {header:?}"))?;
+        if body.len() >= length {
+            return Ok(body[..length].to_owned());
+        }
+    }
 }
 
 fn is_root() -> bool {
