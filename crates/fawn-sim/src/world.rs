@@ -669,7 +669,15 @@ impl World {
         let now = (self.now / 1_000_000) as u32;
         let event = match req {
             Req::Update { req, update } => {
-                Event::Update(ClientUpdate { req, update, reply_to: None, now, now_micros: self.now })
+                Event::Update(ClientUpdate {
+                    req,
+                    update,
+                    reply_to: None,
+                    now,
+                    now_micros: self.now,
+                    flush_at: 0,
+                    bulk_copy_pending: false,
+                })
             }
             Req::Get { key } => Event::Get { token: ((client as u64) << 32) | tag, key, now },
         };

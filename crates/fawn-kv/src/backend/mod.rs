@@ -756,9 +756,8 @@ impl Backend {
             };
         match ordered {
             Ordered::Reply(outcome) => Ok(Response::Update(outcome)),
-            Ordered::AwaitAck { seq, outcome } => {
-                replica.wait_acked(seq, self.options.chain_timeout).await?;
-                Ok(Response::Update(outcome))
+            Ordered::AwaitAck(rx) => {
+                Ok(Response::Update(replica.wait_reply(req, rx, self.options.chain_timeout).await?))
             }
         }
     }
@@ -873,8 +872,9 @@ impl Backend {
                 self.counters.acks.fetch_add(1, Ordering::Relaxed);
                 replica.on_ack(from, seq, &links).await;
             }
-            ChainMsg::Resend { after_seq, .. } => replica.on_resend(from, after_seq, &links).await?,
-            ChainMsg::CaughtUp { .. } => replica.on_caught_up(from, &links).await,
+            m @ (ChainMsg::Resend { .. } | ChainMsg::CaughtUp { .. } | ChainMsg::Outcomes { .. }) => {
+                replica.on_chain(from, m, &links).await
+            }
             ChainMsg::SyncRequest { .. } => {
                 let rate = copy_rate_for(&self.current().config, &range, &self.options);
                 replica.on_sync_request(from, &links, rate).await
@@ -1238,7 +1238,8 @@ fn chain_range(msg: &ChainMsg) -> Option<Range> {
         | ChainMsg::SnapshotEnd { range, .. }
         | ChainMsg::SuffixSyncRequest { range, .. }
         | ChainMsg::SuffixBegin { range, .. }
-        | ChainMsg::SuffixRefused { range, .. } => Some(*range),
+        | ChainMsg::SuffixRefused { range, .. }
+        | ChainMsg::Outcomes { range, .. } => Some(*range),
     }
 }
 
@@ -1253,7 +1254,8 @@ fn chain_epoch(msg: &ChainMsg) -> Option<Epoch> {
         | ChainMsg::SnapshotEnd { epoch, .. }
         | ChainMsg::SuffixSyncRequest { epoch, .. }
         | ChainMsg::SuffixBegin { epoch, .. }
-        | ChainMsg::SuffixRefused { epoch, .. } => Some(*epoch),
+        | ChainMsg::SuffixRefused { epoch, .. }
+        | ChainMsg::Outcomes { epoch, .. } => Some(*epoch),
         ChainMsg::Hello { .. } | ChainMsg::SnapshotBatch { .. } => None,
     }
 }
