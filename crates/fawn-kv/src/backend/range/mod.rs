@@ -41,7 +41,7 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
 use crate::clock::{flushed, unix_micros, unix_now};
-pub use crate::replica::machine::UNACKED_UPDATES_MAX;
+
 use crate::replica::machine::{Action, ClientUpdate, Event, Replica};
 pub use crate::replica::route::Route;
 use crate::replica::store::{ReplicaStore, StoreError, StoredUpdate};

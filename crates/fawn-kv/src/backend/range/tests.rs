@@ -6,6 +6,8 @@ use fawn_ds::Meta;
 use fawn_proto::native::{Epoch, RangeConfig, ReplEffect, SnapshotItem};
 use fawn_proto::op::Mutation;
 
+use crate::replica::machine::UNACKED_UPDATES_MAX;
+
 type Wire = (mpsc::Sender<ChainMsg>, mpsc::Receiver<ChainMsg>);
 
 /// Links that keep what is sent, per peer.
