@@ -68,7 +68,12 @@ impl Backend {
         Response::ItemStats { curr_items, bytes }
     }
 
-    pub(super) fn digest(&self, range: Range, after_key: Option<Vec<u8>>, limit: u32) -> Result<Response, WireError> {
+    pub(super) fn digest(
+        &self,
+        range: Range,
+        after_key: Option<Vec<u8>>,
+        limit: u32,
+    ) -> Result<Response, WireError> {
         let replica =
             self.replica(&range).ok_or_else(|| WireError::WrongNode("range not held here".into()))?;
         let mut latest: BTreeMap<Vec<u8>, DigestEntry> = BTreeMap::new();

@@ -185,7 +185,12 @@ impl Backend {
     }
 
     /// `expected_keys` sizes the index if a datastore is opened here (0 = grow online).
-    pub(super) async fn install_range(&self, epoch: Epoch, rc: &RangeConfig, expected_keys: u64) -> anyhow::Result<()> {
+    pub(super) async fn install_range(
+        &self,
+        epoch: Epoch,
+        rc: &RangeConfig,
+        expected_keys: u64,
+    ) -> anyhow::Result<()> {
         let route = Route { epoch, me: self.options.node, rc: rc.clone() };
         let existing = self.replicas.read().get(&rc.range).cloned();
         let fresh_sync = match (&existing, route.is_syncing()) {

@@ -7,8 +7,8 @@ mod handler;
 mod health;
 mod install;
 mod link;
-mod metrics;
 mod merge;
+mod metrics;
 mod presplit;
 mod range;
 
@@ -31,9 +31,9 @@ use tokio::sync::{mpsc, watch};
 use tracing::{debug, error, info, warn};
 
 use crate::metrics::Histogram;
-use health::LinkProbe;
 use crate::server::{self, Handler};
 use crate::view::{fetch_config, View};
+use health::LinkProbe;
 use link::{LinkOwner, Links};
 use range::{blocking, suffix_plan, LinkTo, Ordered, RangeReplica, Route};
 
@@ -793,4 +793,3 @@ mod copy_rate_tests {
         assert_eq!(copy_rate_for(&config(vec![1, 2, 3]), &range, &options), 8, "join pre-copy");
     }
 }
-

@@ -654,7 +654,10 @@ impl<S: ReplicaStore> Replica<S> {
                 self.ack_upstream(seq, out);
             }
         }
-        if self.route.predecessor() == Some(peer) && self.route.is_syncing() && !self.synced && !self.shell_sync
+        if self.route.predecessor() == Some(peer)
+            && self.route.is_syncing()
+            && !self.synced
+            && !self.shell_sync
         {
             self.ask_resend(out);
         }

@@ -45,8 +45,8 @@ use crate::clock::{flushed, unix_micros, unix_now};
 use crate::replica::machine::{Action, ClientUpdate, Event, Replica};
 pub use crate::replica::route::Route;
 use crate::replica::store::{ReplicaStore, StoreError, StoredUpdate};
-use sink::SyncProgress;
 pub use sink::SuffixPlan;
+use sink::SyncProgress;
 pub use source::suffix_plan;
 
 /// Where a link to a peer back-end can be had.
@@ -195,7 +195,8 @@ impl RangeReplica {
         writes_block: bool,
         plan: Option<SuffixPlan>,
     ) -> RangeReplica {
-        let sync = route.is_syncing().then(|| SyncProgress::new(route.predecessor().unwrap_or(route.me), plan));
+        let sync =
+            route.is_syncing().then(|| SyncProgress::new(route.predecessor().unwrap_or(route.me), plan));
         let range = route.rc.range;
         let shell_store = ShellStore { ds: Arc::clone(&store), writes_block };
         let machine = Replica::new(shell_store, route).with_shell_sync();
@@ -404,7 +405,12 @@ impl RangeReplica {
     }
 
     /// A replicated update from upstream (buffered while a snapshot streams in).
-    pub async fn on_replicate(&self, from: NodeId, msg: ChainMsg, links: &dyn LinkTo) -> Result<(), WireError> {
+    pub async fn on_replicate(
+        &self,
+        from: NodeId,
+        msg: ChainMsg,
+        links: &dyn LinkTo,
+    ) -> Result<(), WireError> {
         let mut st = self.state.lock().await;
         if st.machine.route().predecessor() != Some(from) {
             return Ok(());

@@ -131,7 +131,6 @@ impl RangeReplica {
         Some((sync.source, sync.heard_at?))
     }
 
-
     /// emptying what an earlier stream may have written. A newer stream from the source
     /// replaces the one in progress: the source runs only the latest one it was asked for.
     pub async fn on_snapshot_begin(&self, from: NodeId, snapshot: u64) -> Result<(), WireError> {
@@ -293,7 +292,6 @@ impl RangeReplica {
         Ok(Followups { sync_done: true, report: Some(report) })
     }
 
-
     /// A syncing replica's retries: a stream silent for long is abandoned, and one not
     /// started (or abandoned) is asked for again.
     pub(super) fn tick_sync(&self, st: &mut WriteState, links: &dyn LinkTo) {
@@ -341,5 +339,4 @@ impl RangeReplica {
         }
         Ok(())
     }
-
 }

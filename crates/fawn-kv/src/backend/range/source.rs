@@ -24,7 +24,9 @@ impl RangeReplica {
     /// replica is dropped.
     pub async fn on_sync_request(self: &Arc<Self>, from: NodeId, links: &dyn LinkTo, copy_bytes_per_s: u64) {
         let st = self.state.lock().await;
-        if !(st.machine.route().is_tail() && st.machine.route().successor() == Some(from) && st.machine.route().rc.syncing.contains(&from))
+        if !(st.machine.route().is_tail()
+            && st.machine.route().successor() == Some(from)
+            && st.machine.route().rc.syncing.contains(&from))
         {
             return;
         }
@@ -67,7 +69,9 @@ impl RangeReplica {
         refusals: &Arc<AtomicU64>,
     ) {
         let st = self.state.lock().await;
-        if !(st.machine.route().is_tail() && st.machine.route().successor() == Some(from) && st.machine.route().rc.syncing.contains(&from))
+        if !(st.machine.route().is_tail()
+            && st.machine.route().successor() == Some(from)
+            && st.machine.route().rc.syncing.contains(&from))
         {
             return;
         }
@@ -228,9 +232,7 @@ impl RangeReplica {
         }
         None
     }
-
 }
-
 
 /// A suffix to stream: the records above `after`, each key's latest only; `latest` is a second
 /// iterator from the same cut, read first to find them (one key and seq per key changed
