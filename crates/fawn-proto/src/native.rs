@@ -24,7 +24,8 @@ use fawn_ring::{KeyId, NodeId, Range};
 /// 5: front-ends heartbeat the back-ends and report to the manager (`Request::Heartbeats`).
 /// 6: `Request::Committed` names the key; `Request::RegisterBackend` says whether the
 /// back-end's logs are complete.
-pub const PROTOCOL_VERSION: u8 = 6;
+/// 7: `ChainMsg::Outcomes` carries request outcomes with resent and copied updates.
+pub const PROTOCOL_VERSION: u8 = 7;
 /// Largest frame body accepted (a 1 MiB value plus key and headers fits many times over).
 pub const FRAME_BYTES_MAX: usize = 8 << 20;
 /// Bytes before the body: length (4) + version (1) + request id (8).
@@ -220,6 +221,19 @@ pub enum ChainMsg {
     /// The sender cannot prove a suffix safe; the receiver discards its copy and asks for a
     /// full snapshot (`SyncRequest`).
     SuffixRefused { epoch: Epoch, range: Range, reason: String },
+    /// Request outcomes of updates the sender resent (after the updates) or copied in a
+    /// snapshot (before its end), which travel without their `Origin`: the receiver keeps
+    /// those of updates it holds, so that as a later head it answers a retry of one instead
+    /// of ordering it a second time.
+    Outcomes { epoch: Epoch, range: Range, entries: Vec<OutcomeEntry> },
+}
+
+/// The outcome of the client request whose update has sequence number `seq`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutcomeEntry {
+    pub req: ReqId,
+    pub seq: u64,
+    pub outcome: Outcome,
 }
 
 /// Identifies one stored record: its key, seq and contents (a delete, or a put with the

@@ -7,8 +7,8 @@
 
 use fawn_proto::native::{
     decode_frame, encode_frame, BackendInfo, ChainMsg, ClusterConfig, DigestEntry, FrameError, FrontendInfo,
-    Message, NodeState, NodeStatus, Origin, RangeConfig, RecordMark, ReplEffect, ReqId, Request, Response,
-    SnapshotItem, WireError, FRAME_BYTES_MAX, FRAME_HEADER_BYTES, PROTOCOL_VERSION,
+    Message, NodeState, NodeStatus, Origin, OutcomeEntry, RangeConfig, RecordMark, ReplEffect, ReqId,
+    Request, Response, SnapshotItem, WireError, FRAME_BYTES_MAX, FRAME_HEADER_BYTES, PROTOCOL_VERSION,
 };
 use fawn_proto::op::{Item, Mutation, Outcome, Update};
 use fawn_ring::{KeyId, Range};
@@ -184,6 +184,14 @@ fn samples() -> Vec<Message> {
         ChainMsg::SuffixSyncRequest { epoch: 4, range: range(), have_seq: 2, top: mark },
         ChainMsg::SuffixBegin { epoch: 4, range: range(), snapshot: 78, after_seq: 2 },
         ChainMsg::SuffixRefused { epoch: 4, range: range(), reason: "log gap".into() },
+        ChainMsg::Outcomes {
+            epoch: 4,
+            range: range(),
+            entries: vec![
+                OutcomeEntry { req: req(), seq: 3, outcome: Outcome::Stored { cas: 3 } },
+                OutcomeEntry { req: ReqId { client: 9, seq: 1 }, seq: 4, outcome: Outcome::Deleted },
+            ],
+        },
     ];
     requests
         .into_iter()
@@ -251,12 +259,13 @@ fn variant_name(m: &Message) -> &'static str {
             ChainMsg::SuffixSyncRequest { .. } => "SuffixSyncRequest",
             ChainMsg::SuffixBegin { .. } => "SuffixBegin",
             ChainMsg::SuffixRefused { .. } => "SuffixRefused",
+            ChainMsg::Outcomes { .. } => "Outcomes",
         },
     }
 }
 
-/// Variants `variant_name` knows: 20 requests, 8 responses + 7 errors, 12 chain messages.
-const VARIANTS: usize = 20 + 8 + 7 + 12;
+/// Variants `variant_name` knows: 20 requests, 8 responses + 7 errors, 13 chain messages.
+const VARIANTS: usize = 20 + 8 + 7 + 13;
 
 fn frame(id: u64, m: &Message) -> Vec<u8> {
     let mut out = Vec::new();

@@ -80,6 +80,7 @@ pub fn fault_named(name: &str) -> Option<Fault> {
         TailReadsBeforeCaughtUp,
         ApplyAcrossGap,
         CaughtUpFromOldTail,
+        NoOutcomesWithResend,
     ]
     .into_iter()
     .find(|f| format!("{f:?}") == name)

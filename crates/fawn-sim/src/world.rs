@@ -668,9 +668,15 @@ impl World {
     fn on_request(&mut self, node: NodeId, client: u32, tag: u64, req: Req) {
         let now = (self.now / 1_000_000) as u32;
         let event = match req {
-            Req::Update { req, update } => {
-                Event::Update(ClientUpdate { req, update, reply_to: None, now, now_micros: self.now })
-            }
+            Req::Update { req, update } => Event::Update(ClientUpdate {
+                req,
+                update,
+                reply_to: None,
+                now,
+                now_micros: self.now,
+                flush_at: 0,
+                bulk_copy_pending: false,
+            }),
             Req::Get { key } => Event::Get { token: ((client as u64) << 32) | tag, key, now },
         };
         let served = self.nodes.get(&node).is_some_and(|n| n.alive && n.replica.is_some());

@@ -7,8 +7,8 @@ use fawn_sim::{run_seed, Config, Fault};
 /// Each fault must be found among this many seeds.
 const SEEDS_MAX: u64 = 2_000;
 
-fn seeds_to_find(fault: Fault) -> Option<u64> {
-    let clean = Config { crashes_max: 1, ..Config::default() };
+fn seeds_to_find(fault: Fault, crashes_max: usize) -> Option<u64> {
+    let clean = Config { crashes_max, ..Config::default() };
     let faulty = Config { fault: Some(fault), ..clean.clone() };
     (0..SEEDS_MAX).find(|seed| {
         !run_seed(*seed, &faulty).violations.is_empty() && run_seed(*seed, &clean).violations.is_empty()
@@ -16,7 +16,12 @@ fn seeds_to_find(fault: Fault) -> Option<u64> {
 }
 
 fn found(fault: Fault) {
-    match seeds_to_find(fault) {
+    found_with(fault, 1);
+}
+
+/// As `found`, with up to `crashes_max` node crashes per seed (some faults need two failures).
+fn found_with(fault: Fault, crashes_max: usize) {
+    match seeds_to_find(fault, crashes_max) {
         Some(seed) => eprintln!("{fault:?}: found at seed {seed} ({} seeds)", seed + 1),
         None => panic!("{fault:?} not found in {SEEDS_MAX} seeds"),
     }
@@ -45,4 +50,11 @@ fn applying_across_a_gap_is_found() {
 #[test]
 fn an_old_tail_that_confirms_catch_up_before_stepping_down_is_found() {
     found(Fault::CaughtUpFromOldTail);
+}
+
+#[test]
+fn resent_updates_without_their_request_outcomes_are_found() {
+    // A retry decided twice needs a replica that got the update by resend to become head
+    // later: two failures or more.
+    found_with(Fault::NoOutcomesWithResend, 3);
 }

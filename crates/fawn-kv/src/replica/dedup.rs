@@ -3,7 +3,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use fawn_proto::native::ReqId;
+use fawn_proto::native::{OutcomeEntry, ReqId};
 use fawn_proto::op::Outcome;
 
 /// Request ids remembered per range for retried-update deduplication.
@@ -49,6 +49,20 @@ impl Dedup {
                 self.own.remove(&old);
             }
         }
+    }
+
+    /// The entries of updates with a seq in `seqs` (own and inherited), ordered by seq and
+    /// request id (the same on every run, for the simulator).
+    pub fn entries_in(&self, seqs: std::ops::RangeInclusive<u64>) -> Vec<OutcomeEntry> {
+        let tables = std::iter::once(&self.own).chain(self.inherited.iter().map(|t| &**t));
+        let mut out: Vec<OutcomeEntry> = tables
+            .flat_map(|t| t.iter())
+            .filter(|(_, (seq, _))| seqs.contains(seq))
+            .map(|(req, (seq, outcome))| OutcomeEntry { req: *req, seq: *seq, outcome: outcome.clone() })
+            .collect();
+        out.sort_by_key(|e| (e.seq, e.req.client, e.req.seq));
+        out.dedup_by_key(|e| e.req);
+        out
     }
 
     /// Everything remembered, as shared tables for an heir. The own entries move into a

@@ -5,14 +5,20 @@
 //! gap, a new predecessor or a promotion; unacknowledged updates re-sent on a new connection
 //! or to a new successor), gets at the tail, and a syncing replica catching up. The datastore
 //! is written through [`ReplicaStore`] inside `step`, so append order is seq order. Snapshot
-//! and suffix streams, splits and merges stay in the async back-end: a syncing replica here
-//! catches up by asking its source to resend its log (`Resend` after 0), and a `SnapshotEnd`
-//! after the resent updates ends its sync.
+//! and suffix streams, splits and merges stay in the async back-end (`backend::range`), which
+//! runs this machine with `with_shell_sync`: it buffers a syncing replica's updates while a
+//! snapshot streams in and feeds them here afterwards. Without it (the simulator) a syncing
+//! replica catches up by asking its source to resend its log (`Resend` after 0), and a
+//! `SnapshotEnd` after the resent updates ends its sync.
+//!
+//! Sends are executed by the caller in order per peer; one that does not fit its link is
+//! reported back (`Event::Dropped`) together with everything after it to the same peer, and
+//! retried from `unacked` (updates) or the latest ack (acks) on `Tick` or `Room`.
 
 use std::collections::BTreeMap;
 
-use fawn_proto::native::{ChainMsg, Origin, ReplEffect, ReqId, WireError};
-use fawn_proto::op::{decide, is_expired, Effect, Item, Outcome, UnixSeconds, Update};
+use fawn_proto::native::{ChainMsg, Origin, OutcomeEntry, ReplEffect, ReqId, WireError};
+use fawn_proto::op::{decide, is_expired, Effect, Item, Mutation, Outcome, UnixSeconds, Update};
 use fawn_ring::{NodeId, Range};
 
 use super::dedup::Dedup;
@@ -38,7 +44,12 @@ pub enum Fault {
     ApplyAcrossGap,
     /// A node still tail in its own view confirms `CaughtUp` to its promoted successor.
     CaughtUpFromOldTail,
+    /// Resent updates travel without the request outcomes of the updates they carry.
+    NoOutcomesWithResend,
 }
+
+/// Request outcomes per `Outcomes` message (each entry is a few dozen bytes: far below a frame).
+pub const OUTCOMES_PER_MESSAGE_MAX: usize = 4096;
 
 /// What happens to a replica.
 #[derive(Clone, Debug)]
@@ -55,6 +66,14 @@ pub enum Event {
     Connected { peer: NodeId },
     /// Periodic retries.
     Tick,
+    /// `msg` to `to` (and whatever followed it to `to` in the same step) did not fit the link.
+    Dropped { to: NodeId, msg: ChainMsg },
+    /// The link to `peer` has room again: send what a full link held back.
+    Room { peer: NodeId },
+    /// A newer configuration was just installed because `from` sent something of it: ask
+    /// `from`, if it is the predecessor, for everything after what this replica holds (what it
+    /// sent before the install was dropped, and nothing else would send it again).
+    AskResend { from: NodeId },
 }
 
 /// A client update as the head receives it.
@@ -68,6 +87,10 @@ pub struct ClientUpdate {
     pub now: UnixSeconds,
     /// Floors the new seq (seqs are microsecond timestamps, so they date updates).
     pub now_micros: u64,
+    /// A `flush_all` hides items older than this once `now_micros` reaches it (0: none).
+    pub flush_at: u64,
+    /// The bulk copy of a split or merge runs: the head of a reshaping range still orders.
+    pub bulk_copy_pending: bool,
 }
 
 /// What the caller must do.
@@ -127,6 +150,13 @@ pub struct Replica<S> {
     readable: bool,
     /// A syncing replica that has caught up (reported `SyncDone`).
     synced: bool,
+    /// The async back-end syncs this replica by snapshot: no log-resend stand-in.
+    shell_sync: bool,
+    /// The link to the successor was full: unacknowledged updates from this seq on are not
+    /// (all) sent, and later ones wait behind them (the successor takes updates in order).
+    held_back: Option<u64>,
+    /// An ack upstream did not fit its link: `Tick` sends the latest one again.
+    ack_dropped: bool,
     #[cfg(feature = "faults")]
     fault: Option<Fault>,
 }
@@ -146,9 +176,58 @@ impl<S: ReplicaStore> Replica<S> {
             unacked: BTreeMap::new(),
             waiting: BTreeMap::new(),
             synced: false,
+            shell_sync: false,
+            held_back: None,
+            ack_dropped: false,
             #[cfg(feature = "faults")]
             fault: None,
         }
+    }
+
+    /// The caller syncs this replica by snapshot or suffix stream (see the module doc).
+    pub fn with_shell_sync(mut self) -> Replica<S> {
+        self.shell_sync = true;
+        self
+    }
+
+    /// An heir of a split or merge takes over its parent's recent requests (a retry of an
+    /// update the parent ordered is answered, not applied twice), continues above its seqs and
+    /// knows what it committed.
+    pub fn inherit<P>(&mut self, parent: &mut Replica<P>) {
+        self.recent.inherit(parent.recent.share());
+        self.last_seq = self.last_seq.max(parent.last_seq);
+        self.acked = self.acked.max(parent.acked);
+    }
+
+    /// Takes this replica out of every role for good: it orders, applies and serves nothing.
+    pub fn retire(&mut self) {
+        self.route.rc.chain.clear();
+        self.route.rc.syncing.clear();
+        self.readable = false;
+    }
+
+    /// The head, with nothing it ordered unacknowledged or held back and no replica syncing:
+    /// every in-sync replica holds the same contents.
+    pub fn drained_head(&self) -> bool {
+        self.route.is_head()
+            && self.route.rc.syncing.is_empty()
+            && self.held_back.is_none()
+            && self.unacked.is_empty()
+    }
+
+    /// The first unacknowledged update a full link held back.
+    pub fn held_back(&self) -> Option<u64> {
+        self.held_back
+    }
+
+    /// The seq of the oldest update forwarded but not acknowledged.
+    pub fn oldest_unacked(&self) -> Option<u64> {
+        self.unacked.keys().next().copied()
+    }
+
+    /// A syncing replica that reported `SyncDone`.
+    pub fn synced(&self) -> bool {
+        self.synced
     }
 
     /// Switches a fault on (tests only).
@@ -201,8 +280,43 @@ impl<S: ReplicaStore> Replica<S> {
             Event::Install(route) => self.install(route, &mut out),
             Event::Connected { peer } => self.on_connected(peer, &mut out),
             Event::Tick => self.tick(&mut out),
+            Event::Dropped { to, msg } => self.on_dropped(to, &msg),
+            Event::Room { peer } => {
+                if self.route.successor() == Some(peer) {
+                    self.send_held_back(&mut out);
+                }
+            }
+            Event::AskResend { from } => {
+                if self.route.predecessor() == Some(from) && !(self.shell_sync && self.route.is_syncing()) {
+                    self.ask_resend(&mut out);
+                }
+            }
         }
         out
+    }
+
+    /// A send did not fit its link: an update to the successor waits in `unacked` (sent again
+    /// by `Tick`/`Room`), an ack is sent again by `Tick`; anything else is asked for again by
+    /// its receiver.
+    fn on_dropped(&mut self, to: NodeId, msg: &ChainMsg) {
+        match msg {
+            ChainMsg::Replicate { seq, .. }
+                if self.route.successor() == Some(to) && !self.route.is_tail() =>
+            {
+                self.held_back = Some(self.held_back.map_or(*seq, |h| h.min(*seq)));
+            }
+            ChainMsg::Ack { .. } if self.route.predecessor() == Some(to) => self.ack_dropped = true,
+            _ => {}
+        }
+    }
+
+    /// Sends the unacknowledged updates a full link held back, in order.
+    fn send_held_back(&mut self, out: &mut Vec<Action>) {
+        let Some(from) = self.held_back.take() else { return };
+        let Some(succ) = self.route.successor().filter(|_| !self.route.is_tail()) else { return };
+        for msg in self.unacked.range(from..).map(|(_, m)| m) {
+            out.push(Action::Send { to: succ, msg: msg.clone() });
+        }
     }
 
     fn get(&self, key: &[u8], now: UnixSeconds) -> Result<Option<Item>, WireError> {
@@ -212,7 +326,7 @@ impl<S: ReplicaStore> Replica<S> {
         if !self.readable {
             return Err(WireError::Unavailable("the new tail has not caught up yet".into()));
         }
-        let item = self.store.read(key).map_err(|e| WireError::Storage(e.0))?;
+        let item = self.store.read(key).map_err(WireError::from)?;
         Ok(item.filter(|i| !is_expired(i.expiry, now)))
     }
 
@@ -227,20 +341,31 @@ impl<S: ReplicaStore> Replica<S> {
     /// Head: decides and appends an update and forwards it. Returns the seq to wait for (the
     /// reply goes once it is committed) and the outcome.
     fn order(&mut self, u: ClientUpdate, out: &mut Vec<Action>) -> Result<(u64, Outcome), WireError> {
-        let ClientUpdate { req, update, reply_to, now, now_micros } = u;
+        let ClientUpdate { req, update, reply_to, now, now_micros, flush_at, bulk_copy_pending } = u;
         if !self.route.is_head() {
             return Err(WireError::WrongNode(format!("node {} is not the head", self.route.me)));
         }
         if let Some((seq, outcome)) = self.recent.get(&req) {
             return Ok((*seq, outcome.clone()));
         }
-        if self.route.rc.is_reshaping() {
+        // Until the bulk of a split-off or merged part is copied, updates go on; the copy then
+        // only has to catch up with them once they stop.
+        if self.route.rc.is_reshaping() && !bulk_copy_pending {
             return Err(WireError::Unavailable("the range is being split or merged".into()));
         }
         if self.unacked.len() >= UNACKED_UPDATES_MAX {
-            return Err(WireError::Unavailable("chain backlog full".into()));
+            return Err(WireError::Unavailable(
+                "chain backlog full: the successor is not acknowledging updates".into(),
+            ));
         }
-        let current = self.store.read(&update.key).map_err(|e| WireError::Storage(e.0))?;
+        // A plain set does not depend on the current item: skip the read.
+        let current = match update.mutation {
+            Mutation::Set => None,
+            _ => self.store.read(&update.key).map_err(WireError::from)?,
+        };
+        // A `flush_all` hides what was stored before it.
+        let flushed = |i: &Item| flush_at != 0 && now_micros >= flush_at && i.cas < flush_at;
+        let current = current.filter(|i| !flushed(i));
         let prev_seq = self.last_seq.max(self.store.max_seq());
         let seq = (prev_seq + 1).max(now_micros);
         assert!(seq > prev_seq, "the head's seqs must strictly increase");
@@ -255,7 +380,7 @@ impl<S: ReplicaStore> Replica<S> {
             Effect::Put { value, flags, expiry } => ReplEffect::Put { value, flags, expiry },
             Effect::Delete => ReplEffect::Delete,
         };
-        self.store.append(&update.key, &effect, seq).map_err(|e| WireError::Storage(e.0))?;
+        self.store.append(&update.key, &effect, seq).map_err(WireError::from)?;
         self.last_seq = seq;
         self.recent.remember(req, seq, outcome.clone());
         let origin = Some(Origin { req, outcome: outcome.clone(), reply_to });
@@ -289,6 +414,10 @@ impl<S: ReplicaStore> Replica<S> {
         let Some(succ) = self.route.successor() else { return };
         if !self.route.is_tail() {
             self.unacked.insert(seq, msg.clone());
+            if self.held_back.is_some() {
+                // Waits behind the held-back ones (`Tick`, `Room`).
+                return;
+            }
         }
         out.push(Action::Send { to: succ, msg });
     }
@@ -303,7 +432,8 @@ impl<S: ReplicaStore> Replica<S> {
         }
     }
 
-    fn ack_upstream(&self, seq: u64, out: &mut Vec<Action>) {
+    fn ack_upstream(&mut self, seq: u64, out: &mut Vec<Action>) {
+        self.ack_dropped = false;
         if let Some(pred) = self.route.predecessor() {
             let msg = ChainMsg::Ack { epoch: self.route.epoch, range: self.range, seq };
             out.push(Action::Send { to: pred, msg });
@@ -334,8 +464,29 @@ impl<S: ReplicaStore> Replica<S> {
             ChainMsg::Resend { after_seq, .. } if from_succ => self.resend(from, after_seq, out),
             ChainMsg::CaughtUp { .. } if from_pred => self.on_caught_up(out),
             ChainMsg::SnapshotEnd { .. } if from_pred => self.on_copy_end(out),
+            ChainMsg::Outcomes { entries, .. } if from_pred => self.remember_outcomes(entries),
             _ => {}
         }
+    }
+
+    /// Request outcomes of updates the predecessor resent or copied without their origin: kept
+    /// for those this replica holds, so that as head it answers a retry of one instead of
+    /// ordering it again. (One it does not hold is not known to be stored here: it may yet
+    /// arrive, with its outcome, or never.)
+    pub fn remember_outcomes(&mut self, entries: Vec<OutcomeEntry>) {
+        let have = self.store.max_seq();
+        for e in entries.into_iter().filter(|e| e.seq <= have) {
+            self.recent.remember(e.req, e.seq, e.outcome);
+        }
+    }
+
+    /// The outcomes of the requests whose updates have seqs in `after+1..=upto`, as messages.
+    pub fn outcomes_after(&self, after: u64, upto: u64) -> Vec<ChainMsg> {
+        let entries = self.recent.entries_in(after + 1..=upto);
+        entries
+            .chunks(OUTCOMES_PER_MESSAGE_MAX)
+            .map(|c| ChainMsg::Outcomes { epoch: self.route.epoch, range: self.range, entries: c.to_vec() })
+            .collect()
     }
 
     /// A replicated update from the predecessor.
@@ -358,7 +509,7 @@ impl<S: ReplicaStore> Replica<S> {
         }
         if let Err(e) = self.store.append(key, effect, seq) {
             // Nothing applied: the predecessor resends it on the next connection.
-            tracing::warn!(range = %self.range.id_string(), seq, error = %e.0, "apply failed");
+            tracing::warn!(range = %self.range.id_string(), seq, error = %e, "apply failed");
             return;
         }
         self.last_seq = self.last_seq.max(seq);
@@ -386,7 +537,7 @@ impl<S: ReplicaStore> Replica<S> {
         let updates = match self.store.updates_after(after_seq) {
             Ok(u) => u,
             Err(e) => {
-                tracing::warn!(range = %self.range.id_string(), error = %e.0, "resend read failed");
+                tracing::warn!(range = %self.range.id_string(), error = %e, "resend read failed");
                 return;
             }
         };
@@ -406,7 +557,12 @@ impl<S: ReplicaStore> Replica<S> {
             out.push(Action::Send { to, msg });
         }
         let upto_seq = self.store.max_seq();
-        if self.route.is_tail() && self.route.rc.syncing.contains(&to) {
+        if !self.faulty(Fault::NoOutcomesWithResend) {
+            for msg in self.outcomes_after(after_seq, upto_seq) {
+                out.push(Action::Send { to, msg });
+            }
+        }
+        if self.route.is_tail() && self.route.rc.syncing.contains(&to) && !self.shell_sync {
             // The copy is complete: the log-resend stand-in for a snapshot stream's end.
             let msg = ChainMsg::SnapshotEnd { epoch, range: self.range, snapshot: 0, batches: 0, upto_seq };
             out.push(Action::Send { to, msg });
@@ -457,7 +613,8 @@ impl<S: ReplicaStore> Replica<S> {
         } else if self.route.is_tail() && !old.is_tail() {
             self.readable = true;
         }
-        if self.route.predecessor() != old.predecessor() || promoted_from_syncing {
+        let syncs_in_shell = self.shell_sync && self.route.is_syncing();
+        if (self.route.predecessor() != old.predecessor() || promoted_from_syncing) && !syncs_in_shell {
             self.ask_resend(out);
         }
         if (self.route.successor() != old.successor() || self.route.is_tail())
@@ -473,7 +630,8 @@ impl<S: ReplicaStore> Replica<S> {
     }
 
     /// Every unacknowledged update, in seq order, to the successor (a tail has none).
-    fn send_unacked(&self, out: &mut Vec<Action>) {
+    fn send_unacked(&mut self, out: &mut Vec<Action>) {
+        self.held_back = None;
         let Some(succ) = self.route.successor().filter(|_| !self.route.is_tail()) else { return };
         for msg in self.unacked.values() {
             out.push(Action::Send { to: succ, msg: msg.clone() });
@@ -483,7 +641,10 @@ impl<S: ReplicaStore> Replica<S> {
     /// A fresh connection: what was in flight on the old one may be lost.
     fn on_connected(&mut self, peer: NodeId, out: &mut Vec<Action>) {
         if self.route.successor() == Some(peer) {
+            // Sent first on the new connection; what a full link held back may follow again.
+            let held_back = self.held_back;
             self.send_unacked(out);
+            self.held_back = held_back;
         }
         if self.route.predecessor() == Some(peer) && !self.route.is_syncing() {
             // Acks are cumulative and the last one may have been lost with the old
@@ -493,16 +654,28 @@ impl<S: ReplicaStore> Replica<S> {
                 self.ack_upstream(seq, out);
             }
         }
-        if self.route.predecessor() == Some(peer) && self.route.is_syncing() && !self.synced {
+        if self.route.predecessor() == Some(peer)
+            && self.route.is_syncing()
+            && !self.synced
+            && !self.shell_sync
+        {
             self.ask_resend(out);
         }
     }
 
-    /// Periodic retries: a promoted tail asks for its catch-up confirmation, a syncing
-    /// replica for its copy.
+    /// Periodic retries: updates and an ack a full link held back are sent again, a promoted
+    /// tail asks for its catch-up confirmation, a syncing replica for its copy.
     fn tick(&mut self, out: &mut Vec<Action>) {
+        self.send_held_back(out);
+        if self.ack_dropped {
+            if self.route.is_head() || self.route.is_syncing() {
+                self.ack_dropped = false;
+            } else {
+                self.ack_upstream(self.acked, out);
+            }
+        }
         let promoted = self.route.is_tail() && !self.readable;
-        let syncing = self.route.is_syncing() && !self.synced;
+        let syncing = self.route.is_syncing() && !self.synced && !self.shell_sync;
         if promoted || syncing {
             self.ask_resend(out);
         }
@@ -526,7 +699,15 @@ mod tests {
 
     fn update(req: u64, u: Update) -> Event {
         let req = ReqId { client: 1, seq: req };
-        Event::Update(ClientUpdate { req, update: u, reply_to: None, now: 0, now_micros: 0 })
+        Event::Update(ClientUpdate {
+            req,
+            update: u,
+            reply_to: None,
+            now: 0,
+            now_micros: 0,
+            flush_at: 0,
+            bulk_copy_pending: false,
+        })
     }
 
     /// Replicas of `chain`, with messages delivered in order until none is left; returns the

@@ -6,12 +6,33 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use fawn_ds::{DataStore, Meta, RecordKind};
-use fawn_proto::native::ReplEffect;
+use fawn_proto::native::{ReplEffect, WireError};
 use fawn_proto::op::Item;
 
-/// A datastore failure, as text (the replica only reports it).
+/// A datastore failure, as text (the replica only reports it), or a record too large to store.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StoreError(pub String);
+pub enum StoreError {
+    TooLarge,
+    Failed(String),
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreError::TooLarge => f.write_str("key or value too large"),
+            StoreError::Failed(why) => f.write_str(why),
+        }
+    }
+}
+
+impl From<StoreError> for WireError {
+    fn from(e: StoreError) -> WireError {
+        match e {
+            StoreError::TooLarge => WireError::TooLarge,
+            StoreError::Failed(why) => WireError::Storage(why),
+        }
+    }
+}
 
 /// One stored update.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,7 +90,7 @@ impl MemStore {
 impl ReplicaStore for MemStore {
     fn append(&mut self, key: &[u8], effect: &ReplEffect, seq: u64) -> Result<(), StoreError> {
         if seq <= self.max_seq {
-            return Err(StoreError(format!("append of seq {seq} at or below {}", self.max_seq)));
+            return Err(StoreError::Failed(format!("append of seq {seq} at or below {}", self.max_seq)));
         }
         self.latest.insert(key.to_vec(), (seq, effect.clone()));
         self.max_seq = seq;
@@ -100,7 +121,10 @@ impl ReplicaStore for MemStore {
 }
 
 fn storage(e: fawn_ds::Error) -> StoreError {
-    StoreError(e.to_string())
+    match e {
+        fawn_ds::Error::KeyTooLarge { .. } | fawn_ds::Error::ValueTooLarge { .. } => StoreError::TooLarge,
+        other => StoreError::Failed(other.to_string()),
+    }
 }
 
 /// The real FAWN-DS log (shared with the back-end's other users of the range's datastore).

@@ -1,0 +1,315 @@
+//! Requests and chain messages: a client's get or update routed to its range's replica,
+//! status and digests, and chain messages to the replica they are for.
+
+use super::*;
+
+impl Backend {
+    pub(super) async fn get(&self, epoch: Epoch, key: &[u8]) -> Result<Response, WireError> {
+        let mut view = self.view_for(epoch).await?;
+        if let Ok((_, replica)) = self.replica_for_key(&view, key) {
+            if !replica.readable() && replica.wait_readable(TAIL_CATCH_UP_WAIT).await {
+                // The configuration (and the lease) may have moved on while waiting: check again.
+                view = self.view_for(epoch).await?;
+            }
+        }
+        self.get_by(&view, key).map_err(|e| for_sender(e, epoch, &view))
+    }
+
+    pub(super) fn get_by(&self, view: &View, key: &[u8]) -> Result<Response, WireError> {
+        let (rc, replica) = self.replica_for_key(view, key)?;
+        if rc.tail() != Some(self.options.node) {
+            return Err(WireError::WrongNode(format!("node {} is not the tail", self.options.node)));
+        }
+        if !replica.readable() {
+            return Err(WireError::Unavailable("new tail is catching up".into()));
+        }
+        self.counters.gets.fetch_add(1, Ordering::Relaxed);
+        Ok(Response::Get(replica.read(key, view.config.flush_at_micros)?))
+    }
+
+    pub(super) async fn update(
+        &self,
+        epoch: Epoch,
+        req: ReqId,
+        update: Update,
+        reply_to: Option<String>,
+    ) -> Result<Response, WireError> {
+        let view = self.view_for(epoch).await?;
+        let (_, replica) =
+            self.replica_for_key(&view, &update.key).map_err(|e| for_sender(e, epoch, &view))?;
+        self.counters.updates.fetch_add(1, Ordering::Relaxed);
+        let links = self.linker();
+        let ordered =
+            match replica.order_update(req, &update, reply_to, view.config.flush_at_micros, &links).await {
+                Err(WireError::Unavailable(why)) if replica.route().await.rc.is_reshaping() => {
+                    return Err(self.park_until_reshaped(view.config.epoch, why).await);
+                }
+                ordered => ordered.map_err(|e| for_sender(e, epoch, &view))?,
+            };
+        match ordered {
+            Ordered::Reply(outcome) => Ok(Response::Update(outcome)),
+            Ordered::AwaitAck(rx) => {
+                Ok(Response::Update(replica.wait_reply(req, rx, self.options.chain_timeout).await?))
+            }
+        }
+    }
+
+    pub(super) fn item_stats(&self) -> Response {
+        let view = self.current();
+        let me = self.options.node;
+        let (mut curr_items, mut bytes) = (0, 0);
+        for rc in view.config.ranges.iter().filter(|rc| rc.tail() == Some(me)) {
+            if let Some(r) = self.replica(&rc.range) {
+                let stats = r.store.stats();
+                curr_items += stats.live_keys;
+                bytes += stats.log_bytes;
+            }
+        }
+        Response::ItemStats { curr_items, bytes }
+    }
+
+    pub(super) fn digest(
+        &self,
+        range: Range,
+        after_key: Option<Vec<u8>>,
+        limit: u32,
+    ) -> Result<Response, WireError> {
+        let replica =
+            self.replica(&range).ok_or_else(|| WireError::WrongNode("range not held here".into()))?;
+        let mut latest: BTreeMap<Vec<u8>, DigestEntry> = BTreeMap::new();
+        for record in replica.store.iter() {
+            let record = record.map_err(|e| WireError::Storage(e.to_string()))?;
+            // A split range's datastore holds the other part's keys until it is compacted.
+            if after_key.as_ref().is_some_and(|a| record.key <= *a) || !range.contains(key_id(&record.key)) {
+                continue;
+            }
+            let value_crc = match record.kind {
+                fawn_ds::RecordKind::Put => Some(crc32c::crc32c(&record.value)),
+                fawn_ds::RecordKind::Delete => None,
+            };
+            let entry = DigestEntry { key: record.key.clone(), seq: record.meta.seq, value_crc };
+            latest.insert(record.key, entry);
+        }
+        let limit = limit.min(DIGEST_PAGE_ENTRIES_MAX) as usize;
+        Ok(Response::Digest(latest.into_values().take(limit).collect()))
+    }
+
+    pub(super) fn status(&self) -> Response {
+        let c = &self.counters;
+        let replicas = self.replicas.read();
+        let mut counters = vec![
+            ("gets".to_string(), c.gets.load(Ordering::Relaxed)),
+            ("updates".to_string(), c.updates.load(Ordering::Relaxed)),
+            ("replicated".to_string(), c.replicated.load(Ordering::Relaxed)),
+            ("stale_epoch".to_string(), c.stale_epoch.load(Ordering::Relaxed)),
+            ("lease_refusals".to_string(), c.lease_refusals.load(Ordering::Relaxed)),
+            ("syncs_completed".to_string(), c.syncs_completed.load(Ordering::Relaxed)),
+            ("syncs_suffix".to_string(), c.syncs_suffix.load(Ordering::Relaxed)),
+            ("syncs_full".to_string(), c.syncs_full.load(Ordering::Relaxed)),
+            ("sync_suffix_bytes".to_string(), c.sync_suffix_bytes.load(Ordering::Relaxed)),
+            ("sync_full_bytes".to_string(), c.sync_full_bytes.load(Ordering::Relaxed)),
+            ("suffix_refusals".to_string(), c.suffix_refusals.load(Ordering::Relaxed)),
+            ("link_stalls".to_string(), c.link_stalls.load(Ordering::Relaxed)),
+            ("stalled_links".to_string(), self.stalled_links.lock().len() as u64),
+            ("link_cuts_reported".to_string(), c.link_cuts_reported.load(Ordering::Relaxed)),
+            ("cut_links".to_string(), self.reported_cuts.lock().len() as u64),
+            ("ranges".to_string(), replicas.len() as u64),
+        ];
+        let (mut keys, mut log_bytes, mut unacked) = (0, 0, 0);
+        for r in replicas.values() {
+            let s = r.store.stats();
+            keys += s.live_keys;
+            log_bytes += s.log_bytes;
+            unacked += r.unacked_len() as u64;
+        }
+        counters.push(("live_keys".into(), keys));
+        counters.push(("log_bytes".into(), log_bytes));
+        counters.push(("unacked".into(), unacked));
+        Response::Status(NodeStatus {
+            role: format!("backend {}", self.options.node),
+            epoch: self.current().config.epoch,
+            uptime_secs: self.started.elapsed().as_secs(),
+            counters,
+        })
+    }
+
+    /// A chain message for a range this node does not (yet) hold: maybe a newer configuration
+    /// exists; fetch it so the sender's retry finds us ready.
+    pub(super) fn maybe_behind(&self, epoch: Epoch) {
+        if epoch > self.current().config.epoch {
+            if let Some(b) = self.me.upgrade() {
+                tokio::spawn(async move { b.catch_up_to(epoch).await });
+            }
+        }
+    }
+
+    pub(super) async fn on_chain(&self, from: NodeId, msg: ChainMsg) -> Result<(), WireError> {
+        let links = self.linker();
+        let Some(range) = chain_range(&msg) else { return Ok(()) };
+        if let Some(epoch) = chain_epoch(&msg) {
+            let ahead = epoch > self.current().config.epoch;
+            match msg {
+                ChainMsg::Replicate { .. } if ahead => self.resend_after_catch_up(from, range, epoch),
+                // A tail just promoted from syncing asks its predecessor `Resend` at once; the
+                // predecessor, still the tail until it installs the same configuration, would
+                // resend without `CaughtUp`, and the new tail's gets would wait for its next
+                // tick to ask again (~300 ms of gets of a whole range held; the dip in
+                // Figure 13's get rate at the end of a join). Installing first answers it now.
+                ChainMsg::Resend { .. } if ahead => self.catch_up_to(epoch).await,
+                _ => self.maybe_behind(epoch),
+            }
+        }
+        let Some(replica) = self.replica(&range) else { return Ok(()) };
+        match msg {
+            m @ ChainMsg::Replicate { .. } => {
+                self.counters.replicated.fetch_add(1, Ordering::Relaxed);
+                replica.on_replicate(from, m, &links).await?;
+            }
+            ChainMsg::Ack { seq, .. } => {
+                self.counters.acks.fetch_add(1, Ordering::Relaxed);
+                replica.on_ack(from, seq, &links).await;
+            }
+            m @ (ChainMsg::Resend { .. } | ChainMsg::CaughtUp { .. } | ChainMsg::Outcomes { .. }) => {
+                replica.on_chain(from, m, &links).await
+            }
+            ChainMsg::SyncRequest { .. } => {
+                let rate = copy_rate_for(&self.current().config, &range, &self.options);
+                replica.on_sync_request(from, &links, rate).await
+            }
+            ChainMsg::SnapshotBegin { snapshot, .. } => replica.on_snapshot_begin(from, snapshot).await?,
+            ChainMsg::SuffixSyncRequest { have_seq, top, .. } => {
+                let rate = copy_rate_for(&self.current().config, &range, &self.options);
+                let refusals = &self.counters.suffix_refusals;
+                replica.on_suffix_sync_request(from, have_seq, &top, &links, rate, refusals).await;
+            }
+            ChainMsg::SuffixBegin { snapshot, after_seq, .. } => {
+                if replica.on_suffix_begin(from, snapshot, after_seq).await {
+                    // From its first suffix record on, the store is no prefix of the range's
+                    // history until the stream ends: a restart in between must copy in full,
+                    // not ask for a suffix after a record from the middle of this one.
+                    // (Messages of one link are handled in order: no batch is applied yet.)
+                    if let Err(e) = self.unmark_complete(&range) {
+                        error!(range = %range.id_string(), error = %e,
+                            "cannot remove the whole-replica marker; dropping the suffix stream to ask again");
+                        replica.drop_stream(snapshot).await;
+                    }
+                }
+            }
+            ChainMsg::SuffixRefused { .. } => {
+                if replica.on_suffix_refused(from).await {
+                    // Not holding it here: the replacement waits for the old replica to go.
+                    drop(replica);
+                    self.replace_with_fresh(range).await;
+                }
+            }
+            ChainMsg::SnapshotBatch { snapshot, index, records, .. } => {
+                replica.on_snapshot_batch(from, snapshot, index, &records).await?
+            }
+            ChainMsg::SnapshotEnd { snapshot, batches, upto_seq, .. } => {
+                let followups = replica.on_snapshot_end(from, snapshot, batches, upto_seq, &links).await?;
+                if followups.sync_done {
+                    // The copy is whole: mark it before the manager makes it a replica.
+                    self.mark_complete(&range, &replica.store);
+                    self.counters.syncs_completed.fetch_add(1, Ordering::Relaxed);
+                    if let Some(r) = followups.report {
+                        let c = &self.counters;
+                        let (n, bytes) = if r.suffix {
+                            (&c.syncs_suffix, &c.sync_suffix_bytes)
+                        } else {
+                            (&c.syncs_full, &c.sync_full_bytes)
+                        };
+                        n.fetch_add(1, Ordering::Relaxed);
+                        bytes.fetch_add(r.bytes, Ordering::Relaxed);
+                    }
+                    self.report_sync_done(range).await;
+                }
+            }
+            ChainMsg::Hello { .. } => {}
+        }
+        Ok(())
+    }
+}
+
+/// A role refusal to a sender that routed by an older configuration says so, so that it fetches
+/// the newer one at once instead of backing off.
+pub(super) fn for_sender(e: WireError, sender_epoch: Epoch, view: &View) -> WireError {
+    match e {
+        WireError::WrongNode(_) if sender_epoch < view.config.epoch => {
+            WireError::StaleEpoch { current: view.config.epoch }
+        }
+        e => e,
+    }
+}
+
+pub(super) fn chain_range(msg: &ChainMsg) -> Option<Range> {
+    match msg {
+        ChainMsg::Hello { .. } => None,
+        ChainMsg::Replicate { range, .. }
+        | ChainMsg::Ack { range, .. }
+        | ChainMsg::Resend { range, .. }
+        | ChainMsg::CaughtUp { range, .. }
+        | ChainMsg::SyncRequest { range, .. }
+        | ChainMsg::SnapshotBegin { range, .. }
+        | ChainMsg::SnapshotBatch { range, .. }
+        | ChainMsg::SnapshotEnd { range, .. }
+        | ChainMsg::SuffixSyncRequest { range, .. }
+        | ChainMsg::SuffixBegin { range, .. }
+        | ChainMsg::SuffixRefused { range, .. }
+        | ChainMsg::Outcomes { range, .. } => Some(*range),
+    }
+}
+
+pub(super) fn chain_epoch(msg: &ChainMsg) -> Option<Epoch> {
+    match msg {
+        ChainMsg::Replicate { epoch, .. }
+        | ChainMsg::Ack { epoch, .. }
+        | ChainMsg::Resend { epoch, .. }
+        | ChainMsg::CaughtUp { epoch, .. }
+        | ChainMsg::SyncRequest { epoch, .. }
+        | ChainMsg::SnapshotBegin { epoch, .. }
+        | ChainMsg::SnapshotEnd { epoch, .. }
+        | ChainMsg::SuffixSyncRequest { epoch, .. }
+        | ChainMsg::SuffixBegin { epoch, .. }
+        | ChainMsg::SuffixRefused { epoch, .. }
+        | ChainMsg::Outcomes { epoch, .. } => Some(*epoch),
+        ChainMsg::Hello { .. } | ChainMsg::SnapshotBatch { .. } => None,
+    }
+}
+
+impl Handler for Backend {
+    async fn request(self: Arc<Self>, request: Request) -> Response {
+        let result = match request {
+            Request::Get { epoch, key, .. } => {
+                let start = Instant::now();
+                let r = self.get(epoch, &key).await;
+                self.counters.get_latency.record(start.elapsed());
+                r
+            }
+            Request::Update { epoch, req, update, reply_to, .. } => {
+                let start = Instant::now();
+                let r = self.update(epoch, req, update, reply_to).await;
+                self.counters.update_latency.record(start.elapsed());
+                r
+            }
+            Request::ItemStats => Ok(self.item_stats()),
+            Request::RangeDigest { range, after_key, limit } => self.digest(range, after_key, limit),
+            Request::Status => Ok(self.status()),
+            Request::Ping => Ok(Response::Pong),
+            Request::GetConfig => Ok(Response::Config(self.current().config.clone())),
+            Request::Install { config } => {
+                if let Err(e) = self.install(config).await {
+                    error!(error = %e, "cannot install pushed configuration");
+                }
+                Ok(Response::Ok)
+            }
+            other => Err(WireError::Invalid(format!("a back-end does not serve {other:?}"))),
+        };
+        result.unwrap_or_else(Response::Error)
+    }
+
+    async fn chain(self: Arc<Self>, from: NodeId, msg: ChainMsg) {
+        if let Err(e) = self.on_chain(from, msg).await {
+            error!(from, error = %e, "chain message failed");
+        }
+    }
+}

@@ -1,0 +1,364 @@
+//! Unit tests of the range shell.
+use super::*;
+use std::time::Instant;
+
+use fawn_ds::Meta;
+use fawn_proto::native::{Epoch, RangeConfig, ReplEffect, SnapshotItem};
+use fawn_proto::op::Mutation;
+
+use crate::replica::machine::UNACKED_UPDATES_MAX;
+
+type Wire = (mpsc::Sender<ChainMsg>, mpsc::Receiver<ChainMsg>);
+
+/// Links that keep what is sent, per peer.
+#[derive(Default)]
+struct Wires(Mutex<HashMap<NodeId, Wire>>);
+
+impl LinkTo for Wires {
+    fn link(&self, peer: NodeId) -> mpsc::Sender<ChainMsg> {
+        self.0.lock().entry(peer).or_insert_with(|| mpsc::channel(1024)).0.clone()
+    }
+    fn committed(&self, _: &str, _: ReqId, _: Outcome, _: &[u8]) {}
+}
+
+impl Wires {
+    fn sent(&self, peer: NodeId) -> Vec<ChainMsg> {
+        let mut wires = self.0.lock();
+        let mut out = Vec::new();
+        if let Some((_, rx)) = wires.get_mut(&peer) {
+            while let Ok(m) = rx.try_recv() {
+                out.push(m);
+            }
+        }
+        out
+    }
+}
+
+fn route(epoch: Epoch, me: NodeId, chain: &[NodeId], syncing: &[NodeId]) -> Route {
+    Route {
+        epoch,
+        me,
+        rc: RangeConfig { syncing: syncing.to_vec(), ..RangeConfig::new(Range::full(), chain.to_vec()) },
+    }
+}
+
+fn replica(dir: &std::path::Path, route: Route) -> RangeReplica {
+    let store = DataStore::open(dir, fawn_ds::Options::default()).expect("open store");
+    RangeReplica::new(store, route, false)
+}
+
+fn put(key: &str, seq: u64, value: &str) -> SnapshotItem {
+    let effect = ReplEffect::Put { value: value.as_bytes().to_vec(), flags: 0, expiry: 0 };
+    SnapshotItem { seq, key: key.as_bytes().to_vec(), effect }
+}
+
+fn value(r: &RangeReplica, key: &str) -> Option<String> {
+    r.read(key.as_bytes(), 0).expect("read").map(|i| String::from_utf8(i.value).expect("utf-8"))
+}
+
+fn set(n: u64) -> Update {
+    Update {
+        key: format!("k{}", n % 1000).into_bytes(),
+        mutation: Mutation::Set,
+        value: vec![b'v'; 2000],
+        flags: 0,
+        expiry: 0,
+    }
+}
+
+fn resend(after_seq: u64) -> ChainMsg {
+    ChainMsg::Resend { epoch: 5, range: Range::full(), after_seq }
+}
+
+fn req(n: u64) -> ReqId {
+    ReqId { client: 7, seq: n }
+}
+
+/// Real chain links (`link::Links`, TCP) from node 1 to peers at fixed addresses.
+struct RealLinks {
+    links: crate::backend::link::Links,
+    addrs: HashMap<NodeId, String>,
+    me: std::sync::Weak<RealLinks>,
+}
+
+impl crate::backend::link::LinkOwner for RealLinks {
+    fn peer_addr(&self, peer: NodeId) -> Option<String> {
+        self.addrs.get(&peer).cloned()
+    }
+    fn node_id(&self) -> NodeId {
+        1
+    }
+    async fn on_connected(&self, _peer: NodeId) -> Vec<ChainMsg> {
+        Vec::new()
+    }
+}
+
+impl LinkTo for RealLinks {
+    fn link(&self, peer: NodeId) -> mpsc::Sender<ChainMsg> {
+        match self.me.upgrade() {
+            Some(me) => self.links.to(&me, peer),
+            None => mpsc::channel(1).0,
+        }
+    }
+    fn committed(&self, _: &str, _: ReqId, _: Outcome, _: &[u8]) {}
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_link_to_a_cut_off_successor_does_not_hold_the_range_lock() {
+    // Node 1 heads [1, 2]; node 2 accepts the chain connection and never reads, as a
+    // successor behind a cut link does once the socket buffers are full. Under put load
+    // the link's queue fills. The manager's repair (here: node 1 alone) must install at
+    // once. It used to wait: the put that found the queue full waited for room while
+    // holding the range lock, for as long as the cut lasted.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr").to_string();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((conn, _)) = listener.accept().await {
+            held.push(conn);
+        }
+    });
+    let net = Arc::new_cyclic(|me| RealLinks {
+        links: crate::backend::link::Links::default(),
+        addrs: HashMap::from([(2, addr)]),
+        me: me.clone(),
+    });
+    let dir = tempfile::tempdir().expect("tempdir");
+    let head = Arc::new(replica(dir.path(), route(5, 1, &[1, 2], &[])));
+    let stop = Arc::new(AtomicBool::new(false));
+    // Set when the head refuses puts for its backlog (UNACKED_UPDATES_MAX): that bound may
+    // be reached before the queue fills, when the socket buffers hold many updates.
+    let refused = Arc::new(AtomicBool::new(false));
+    let putter = {
+        let (head, net, stop, refused) =
+            (Arc::clone(&head), Arc::clone(&net), Arc::clone(&stop), Arc::clone(&refused));
+        tokio::spawn(async move {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                match head.order_update(req(n), &set(n), None, 0, &*net).await {
+                    Ok(_) => n += 1,
+                    Err(WireError::Unavailable(_)) => {
+                        refused.store(true, Ordering::Relaxed);
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                    }
+                    Err(e) => panic!("order: {e}"),
+                }
+                if n.is_multiple_of(256) {
+                    tokio::task::yield_now().await;
+                }
+            }
+            n
+        })
+    };
+    let full = crate::backend::link::LINK_QUEUE_MESSAGES_MAX as u64;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while net.links.queued() < full && !refused.load(Ordering::Relaxed) {
+        assert!(Instant::now() < deadline, "the link's queue never filled");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    stop.store(true, Ordering::Relaxed);
+    let repair = head.install(route(6, 1, &[1], &[]), &*net);
+    assert!(
+        tokio::time::timeout(Duration::from_secs(5), repair).await.is_ok(),
+        "installing the repaired chain waited behind a put blocked on the full link (range lock held)"
+    );
+    let ordered = tokio::time::timeout(Duration::from_secs(5), putter)
+        .await
+        .expect("the putter is still blocked")
+        .expect("putter");
+    // Nothing was lost: alone in the chain, node 1 committed everything it ordered.
+    assert!(ordered > full, "{ordered} puts");
+    eprintln!(
+        "{ordered} puts ordered; queue full: {}, backlog refusals: {}",
+        net.links.queued() >= full,
+        refused.load(Ordering::Relaxed)
+    );
+    assert_eq!(head.unacked_len(), 0);
+    let last = ordered - 1;
+    let item = head.read(format!("k{}", last % 1000).as_bytes(), 0).expect("read").expect("the last put");
+    assert_eq!(item.value, set(last).value);
+    let next = head.order_update(req(ordered), &set(ordered), None, 0, &*net).await.expect("order");
+    assert!(matches!(next, Ordered::Reply(_)), "a put after the repair must commit at once");
+}
+
+#[tokio::test]
+async fn updates_a_full_link_held_back_are_queued_again_in_order() {
+    // The fake link holds 1024 messages. The head never waits for room: what does not fit
+    // stays unacknowledged, later updates queue behind it, and the tick queues them once
+    // there is room, in sequence order (the successor takes updates only in order).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wires = Wires::default();
+    let head = replica(dir.path(), route(5, 1, &[1, 2], &[]));
+    for n in 0..1500 {
+        head.order_update(req(n), &set(n), None, 0, &wires).await.expect("order");
+    }
+    assert_eq!(head.unacked_len(), 1500);
+    let first = wires.sent(2);
+    assert_eq!(first.len(), 1024, "the link took more than it holds");
+    head.tick(&wires).await;
+    let rest = wires.sent(2);
+    let seqs: Vec<(u64, u64)> = first
+        .iter()
+        .chain(&rest)
+        .map(|m| match m {
+            ChainMsg::Replicate { seq, prev_seq, .. } => (*seq, *prev_seq),
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(seqs.len(), 1500, "held-back updates were not queued again");
+    for w in seqs.windows(2) {
+        assert_eq!(w[1].1, w[0].0, "out of order after the hold-back: {w:?}");
+    }
+    // Nothing more is sent once the link has taken everything.
+    head.tick(&wires).await;
+    assert!(wires.sent(2).is_empty());
+    head.on_ack(2, seqs[1499].0, &wires).await;
+    assert_eq!(head.unacked_len(), 0);
+}
+
+#[tokio::test]
+async fn a_head_with_a_full_backlog_refuses_new_updates_until_acks_come_back() {
+    // Not waiting for room on the link must not let the head run ahead without bound: at
+    // UNACKED_UPDATES_MAX unacknowledged updates it refuses new ones (retryable), and a
+    // retry of an update it already ordered still gets its answer.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wires = Wires::default();
+    let head = replica(dir.path(), route(5, 1, &[1, 2], &[]));
+    for n in 0..UNACKED_UPDATES_MAX as u64 {
+        head.order_update(req(n), &set(n), None, 0, &wires).await.expect("order");
+    }
+    let last = head.store.max_seq();
+    let full = head.order_update(req(1 << 40), &set(0), None, 0, &wires).await;
+    assert!(matches!(full, Err(WireError::Unavailable(_))), "{:?}", full.is_ok());
+    let retry = head.order_update(req(7), &set(7), None, 0, &wires).await;
+    assert!(matches!(retry, Ok(Ordered::AwaitAck(_))), "a retry was refused");
+    head.on_ack(2, last, &wires).await;
+    let after = head.order_update(req(1 << 40), &set(0), None, 0, &wires).await;
+    assert!(after.is_ok(), "still refused after the acks");
+}
+
+#[tokio::test]
+async fn a_middle_replica_acks_again_on_a_new_connection_to_its_predecessor() {
+    // The ack it passed upstream may have been lost with the old connection; the head
+    // must not wait for the next update to learn that its updates committed.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wires = Wires::default();
+    let middle = replica(dir.path(), route(5, 2, &[1, 2, 3], &[]));
+    assert!(middle.resend_on_connect(1).await.is_empty(), "nothing acknowledged yet");
+    middle.on_ack(3, 42, &wires).await;
+    let first = middle.resend_on_connect(1).await;
+    assert!(matches!(first.as_slice(), [ChainMsg::Ack { seq: 42, .. }]), "{first:?}");
+    middle.install(route(6, 2, &[1, 2, 4], &[]), &wires).await;
+    assert!(middle.resend_on_connect(1).await.is_empty(), "an ack of the old successor");
+}
+
+#[tokio::test]
+async fn a_syncing_replica_notes_when_it_last_heard_from_its_source() {
+    // The tail keeps no unacknowledged updates for a syncing replica, so the replica
+    // watches the link: `sync_heard` dates the last message from its source, and is gone
+    // once the copy is complete.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wires = Wires::default();
+    let s = replica(dir.path(), route(5, 3, &[1, 2], &[3]));
+    let (source, started) = s.sync_heard().await.expect("syncing");
+    assert_eq!(source, 2);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Not from the source: not evidence that its link works.
+    s.on_snapshot_begin(1, 8).await.expect("begin");
+    assert_eq!(s.sync_heard().await.map(|(_, t)| t), Some(started));
+    s.on_snapshot_begin(2, 8).await.expect("begin");
+    let (_, heard) = s.sync_heard().await.expect("syncing");
+    assert!(heard > started);
+    s.on_snapshot_end(2, 8, 0, 0, &wires).await.expect("end");
+    assert_eq!(s.sync_heard().await, None, "a complete copy needs nothing more from the source");
+}
+
+#[tokio::test]
+async fn a_tail_that_has_not_stepped_down_does_not_confirm_its_successor_caught_up() {
+    // Node 2 is the tail of [1, 2] with 3 syncing; the manager has since promoted 3 to tail
+    // (3 installed that and asks `Resend`), but 2 has not installed it yet and would still
+    // commit updates on its own ack: 3 must not become a readable tail before 2 steps down.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wires = Wires::default();
+    let c = replica(dir.path(), route(5, 2, &[1, 2], &[3]));
+    c.store.store(b"k", b"v", Meta { seq: 10, ..Meta::default() }).expect("store");
+    c.on_chain(3, resend(0), &wires).await;
+    let sent = wires.sent(3);
+    assert!(sent.iter().any(|m| matches!(m, ChainMsg::Replicate { seq: 10, .. })), "{sent:?}");
+    assert!(
+        !sent.iter().any(|m| matches!(m, ChainMsg::CaughtUp { .. })),
+        "a node that is still the tail confirmed its successor caught up: {sent:?}"
+    );
+    // Once it has stepped down to a middle node, the confirmation follows the updates.
+    c.install(route(6, 2, &[1, 2, 3], &[]), &wires).await;
+    let _ = wires.sent(3);
+    c.on_chain(3, resend(0), &wires).await;
+    let sent = wires.sent(3);
+    assert!(matches!(sent.last(), Some(ChainMsg::CaughtUp { seq: 10, .. })), "{sent:?}");
+}
+
+#[tokio::test]
+async fn a_syncing_replica_takes_only_the_snapshot_stream_it_began() {
+    // Two streams from the same source on one link (a repeated SyncRequest, or a restart
+    // of this replica while the first stream was still being sent): the older stream's
+    // batches, with older versions, and its end must not be taken for the newer one's.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wires = Wires::default();
+    let s = replica(dir.path(), route(5, 3, &[1, 2], &[3]));
+    s.on_snapshot_begin(2, 8).await.expect("begin");
+    s.on_snapshot_batch(2, 8, 0, &[put("a", 5, "new")]).await.expect("batch");
+    s.on_snapshot_batch(2, 7, 3, &[put("a", 3, "old"), put("b", 4, "gone")]).await.expect("batch");
+    let f = s.on_snapshot_end(2, 7, 4, 4, &wires).await.expect("end");
+    assert!(!f.sync_done, "the end of another stream finished the sync");
+    assert_eq!(s.sync_status().await, Some((2, true, false)));
+    let f = s.on_snapshot_end(2, 8, 1, 5, &wires).await.expect("end");
+    assert!(f.sync_done);
+    assert_eq!(value(&s, "a").as_deref(), Some("new"));
+    assert_eq!(value(&s, "b"), None);
+}
+
+#[tokio::test]
+async fn a_newer_snapshot_stream_replaces_the_one_in_progress() {
+    // The source runs only the stream of the latest request: a newer Begin means the
+    // older stream stops, so the replica switches and empties what the older one wrote.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wires = Wires::default();
+    let s = replica(dir.path(), route(5, 3, &[1, 2], &[3]));
+    s.on_snapshot_begin(2, 8).await.expect("begin");
+    s.on_snapshot_batch(2, 8, 0, &[put("a", 5, "deleted later")]).await.expect("batch");
+    s.on_snapshot_begin(2, 9).await.expect("begin");
+    s.on_snapshot_batch(2, 8, 1, &[put("x", 6, "old stream")]).await.expect("batch");
+    s.on_snapshot_batch(2, 9, 0, &[put("b", 6, "b")]).await.expect("batch");
+    assert!(!s.on_snapshot_end(2, 8, 2, 6, &wires).await.expect("end").sync_done);
+    // A repeated Begin of the stream taken changes nothing.
+    s.on_snapshot_begin(2, 9).await.expect("begin");
+    assert!(s.on_snapshot_end(2, 9, 1, 7, &wires).await.expect("end").sync_done);
+    assert_eq!(value(&s, "a"), None);
+    assert_eq!(value(&s, "x"), None);
+    assert_eq!(value(&s, "b").as_deref(), Some("b"));
+}
+
+#[tokio::test]
+async fn a_snapshot_with_a_missing_batch_is_abandoned_and_the_next_one_starts_empty() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wires = Wires::default();
+    let s = replica(dir.path(), route(5, 3, &[1, 2], &[3]));
+    s.on_snapshot_begin(2, 8).await.expect("begin");
+    s.on_snapshot_batch(2, 8, 0, &[put("a", 5, "deleted later")]).await.expect("batch");
+    // Batch 1 was lost (a chain connection broke mid-stream).
+    s.on_snapshot_batch(2, 8, 2, &[put("c", 7, "c")]).await.expect("batch");
+    assert_eq!(s.sync_status().await, Some((2, false, false)), "a stream with a gap was kept");
+    let f = s.on_snapshot_end(2, 8, 3, 7, &wires).await.expect("end");
+    assert!(!f.sync_done, "a stream with a gap finished the sync");
+    // The replica asks again; "a" was deleted meanwhile and its tombstone compacted away
+    // at the source, so the new snapshot does not mention it: it must not come back.
+    s.tick(&wires).await;
+    assert!(wires.sent(2).iter().any(|m| matches!(m, ChainMsg::SyncRequest { .. })));
+    s.on_snapshot_begin(2, 9).await.expect("begin");
+    s.on_snapshot_batch(2, 9, 0, &[put("c", 7, "c")]).await.expect("batch");
+    let f = s.on_snapshot_end(2, 9, 1, 9, &wires).await.expect("end");
+    assert!(f.sync_done);
+    assert_eq!(value(&s, "a"), None, "a record of the abandoned stream came back");
+    assert_eq!(value(&s, "c").as_deref(), Some("c"));
+}
