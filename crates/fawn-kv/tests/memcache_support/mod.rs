@@ -103,6 +103,11 @@ impl KvService for MemService {
             live.fold((0, 0), |(n, b), (k, s)| (n + 1, b + (k.len() + s.item.value.len()) as u64));
         Ok(ItemStats { curr_items: count, bytes })
     }
+
+    /// The double keeps everything in memory without a limit; it reports memcached's default.
+    fn capacity_bytes(&self) -> u64 {
+        64 * 1024 * 1024
+    }
 }
 
 /// A running server; dropping `stop` (or sending on it) shuts it down.
