@@ -204,7 +204,17 @@ impl Client {
 
     /// Sends `stats` and returns the value of one `STAT` line.
     pub async fn stat(&mut self, name: &str) -> String {
-        self.send(b"stats\r\n").await;
+        let text = self.stats("stats\r\n").await;
+        let prefix = format!("STAT {name} ");
+        text.lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no STAT {name} in {text}"))
+            .to_string()
+    }
+
+    /// Sends a `stats` request and returns its reply, up to and with `END`.
+    pub async fn stats(&mut self, request: &str) -> String {
+        self.send(request.as_bytes()).await;
         let mut text = String::new();
         while !text.ends_with("END\r\n") {
             let mut chunk = [0u8; 4096];
@@ -215,11 +225,7 @@ impl Client {
             assert!(n > 0, "closed during stats");
             text.push_str(&String::from_utf8_lossy(&chunk[..n]));
         }
-        let prefix = format!("STAT {name} ");
-        text.lines()
-            .find_map(|line| line.strip_prefix(&prefix))
-            .unwrap_or_else(|| panic!("no STAT {name} in {text}"))
-            .to_string()
+        text
     }
 }
 
