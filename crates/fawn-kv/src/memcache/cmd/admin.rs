@@ -354,7 +354,7 @@ fn conns<S: KvService>(ctx: &mut Ctx<'_, S>) {
     let (stats, listen_fd) = (&ctx.shared.stats, ctx.shared.listen_fd);
     let listen = ctx.shared.listen.map_or_else(|| "tcp:unknown".to_string(), |a| format!("tcp:{a}"));
     let uptime = stats.uptime_secs();
-    let mut lines: Vec<(String, String)> = vec![
+    let mut lines: Vec<StatLine> = vec![
         (format!("{listen_fd}:addr"), listen.clone()),
         (format!("{listen_fd}:state"), "conn_listening".into()),
         (format!("{listen_fd}:secs_since_last_cmd"), uptime.to_string()),
@@ -375,13 +375,13 @@ fn conns<S: KvService>(ctx: &mut Ctx<'_, S>) {
     out.extend_from_slice(reply::END);
 }
 
+/// A `STAT` line's name and value.
+type StatLine = (String, String);
+
 /// `stats items` and `stats slabs` describe memcached's slab classes. FAWN stores every item
 /// in a log, in one "class": it reports class 1 holding the cluster's items (none when the
 /// cluster has none, as memcached omits empty classes), with this front-end's command counters.
-async fn classes<S: KvService>(
-    ctx: &mut Ctx<'_, S>,
-    lines: fn(&Ctx<'_, S>, ItemStats) -> Vec<(String, String)>,
-) {
+async fn classes<S: KvService>(ctx: &mut Ctx<'_, S>, lines: fn(&Ctx<'_, S>, ItemStats) -> Vec<StatLine>) {
     let items = match ctx.service().item_stats().await {
         Ok(items) => items,
         Err(error) => return ctx.server_error(&error, false),
@@ -428,7 +428,7 @@ const ITEM_FIELDS: [&str; 28] = [
     "hits_to_temp",
 ];
 
-fn items<S: KvService>(_ctx: &Ctx<'_, S>, items: ItemStats) -> Vec<(String, String)> {
+fn items<S: KvService>(_ctx: &Ctx<'_, S>, items: ItemStats) -> Vec<StatLine> {
     if items.curr_items == 0 {
         return Vec::new();
     }
@@ -462,7 +462,7 @@ const SLAB_FIELDS: [&str; 15] = [
     "touch_hits",
 ];
 
-fn slabs<S: KvService>(ctx: &Ctx<'_, S>, items: ItemStats) -> Vec<(String, String)> {
+fn slabs<S: KvService>(ctx: &Ctx<'_, S>, items: ItemStats) -> Vec<StatLine> {
     let stats = ctx.stats();
     let mut lines = Vec::new();
     if items.curr_items > 0 {
