@@ -41,6 +41,8 @@ pub struct LocalCluster {
     pub metrics: bool,
     /// Extra flags for every role (e.g. log format).
     pub extra_args: Vec<String>,
+    /// `--memcached-auth-file` of every front-end: memcached clients must log in.
+    pub memcached_auth_file: Option<PathBuf>,
 }
 
 /// One started role.
@@ -145,7 +147,7 @@ impl LocalCluster {
             roles.push(self.spawn(&format!("backend-{i}"), self.with_metrics(args, 301 + i as u32))?);
         }
         for i in 0..self.frontends as usize {
-            let args = vec![
+            let mut args: Vec<String> = vec![
                 "frontend".into(),
                 "--id".into(),
                 i.to_string(),
@@ -158,6 +160,9 @@ impl LocalCluster {
                 "--data-dir".into(),
                 d(&format!("frontend-{i}")),
             ];
+            if let Some(path) = &self.memcached_auth_file {
+                args.extend(["--memcached-auth-file".into(), path.display().to_string()]);
+            }
             roles.push(self.spawn(&format!("frontend-{i}"), self.with_metrics(args, 400 + i as u32))?);
         }
         wait_ready(&addrs.frontends_memcached, roles).await

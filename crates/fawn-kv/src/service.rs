@@ -41,6 +41,10 @@ pub trait KvService: Send + Sync + 'static {
 
     /// Cluster-wide item counts for `stats` (curr_items, bytes), summed over range tails.
     fn item_stats(&self) -> impl Future<Output = Result<ItemStats, ServiceError>> + Send;
+
+    /// Bytes of log the cluster can address, from its current configuration (`stats`
+    /// `limit_maxbytes`): past it a range's datastore refuses writes.
+    fn capacity_bytes(&self) -> u64;
 }
 
 /// Item counts of the whole cluster.

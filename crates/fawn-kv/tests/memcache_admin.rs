@@ -59,10 +59,41 @@ async fn stats_counters() {
     }
     c.roundtrip(b"stats reset\r\n", b"RESET\r\n").await;
     assert_eq!(c.stat("cmd_get").await, "0");
-    c.roundtrip(b"stats items\r\n", b"END\r\n").await;
     c.roundtrip(b"stats nonsense\r\n", b"ERROR\r\n").await;
-    c.send(b"stats settings\r\n").await;
-    c.expect(b"STAT maxbytes 67108864\r\nSTAT maxconns 1024\r\n").await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn stats_groups_have_memcached_fields() {
+    let server = Server::start().await;
+    let mut c = server.connect().await;
+    // No items: memcached lists no class.
+    assert_eq!(c.stats("stats items\r\n").await, "END\r\n");
+    let slabs = c.stats("stats slabs\r\n").await;
+    assert_eq!(slabs, "STAT active_slabs 0\r\nSTAT total_malloced 0\r\nEND\r\n");
+    c.roundtrip(b"set a 0 0 3\r\nabc\r\nget a\r\n", b"STORED\r\nVALUE a 0 3\r\nabc\r\nEND\r\n").await;
+    let items = c.stats("stats items\r\n").await;
+    assert!(items.starts_with("STAT items:1:number 1\r\nSTAT items:1:number_hot 0\r\n"), "{items}");
+    assert!(items.contains("STAT items:1:mem_requested 4\r\n"), "{items}");
+    assert_eq!(items.lines().count(), 28 + 1, "{items}");
+    let slabs = c.stats("stats slabs\r\n").await;
+    assert!(slabs.contains("STAT 1:used_chunks 1\r\n") && slabs.contains("STAT 1:get_hits 1\r\n"), "{slabs}");
+    assert!(slabs.ends_with("STAT active_slabs 1\r\nSTAT total_malloced 4\r\nEND\r\n"), "{slabs}");
+    let settings = c.stats("stats settings\r\n").await;
+    assert!(settings.starts_with("STAT maxbytes 67108864\r\nSTAT maxconns 1024\r\n"), "{settings}");
+    let port = server.addr.port();
+    assert!(settings.contains(&format!("STAT tcpport {port}\r\nSTAT udpport 0\r\nSTAT inter 127.0.0.1\r\n")));
+    assert!(
+        settings.contains("STAT auth_enabled_sasl no\r\n")
+            && settings.ends_with("STAT memory_file (null)\r\nEND\r\n")
+    );
+    assert_eq!(settings.lines().count(), 76 + 1, "{settings}");
+    let mut idle = server.connect().await;
+    idle.roundtrip(b"mn\r\n", b"MN\r\n").await;
+    let conns = c.stats("stats conns\r\n").await;
+    let states: Vec<&str> = conns.lines().filter_map(|l| l.split_once(":state ").map(|(_, s)| s)).collect();
+    assert_eq!(states, ["conn_listening", "conn_parse_cmd", "conn_waiting"], "{conns}");
+    assert_eq!(conns.matches(&format!(":listen_addr tcp:{}\r\n", server.addr)).count(), 2, "{conns}");
     server.shutdown().await;
 }
 

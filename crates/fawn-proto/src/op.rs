@@ -47,6 +47,32 @@ pub enum Mutation {
     Touch,
     /// Remove the item.
     Delete,
+    /// `then`, only if a live item's cas unique equals `unique` (memcached's meta `C` flag on
+    /// `md`, `ma` and `ms` in append/prepend mode): a live item with another unique is
+    /// `Exists`; a missing one gets what `then` does on a miss.
+    IfCas { unique: u64, then: Guarded },
+}
+
+/// The mutations a compare-cas can guard besides a plain store (which is [`Mutation::Cas`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Guarded {
+    Delete,
+    Append,
+    Prepend,
+    Incr { delta: u64 },
+    Decr { delta: u64 },
+}
+
+impl From<Guarded> for Mutation {
+    fn from(guarded: Guarded) -> Mutation {
+        match guarded {
+            Guarded::Delete => Mutation::Delete,
+            Guarded::Append => Mutation::Append,
+            Guarded::Prepend => Mutation::Prepend,
+            Guarded::Incr { delta } => Mutation::Incr { delta },
+            Guarded::Decr { delta } => Mutation::Decr { delta },
+        }
+    }
 }
 
 /// An update request as the head receives it.
@@ -119,7 +145,12 @@ pub fn is_expired(expiry: UnixSeconds, now: UnixSeconds) -> bool {
 /// (memcached keeps the cas on touch); a cas token taken before a touch is then stale.
 pub fn decide(update: &Update, current: Option<&Item>, now: UnixSeconds, new_cas: u64) -> (Outcome, Effect) {
     let live = current.filter(|item| !is_expired(item.expiry, now));
-    match update.mutation {
+    apply(update.mutation, update, live, new_cas)
+}
+
+/// `decide` for one mutation against the live item (`update.mutation` is not looked at).
+fn apply(mutation: Mutation, update: &Update, live: Option<&Item>, new_cas: u64) -> (Outcome, Effect) {
+    match mutation {
         Mutation::Set => store(update, new_cas),
         Mutation::Add => match live {
             None => store(update, new_cas),
@@ -130,7 +161,7 @@ pub fn decide(update: &Update, current: Option<&Item>, now: UnixSeconds, new_cas
             None => not_stored(),
         },
         Mutation::Append | Mutation::Prepend => match live {
-            Some(item) => concat(update, item, new_cas),
+            Some(item) => concat(mutation == Mutation::Append, update, item, new_cas),
             None => not_stored(),
         },
         Mutation::Cas { unique } => match live {
@@ -148,7 +179,17 @@ pub fn decide(update: &Update, current: Option<&Item>, now: UnixSeconds, new_cas
             Some(_) => (Outcome::Deleted, Effect::Delete),
             None => (Outcome::NotFound, Effect::None),
         },
+        Mutation::IfCas { unique, then } => match live {
+            // memcached refuses an empty counter before it compares the cas.
+            Some(item) if is_arith(then) && item.value.is_empty() => (Outcome::NonNumeric, Effect::None),
+            Some(item) if item.cas != unique => (Outcome::Exists, Effect::None),
+            _ => apply(then.into(), update, live, new_cas),
+        },
     }
+}
+
+fn is_arith(guarded: Guarded) -> bool {
+    matches!(guarded, Guarded::Incr { .. } | Guarded::Decr { .. })
 }
 
 fn not_stored() -> (Outcome, Effect) {
@@ -161,9 +202,9 @@ fn store(update: &Update, new_cas: u64) -> (Outcome, Effect) {
 }
 
 /// append/prepend keep the stored item's flags and expiry (memcached ignores the new ones).
-fn concat(update: &Update, item: &Item, new_cas: u64) -> (Outcome, Effect) {
+fn concat(append: bool, update: &Update, item: &Item, new_cas: u64) -> (Outcome, Effect) {
     let mut value = Vec::with_capacity(item.value.len() + update.value.len());
-    if update.mutation == Mutation::Append {
+    if append {
         value.extend_from_slice(&item.value);
         value.extend_from_slice(&update.value);
     } else {
@@ -359,6 +400,36 @@ mod decide_tests {
         assert_eq!(decide(&u, Some(&live()), NOW, NEW), (Outcome::Deleted, Effect::Delete));
         assert_eq!(decide(&u, None, NOW, NEW), (Outcome::NotFound, Effect::None));
         assert_eq!(decide(&u, Some(&expired()), NOW, NEW), (Outcome::NotFound, Effect::None));
+    }
+
+    #[test]
+    fn if_cas_guards_delete_append_and_arith() {
+        let guard = |then| upd(Mutation::IfCas { unique: 9, then }, b"+", 0, 0);
+        let stale = |then| upd(Mutation::IfCas { unique: 8, then }, b"+", 0, 0);
+        let exists = (Outcome::Exists, Effect::None);
+        assert_eq!(
+            decide(&guard(Guarded::Delete), Some(&live()), NOW, NEW),
+            (Outcome::Deleted, Effect::Delete)
+        );
+        assert_eq!(decide(&stale(Guarded::Delete), Some(&live()), NOW, NEW), exists);
+        assert_eq!(decide(&guard(Guarded::Delete), None, NOW, NEW), (Outcome::NotFound, Effect::None));
+        let appended = (Outcome::Stored { cas: NEW }, put(b"old+", 5, 0));
+        assert_eq!(decide(&guard(Guarded::Append), Some(&live()), NOW, NEW), appended);
+        assert_eq!(decide(&stale(Guarded::Prepend), Some(&live()), NOW, NEW), exists);
+        assert_eq!(decide(&guard(Guarded::Prepend), None, NOW, NEW), (Outcome::NotStored, Effect::None));
+        let counter = item(b"5", 0, 0, 9);
+        let incr = (Outcome::Counter { value: 7, cas: NEW }, put(b"7", 0, 0));
+        assert_eq!(decide(&guard(Guarded::Incr { delta: 2 }), Some(&counter), NOW, NEW), incr);
+        assert_eq!(decide(&stale(Guarded::Decr { delta: 2 }), Some(&counter), NOW, NEW), exists);
+        assert_eq!(
+            decide(&stale(Guarded::Incr { delta: 1 }), Some(&expired()), NOW, NEW),
+            (Outcome::NotFound, Effect::None)
+        );
+        // A non-numeric value is compared first; an empty one is refused first.
+        assert_eq!(decide(&stale(Guarded::Incr { delta: 1 }), Some(&live()), NOW, NEW), exists);
+        let empty = item(b"", 0, 0, 9);
+        let non_numeric = (Outcome::NonNumeric, Effect::None);
+        assert_eq!(decide(&stale(Guarded::Incr { delta: 1 }), Some(&empty), NOW, NEW), non_numeric);
     }
 
     #[test]

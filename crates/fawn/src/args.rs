@@ -132,10 +132,23 @@ pub struct UpArgs {
     /// Serve Prometheus /metrics on every role (manager BASE+300, back-ends BASE+301.., front-ends BASE+400..).
     #[arg(long)]
     metrics: bool,
+    /// Every front-end's `--memcached-auth-file`: memcached clients must log in as a user of
+    /// this file (`user:password` lines, as memcached's `-Y`).
+    #[arg(long)]
+    memcached_auth_file: Option<PathBuf>,
 }
 
 impl UpArgs {
     pub async fn run(self) -> anyhow::Result<()> {
+        // Say now, not in a front-end's log after start-up, if the file is missing; the
+        // front-ends (restarted by the supervisor) get an absolute path.
+        let memcached_auth_file = match &self.memcached_auth_file {
+            Some(path) => Some(
+                std::fs::canonicalize(path)
+                    .with_context(|| format!("--memcached-auth-file {}", path.display()))?,
+            ),
+            None => None,
+        };
         let exe = std::env::current_exe().context("finding the fawn executable")?;
         let sync = match self.sync {
             SyncPolicy::Always => "always".to_string(),
@@ -156,6 +169,7 @@ impl UpArgs {
             expected_keys: self.expected_keys,
             metrics: self.metrics,
             extra_args: Vec::new(),
+            memcached_auth_file,
         };
         cluster.run(run::shutdown_on_signals()).await
     }

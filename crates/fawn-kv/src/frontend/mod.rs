@@ -476,6 +476,13 @@ impl KvService for Frontend {
         let (curr_items, bytes) = self.cluster_item_stats().await.map_err(service_error)?;
         Ok(ItemStats { curr_items, bytes })
     }
+
+    /// Each range is one datastore (stored R times), whose hot and cold logs can each grow
+    /// to `DATASTORE_BYTES_MAX`. The disks' own sizes are not known here.
+    fn capacity_bytes(&self) -> u64 {
+        let ranges = self.current().config.ranges.len() as u64;
+        ranges.saturating_mul(2 * fawn_ds::limits::DATASTORE_BYTES_MAX)
+    }
 }
 
 impl Handler for Frontend {

@@ -40,6 +40,12 @@ impl Connection {
         self.out.extend_from_slice(bytes);
     }
 
+    /// The socket's descriptor and peer, for `stats conns`.
+    pub fn identity(&self) -> (i32, Option<std::net::SocketAddr>) {
+        use std::os::fd::AsRawFd;
+        (self.stream.as_raw_fd(), self.stream.peer_addr().ok())
+    }
+
     pub fn is_broken(&self) -> bool {
         self.broken
     }

@@ -38,8 +38,6 @@ pub struct MemcacheConfig {
     /// The version reported by `version` and `stats`. Clients parse the leading `x.y.z` to
     /// pick features, so it starts with the memcached release whose protocol we follow.
     pub version: String,
-    /// `limit_maxbytes` reported by `stats` (the cluster's capacity, as the operator sees it).
-    pub limit_maxbytes: u64,
     /// `threads` reported by `stats`.
     pub threads: usize,
     /// Users allowed in (`None`: no authentication). Text connections must first send an
@@ -57,7 +55,6 @@ impl Default for MemcacheConfig {
             max_connections: 1024,
             idle_timeout: None,
             version: format!("1.6.21-fawn-{}", env!("CARGO_PKG_VERSION")),
-            limit_maxbytes: 64 * 1024 * 1024,
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             users: None,
             shutdown_grace: Duration::from_secs(5),
@@ -70,6 +67,10 @@ struct Shared<S> {
     service: Arc<S>,
     config: MemcacheConfig,
     stats: Stats,
+    /// The address this server listens on (`stats settings`, `stats conns`).
+    listen: Option<std::net::SocketAddr>,
+    /// The listening socket's descriptor (`stats conns`).
+    listen_fd: i32,
 }
 
 /// Serves the memcached protocol on `listener` until `shutdown` resolves, then stops accepting,
@@ -85,7 +86,9 @@ pub async fn serve<S: KvService>(
     shutdown: impl Future,
 ) {
     let permits = Arc::new(Semaphore::new(config.max_connections));
-    let shared = Arc::new(Shared { service, config, stats: Stats::new() });
+    let listen = listener.local_addr().ok();
+    let listen_fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
+    let shared = Arc::new(Shared { service, config, stats: Stats::new(), listen, listen_fd });
     let (stop_tx, stop_rx) = watch::channel(false);
     // Each connection task holds a clone of `done_tx`; when all are dropped, all have ended.
     let (done_tx, mut done_rx) = mpsc::channel::<()>(1);

@@ -1,5 +1,6 @@
 //! Serves one client: read, parse, run, reply — in order, with bounded buffers.
 
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use bytes::Buf;
@@ -9,6 +10,7 @@ use tokio::sync::watch;
 
 use super::cmd::{self, Flow};
 use super::conn::Connection;
+use super::stats::Activity;
 use super::Shared;
 use crate::service::KvService;
 
@@ -43,15 +45,21 @@ impl<S: KvService> Session<S> {
 
     pub async fn run(mut self) {
         self.shared.stats.connection_opened();
-        let _ = self.serve().await;
+        let (fd, peer) = self.conn.identity();
+        let activity = self.shared.stats.register(fd, peer);
+        let _ = self.serve(&activity).await;
+        self.shared.stats.deregister(fd);
         self.conn.shutdown().await;
         self.shared.stats.connection_closed();
     }
 
     /// Alternates: answer every complete request in the buffer, flush, read more.
-    async fn serve(&mut self) -> std::io::Result<()> {
+    async fn serve(&mut self, activity: &Activity) -> std::io::Result<()> {
         loop {
+            activity.busy.store(true, Relaxed);
+            activity.last_cmd_secs.store(self.shared.stats.uptime_secs(), Relaxed);
             let flow = self.process_buffer().await;
+            activity.busy.store(false, Relaxed);
             self.conn.flush(&self.shared.stats).await?;
             if matches!(flow, Flow::Close) || *self.stop.borrow() {
                 return Ok(());

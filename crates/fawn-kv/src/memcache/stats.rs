@@ -1,7 +1,12 @@
 //! Counters for `stats`, shared by all connections of one server.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 use std::time::Instant;
+
+use parking_lot::Mutex;
 
 /// Declares the counters once: the struct fields, `reset` and lookup by `stats` name.
 macro_rules! counters {
@@ -64,6 +69,24 @@ pub struct Stats {
     curr_connections: AtomicU64,
     total_connections: AtomicU64,
     rejected_connections: AtomicU64,
+    /// Open connections by socket descriptor, for `stats conns`.
+    conns: Mutex<BTreeMap<i32, ConnEntry>>,
+}
+
+/// What `stats conns` shows of one connection.
+#[derive(Debug, Clone)]
+pub struct ConnEntry {
+    pub peer: Option<SocketAddr>,
+    pub activity: Arc<Activity>,
+}
+
+/// Updated by the connection's session as it works.
+#[derive(Debug, Default)]
+pub struct Activity {
+    /// Seconds since the server started, at the connection's last request.
+    pub last_cmd_secs: AtomicU64,
+    /// Running requests (else waiting for input).
+    pub busy: AtomicBool,
 }
 
 impl Default for Stats {
@@ -80,7 +103,25 @@ impl Stats {
             curr_connections: AtomicU64::new(0),
             total_connections: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),
+            conns: Mutex::new(BTreeMap::new()),
         }
+    }
+
+    /// Lists an open connection for `stats conns`; its session updates the returned state.
+    pub fn register(&self, fd: i32, peer: Option<SocketAddr>) -> Arc<Activity> {
+        let activity = Arc::new(Activity::default());
+        activity.last_cmd_secs.store(self.uptime_secs(), Relaxed);
+        self.conns.lock().insert(fd, ConnEntry { peer, activity: activity.clone() });
+        activity
+    }
+
+    pub fn deregister(&self, fd: i32) {
+        self.conns.lock().remove(&fd);
+    }
+
+    /// The open connections, by descriptor.
+    pub fn conns(&self) -> Vec<(i32, ConnEntry)> {
+        self.conns.lock().iter().map(|(fd, entry)| (*fd, entry.clone())).collect()
     }
 
     pub fn incr(counter: &AtomicU64) {

@@ -103,6 +103,11 @@ impl KvService for MemService {
             live.fold((0, 0), |(n, b), (k, s)| (n + 1, b + (k.len() + s.item.value.len()) as u64));
         Ok(ItemStats { curr_items: count, bytes })
     }
+
+    /// The double keeps everything in memory without a limit; it reports memcached's default.
+    fn capacity_bytes(&self) -> u64 {
+        64 * 1024 * 1024
+    }
 }
 
 /// A running server; dropping `stop` (or sending on it) shuts it down.
@@ -199,7 +204,17 @@ impl Client {
 
     /// Sends `stats` and returns the value of one `STAT` line.
     pub async fn stat(&mut self, name: &str) -> String {
-        self.send(b"stats\r\n").await;
+        let text = self.stats("stats\r\n").await;
+        let prefix = format!("STAT {name} ");
+        text.lines()
+            .find_map(|line| line.strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no STAT {name} in {text}"))
+            .to_string()
+    }
+
+    /// Sends a `stats` request and returns its reply, up to and with `END`.
+    pub async fn stats(&mut self, request: &str) -> String {
+        self.send(request.as_bytes()).await;
         let mut text = String::new();
         while !text.ends_with("END\r\n") {
             let mut chunk = [0u8; 4096];
@@ -210,11 +225,7 @@ impl Client {
             assert!(n > 0, "closed during stats");
             text.push_str(&String::from_utf8_lossy(&chunk[..n]));
         }
-        let prefix = format!("STAT {name} ");
-        text.lines()
-            .find_map(|line| line.strip_prefix(&prefix))
-            .unwrap_or_else(|| panic!("no STAT {name} in {text}"))
-            .to_string()
+        text
     }
 }
 

@@ -117,17 +117,21 @@ pub struct MetaSet {
     pub value: Vec<u8>,
     /// `F<flags>`.
     pub client_flags: u32,
-    /// `C<cas>`: store only if the item's cas matches.
+    /// `C<cas>`: as memcached 1.6 reads it per mode: set and replace become a cas (`C0`
+    /// included, which never matches), append and prepend go ahead only if a live item's
+    /// cas matches (`C0` compares nothing), add ignores it.
     pub compare_cas: Option<u64>,
     /// `M<mode>`: E add, A append, P prepend, R replace, S set (default).
     pub mode: SetMode,
 }
 
-/// `md <key> <flags>*` (flags b, k, O, q).
+/// `md <key> <flags>*` (flags b, C, k, O, q).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetaDelete {
     pub key: Vec<u8>,
     pub meta: MetaFlags,
+    /// `C<cas>`: delete only if the item's cas equals this (`C0` included, as memcached).
+    pub compare_cas: Option<u64>,
 }
 
 /// Direction of `ma`.
@@ -137,7 +141,7 @@ pub enum ArithMode {
     Decr,
 }
 
-/// `ma <key> <flags>*` (flags b, c, t, v, k, O, q, N, J, D, T, M).
+/// `ma <key> <flags>*` (flags b, c, C, t, v, k, O, q, N, J, D, M).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetaArith {
     pub key: Vec<u8>,
@@ -146,6 +150,9 @@ pub struct MetaArith {
     pub value: bool,
     /// `t`: return the remaining ttl.
     pub ret_ttl: bool,
+    /// `C<cas>`: apply only if the item's cas equals this; `C0` is `None` (memcached
+    /// compares only a non-zero value here).
+    pub compare_cas: Option<u64>,
     /// `N<ttl>`: on a miss, create the item with `initial` and this exptime.
     pub vivify: Option<i32>,
     /// `J<n>`: initial value for `N` (default 0).

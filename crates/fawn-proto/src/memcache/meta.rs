@@ -3,9 +3,9 @@
 //!
 //! Only flags whose memcached semantics we keep exactly are accepted; the others (`h`, `l`,
 //! `E`, `N` and `R` on `mg`, which need per-item access state the datastore does not keep,
-//! `I` (invalidate), `x`, and `C` on `md`/`ma`, which would need a conditional delete/arith
-//! the cluster does not offer) are refused with `CLIENT_ERROR invalid flag` rather than
-//! half-honoured.
+//! `I` (invalidate) and `x`) are refused with `CLIENT_ERROR invalid flag` rather than
+//! half-honoured. `C` (compare cas) is kept exactly as memcached reads it on each command:
+//! see [`MetaSet::compare_cas`], [`MetaDelete::compare_cas`], [`MetaArith::compare_cas`].
 
 use base64::Engine;
 
@@ -102,6 +102,11 @@ fn token<'a>(flags: &[Flag<'a>], letter: u8) -> Option<&'a [u8]> {
     flags.iter().find(|(l, _)| *l == letter).map(|(_, v)| *v)
 }
 
+/// `C<cas>`: the compare value, if given.
+fn compare(flags: &[Flag<'_>], bad: Err) -> Result<Option<u64>, Err> {
+    token(flags, b'C').map(|t| strtoull(t).ok_or(bad)).transpose()
+}
+
 const BAD_TOKEN: Err = b"CLIENT_ERROR bad token in command line format\r\n";
 
 fn meta_get(tokens: &[&[u8]]) -> Result<Command, Err> {
@@ -121,9 +126,10 @@ fn meta_get(tokens: &[&[u8]]) -> Result<Command, Err> {
 
 fn meta_delete(tokens: &[&[u8]]) -> Result<Command, Err> {
     check_key(tokens[1])?;
-    let flags = scan(&tokens[2..], b"bkOq", reply::INVALID_OR_DUPLICATE_FLAG)?;
+    let flags = scan(&tokens[2..], b"bCkOq", reply::INVALID_OR_DUPLICATE_FLAG)?;
     let (key, meta) = common(tokens[1], &flags, BAD_TOKEN)?;
-    Ok(Command::MetaDelete(MetaDelete { key, meta }))
+    let compare_cas = compare(&flags, reply::INVALID_OR_DUPLICATE_FLAG)?;
+    Ok(Command::MetaDelete(MetaDelete { key, meta, compare_cas }))
 }
 
 /// `me <key>`: memcached's item debug line; further tokens are ignored, as memcached does.
@@ -135,7 +141,7 @@ fn meta_debug(tokens: &[&[u8]]) -> Result<Command, Err> {
 fn meta_arith(tokens: &[&[u8]]) -> Result<Command, Err> {
     const BAD: Err = reply::INVALID_OR_DUPLICATE_FLAG;
     check_key(tokens[1])?;
-    let flags = scan(&tokens[2..], b"bctvkOqNJDM", BAD)?;
+    let flags = scan(&tokens[2..], b"bcCtvkOqNJDM", BAD)?;
     let (key, meta) = common(tokens[1], &flags, BAD)?;
     let number = |letter, default| match token(&flags, letter) {
         None => Ok(default),
@@ -157,6 +163,8 @@ fn meta_arith(tokens: &[&[u8]]) -> Result<Command, Err> {
         value: has(&flags, b'v'),
         ret_ttl: has(&flags, b't'),
         vivify,
+        // memcached's arithmetic ignores a compare value of 0.
+        compare_cas: compare(&flags, BAD)?.filter(|unique| *unique != 0),
         initial: number(b'J', 0)?,
         delta: number(b'D', 1)?,
         mode,
@@ -202,10 +210,7 @@ fn meta_set_request(tokens: &[&[u8]]) -> Result<MetaSet, Err> {
         None => 0,
         Some(t) => strtoul32(t).ok_or(reply::BAD_FORMAT)?,
     };
-    let compare_cas = match token(&flags, b'C') {
-        None => None,
-        Some(t) => Some(strtoull(t).ok_or(BAD_TOKEN)?),
-    };
+    let compare_cas = compare(&flags, BAD_TOKEN)?;
     let mode = match token(&flags, b'M') {
         None | Some(b"S") => SetMode::Set,
         Some(b"E") => SetMode::Add,
@@ -214,9 +219,5 @@ fn meta_set_request(tokens: &[&[u8]]) -> Result<MetaSet, Err> {
         Some(b"R") => SetMode::Replace,
         Some(_) => return Err(reply::MS_BAD_MODE),
     };
-    // A compare-and-set is only offered for plain sets: the cluster has no conditional append.
-    if compare_cas.is_some() && mode != SetMode::Set {
-        return Err(reply::INVALID_FLAG);
-    }
     Ok(MetaSet { key, meta, value: Vec::new(), client_flags, compare_cas, mode })
 }

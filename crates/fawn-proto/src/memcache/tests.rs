@@ -224,6 +224,31 @@ fn meta_set_and_arith() {
 }
 
 #[test]
+fn meta_compare_cas() {
+    let Command::MetaSet(ms) = frame(b"ms k 2 C7 MA\r\nhi\r\n") else {
+        panic!("expected ms");
+    };
+    assert_eq!((ms.mode, ms.compare_cas), (SetMode::Append, Some(7)));
+    let Command::MetaDelete(md) = frame(b"md k C0\r\n") else {
+        panic!("expected md");
+    };
+    assert_eq!(md.compare_cas, Some(0));
+    let Command::MetaArith(ma) = frame(b"ma k C0\r\n") else {
+        panic!("expected ma");
+    };
+    assert_eq!(ma.compare_cas, None);
+    let Command::MetaArith(ma) = frame(b"ma k C12\r\n") else {
+        panic!("expected ma");
+    };
+    assert_eq!(ma.compare_cas, Some(12));
+    assert_eq!(invalid(b"md k Cx\r\n").reply, Some(reply::INVALID_OR_DUPLICATE_FLAG));
+    assert_eq!(
+        invalid(b"ms k 1 Cx\r\na\r\n").reply,
+        Some(&b"CLIENT_ERROR bad token in command line format\r\n"[..])
+    );
+}
+
+#[test]
 fn exptime_conversion() {
     let now = 1_700_000_000;
     assert_eq!(absolute_expiry(0, now), 0);

@@ -63,9 +63,14 @@ fn free_base(shape: &Shape) -> u16 {
 impl Cluster {
     /// Starts a cluster in a fresh temporary directory.
     pub fn start(shape: Shape) -> Cluster {
+        Cluster::start_with(shape, &[])
+    }
+
+    /// [`Cluster::start`] with more `fawn up` flags.
+    pub fn start_with(shape: Shape, extra_args: &[String]) -> Cluster {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().join("data");
-        let mut c = Cluster::start_in(&dir, shape, None);
+        let mut c = Cluster::start_in_with(&dir, shape, None, extra_args);
         if std::env::var_os("FAWN_KEEP").is_some() {
             eprintln!("FAWN_KEEP: the cluster's directory stays: {}", tmp.keep().display());
         } else {
@@ -76,6 +81,10 @@ impl Cluster {
 
     /// Starts (or restarts) a cluster on `dir`, reusing `base_port` if given.
     pub fn start_in(dir: &Path, shape: Shape, base_port: Option<u16>) -> Cluster {
+        Cluster::start_in_with(dir, shape, base_port, &[])
+    }
+
+    fn start_in_with(dir: &Path, shape: Shape, base_port: Option<u16>, extra_args: &[String]) -> Cluster {
         let base = base_port.unwrap_or_else(|| free_base(&shape));
         let memcached_port = base + 200;
         let mut args = vec![
@@ -98,6 +107,7 @@ impl Cluster {
         if shape.metrics {
             args.push("--metrics".into());
         }
+        args.extend_from_slice(extra_args);
         let mut cluster = Cluster {
             child: None,
             dir: dir.to_path_buf(),

@@ -4,7 +4,7 @@ use fawn_proto::memcache::{absolute_expiry, reply};
 
 use super::{now, Ctx};
 use crate::memcache::stats::Stats;
-use crate::service::{KvService, ServiceError};
+use crate::service::{ItemStats, KvService, ServiceError};
 
 /// `flush_all [delay]`: the whole cluster, not just this front-end, forgets every item stored
 /// before the flush time (now, or `delay` from now).
@@ -43,8 +43,10 @@ pub(super) async fn stats<S: KvService>(ctx: &mut Ctx<'_, S>, group: Option<Vec<
         Some(b"settings") => settings(ctx),
         Some(b"fawn") => fawn(ctx),
         Some(b"detail") => ctx.reply(b"CLIENT_ERROR usage: stats detail on|off|dump\r\n"),
-        // No slabs or item classes here: report none rather than fail monitoring tools.
-        Some(b"items" | b"slabs" | b"sizes" | b"conns") => ctx.reply(reply::END),
+        Some(b"items") => classes(ctx, items).await,
+        Some(b"slabs") => classes(ctx, slabs).await,
+        Some(b"conns") => conns(ctx),
+        Some(b"sizes") => ctx.reply(b"STAT sizes_status disabled\r\nEND\r\n"),
         Some(_) => ctx.reply(reply::ERROR),
     }
 }
@@ -180,7 +182,7 @@ pub(super) async fn general_stats<S: KvService>(
             "rusage_system" => system.clone(),
             "max_connections" => config.max_connections.to_string(),
             "connection_structures" => stats.get("curr_connections").unwrap_or(0).to_string(),
-            "limit_maxbytes" => config.limit_maxbytes.to_string(),
+            "limit_maxbytes" => ctx.service().capacity_bytes().to_string(),
             "accepting_conns" => "1".into(),
             "threads" => config.threads.to_string(),
             "bytes" => items.bytes.to_string(),
@@ -212,16 +214,267 @@ fn fawn<S: KvService>(ctx: &mut Ctx<'_, S>) {
     out.extend_from_slice(reply::END);
 }
 
+/// A value of `stats settings`: what FAWN has, or a fixed text for a setting of a memcached
+/// subsystem FAWN does not have (see [`SETTINGS`]).
+enum Setting {
+    Fawn,
+    Fixed(&'static str),
+}
+
+use Setting::{Fawn, Fixed};
+
+/// memcached 1.6.18's `stats settings`, names and order as it sends them. `Fawn` values are
+/// this front-end's; `oldest` (memcached's last flush time) and `verbosity` read 0 (the
+/// cluster's flush time is not known here; verbosity is accepted and ignored). FAWN has no
+/// slab allocator, LRU, crawler, logger, extstore, TLS, UDP or unix socket: their switches
+/// read off (`no`, `NULL`) and their tunables memcached's defaults, so parsers see the types
+/// they expect.
+const SETTINGS: [(&str, Setting); 76] = [
+    ("maxbytes", Fawn),
+    ("maxconns", Fawn),
+    ("tcpport", Fawn),
+    ("udpport", Fixed("0")),
+    ("inter", Fawn),
+    ("verbosity", Fixed("0")),
+    ("oldest", Fixed("0")),
+    // A full datastore refuses writes; FAWN never evicts (memcached's `-M`).
+    ("evictions", Fixed("off")),
+    ("domain_socket", Fixed("NULL")),
+    ("umask", Fixed("700")),
+    ("shutdown_command", Fixed("no")),
+    ("growth_factor", Fixed("1.25")),
+    ("chunk_size", Fixed("48")),
+    ("num_threads", Fawn),
+    ("num_threads_per_udp", Fawn),
+    ("stat_key_prefix", Fixed(":")),
+    ("detail_enabled", Fixed("no")),
+    ("reqs_per_event", Fixed("20")),
+    ("cas_enabled", Fixed("yes")),
+    // tokio's listener backlog.
+    ("tcp_backlog", Fixed("1024")),
+    // The first byte of a connection picks text or binary, as memcached's default.
+    ("binding_protocol", Fixed("auto-negotiate")),
+    ("auth_enabled_sasl", Fawn),
+    ("auth_enabled_ascii", Fawn),
+    ("item_size_max", Fawn),
+    // One connection over the limit is told so and closed at once.
+    ("maxconns_fast", Fixed("yes")),
+    ("hashpower_init", Fixed("0")),
+    ("slab_reassign", Fixed("no")),
+    ("slab_automove", Fixed("0")),
+    ("slab_automove_ratio", Fixed("0.80")),
+    ("slab_automove_window", Fixed("30")),
+    ("slab_chunk_max", Fixed("524288")),
+    ("lru_crawler", Fixed("no")),
+    ("lru_crawler_sleep", Fixed("100")),
+    ("lru_crawler_tocrawl", Fixed("0")),
+    ("tail_repair_time", Fixed("0")),
+    ("flush_enabled", Fixed("yes")),
+    ("dump_enabled", Fixed("no")),
+    // Keys are placed on the ring and in the index by XXH3-128.
+    ("hash_algorithm", Fixed("xxh3")),
+    ("lru_maintainer_thread", Fixed("no")),
+    ("lru_segmented", Fixed("no")),
+    ("hot_lru_pct", Fixed("20")),
+    ("warm_lru_pct", Fixed("40")),
+    ("hot_max_factor", Fixed("0.20")),
+    ("warm_max_factor", Fixed("2.00")),
+    ("temp_lru", Fixed("no")),
+    ("temporary_ttl", Fixed("61")),
+    ("idle_timeout", Fawn),
+    ("watcher_logbuf_size", Fixed("262144")),
+    ("worker_logbuf_size", Fixed("65536")),
+    ("read_buf_mem_limit", Fixed("0")),
+    ("track_sizes", Fixed("no")),
+    ("inline_ascii_response", Fixed("no")),
+    ("ext_item_size", Fixed("512")),
+    ("ext_item_age", Fixed("4294967295")),
+    ("ext_low_ttl", Fixed("0")),
+    ("ext_recache_rate", Fixed("2000")),
+    ("ext_wbuf_size", Fixed("4194304")),
+    ("ext_compact_under", Fixed("0")),
+    ("ext_drop_under", Fixed("0")),
+    ("ext_max_sleep", Fixed("1000000")),
+    ("ext_max_frag", Fixed("0.80")),
+    ("slab_automove_freeratio", Fixed("0.010")),
+    ("ext_drop_unread", Fixed("no")),
+    ("ssl_enabled", Fixed("no")),
+    ("ssl_chain_cert", Fixed("(null)")),
+    ("ssl_key", Fixed("(null)")),
+    ("ssl_verify_mode", Fixed("0")),
+    ("ssl_keyformat", Fixed("1")),
+    ("ssl_ciphers", Fixed("NULL")),
+    ("ssl_ca_cert", Fixed("NULL")),
+    ("ssl_wbuf_size", Fixed("16384")),
+    ("ssl_session_cache", Fixed("no")),
+    ("ssl_kernel_tls", Fixed("no")),
+    ("ssl_min_version", Fixed("tlsv1.2")),
+    ("num_napi_ids", Fixed("(null)")),
+    ("memory_file", Fixed("(null)")),
+];
+
 fn settings<S: KvService>(ctx: &mut Ctx<'_, S>) {
-    let config = &ctx.shared.config;
+    let (config, listen) = (&ctx.shared.config, ctx.shared.listen);
+    let yes_no = |on: bool| if on { "yes" } else { "no" }.to_string();
+    let value = |name: &str| -> String {
+        match name {
+            "maxbytes" => ctx.service().capacity_bytes().to_string(),
+            "maxconns" => config.max_connections.to_string(),
+            "tcpport" => listen.map_or(0, |a| a.port()).to_string(),
+            "inter" => listen.map_or_else(|| "NULL".into(), |a| a.ip().to_string()),
+            "num_threads" => config.threads.to_string(),
+            "num_threads_per_udp" => config.threads.to_string(),
+            "auth_enabled_sasl" | "auth_enabled_ascii" => yes_no(config.users.is_some()),
+            "item_size_max" => config.limits.value_bytes_max.to_string(),
+            "idle_timeout" => config.idle_timeout.map_or(0, |d| d.as_secs()).to_string(),
+            other => {
+                debug_assert!(false, "stats setting {other} has no FAWN value");
+                "0".into()
+            }
+        }
+    };
+    let lines: Vec<(&str, String)> = SETTINGS
+        .iter()
+        .map(|(name, setting)| match setting {
+            Fawn => (*name, value(name)),
+            Fixed(text) => (*name, text.to_string()),
+        })
+        .collect();
     let out = ctx.out();
-    reply::stat(out, "maxbytes", config.limit_maxbytes);
-    reply::stat(out, "maxconns", config.max_connections);
-    reply::stat(out, "num_threads", config.threads);
-    reply::stat(out, "item_size_max", config.limits.value_bytes_max);
-    let idle = config.idle_timeout.map_or(0, |d| d.as_secs());
-    reply::stat(out, "idle_timeout", idle);
-    reply::stat(out, "cas_enabled", "yes");
-    reply::stat(out, "flush_enabled", "yes");
+    for (name, value) in lines {
+        reply::stat(out, name, value);
+    }
     out.extend_from_slice(reply::END);
+}
+
+/// memcached's `stats conns`: the listening socket, then each connection by descriptor, with
+/// its peer, the listener, its state (`conn_parse_cmd` while running requests, else
+/// `conn_waiting`) and the seconds since its last request.
+fn conns<S: KvService>(ctx: &mut Ctx<'_, S>) {
+    let (stats, listen_fd) = (&ctx.shared.stats, ctx.shared.listen_fd);
+    let listen = ctx.shared.listen.map_or_else(|| "tcp:unknown".to_string(), |a| format!("tcp:{a}"));
+    let uptime = stats.uptime_secs();
+    let mut lines: Vec<StatLine> = vec![
+        (format!("{listen_fd}:addr"), listen.clone()),
+        (format!("{listen_fd}:state"), "conn_listening".into()),
+        (format!("{listen_fd}:secs_since_last_cmd"), uptime.to_string()),
+    ];
+    for (fd, entry) in stats.conns() {
+        let peer = entry.peer.map_or_else(|| "tcp:unknown".to_string(), |a| format!("tcp:{a}"));
+        let busy = entry.activity.busy.load(std::sync::atomic::Ordering::Relaxed);
+        let last = entry.activity.last_cmd_secs.load(std::sync::atomic::Ordering::Relaxed);
+        lines.push((format!("{fd}:addr"), peer));
+        lines.push((format!("{fd}:listen_addr"), listen.clone()));
+        lines.push((format!("{fd}:state"), if busy { "conn_parse_cmd" } else { "conn_waiting" }.into()));
+        lines.push((format!("{fd}:secs_since_last_cmd"), uptime.saturating_sub(last).to_string()));
+    }
+    let out = ctx.out();
+    for (name, value) in lines {
+        reply::stat(out, &name, value);
+    }
+    out.extend_from_slice(reply::END);
+}
+
+/// A `STAT` line's name and value.
+type StatLine = (String, String);
+
+/// `stats items` and `stats slabs` describe memcached's slab classes. FAWN stores every item
+/// in a log, in one "class": it reports class 1 holding the cluster's items (none when the
+/// cluster has none, as memcached omits empty classes), with this front-end's command counters.
+async fn classes<S: KvService>(ctx: &mut Ctx<'_, S>, lines: fn(&Ctx<'_, S>, ItemStats) -> Vec<StatLine>) {
+    let items = match ctx.service().item_stats().await {
+        Ok(items) => items,
+        Err(error) => return ctx.server_error(&error, false),
+    };
+    let lines = lines(ctx, items);
+    let out = ctx.out();
+    for (name, value) in lines {
+        reply::stat(out, &name, value);
+    }
+    out.extend_from_slice(reply::END);
+}
+
+/// memcached 1.6.18's per-class item fields, in order. Only `number` (the cluster's live
+/// items) and `mem_requested` (their key and value bytes) have FAWN values; the LRU segment
+/// counts, ages and eviction, reclaim and crawler counters read 0 (no LRU, no eviction).
+const ITEM_FIELDS: [&str; 28] = [
+    "number",
+    "number_hot",
+    "number_warm",
+    "number_cold",
+    "age_hot",
+    "age_warm",
+    "age",
+    "mem_requested",
+    "evicted",
+    "evicted_nonzero",
+    "evicted_time",
+    "outofmemory",
+    "tailrepairs",
+    "reclaimed",
+    "expired_unfetched",
+    "evicted_unfetched",
+    "evicted_active",
+    "crawler_reclaimed",
+    "crawler_items_checked",
+    "lrutail_reflocked",
+    "moves_to_cold",
+    "moves_to_warm",
+    "moves_within_lru",
+    "direct_reclaims",
+    "hits_to_hot",
+    "hits_to_warm",
+    "hits_to_cold",
+    "hits_to_temp",
+];
+
+fn items<S: KvService>(_ctx: &Ctx<'_, S>, items: ItemStats) -> Vec<StatLine> {
+    if items.curr_items == 0 {
+        return Vec::new();
+    }
+    let value = |name: &str| match name {
+        "number" => items.curr_items,
+        "mem_requested" => items.bytes,
+        _ => 0,
+    };
+    ITEM_FIELDS.iter().map(|name| (format!("items:1:{name}"), value(name).to_string())).collect()
+}
+
+/// memcached 1.6.18's per-class slab fields, in order. The chunk and page geometry has no
+/// FAWN meaning (records are appended to a log) and reads 0 but for `used_chunks` (the
+/// cluster's live items); the command counters are this front-end's. `total_malloced` is
+/// the cluster's live key and value bytes.
+const SLAB_FIELDS: [&str; 15] = [
+    "chunk_size",
+    "chunks_per_page",
+    "total_pages",
+    "total_chunks",
+    "used_chunks",
+    "free_chunks",
+    "free_chunks_end",
+    "get_hits",
+    "cmd_set",
+    "delete_hits",
+    "incr_hits",
+    "decr_hits",
+    "cas_hits",
+    "cas_badval",
+    "touch_hits",
+];
+
+fn slabs<S: KvService>(ctx: &Ctx<'_, S>, items: ItemStats) -> Vec<StatLine> {
+    let stats = ctx.stats();
+    let mut lines = Vec::new();
+    if items.curr_items > 0 {
+        let value = |name: &str| match name {
+            "used_chunks" => items.curr_items,
+            "chunk_size" | "chunks_per_page" | "total_pages" | "total_chunks" | "free_chunks"
+            | "free_chunks_end" => 0,
+            counter => stats.get(counter).unwrap_or(0),
+        };
+        lines.extend(SLAB_FIELDS.iter().map(|name| (format!("1:{name}"), value(name).to_string())));
+    }
+    lines.push(("active_slabs".into(), u64::from(items.curr_items > 0).to_string()));
+    lines.push(("total_malloced".into(), items.bytes.to_string()));
+    lines
 }

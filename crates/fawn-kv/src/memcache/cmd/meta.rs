@@ -6,9 +6,9 @@
 //! are always sent — checked against memcached 1.6.18.
 
 use fawn_proto::memcache::{
-    absolute_expiry, reply, ArithMode, MetaArith, MetaDelete, MetaFlags, MetaGet, MetaSet,
+    absolute_expiry, reply, ArithMode, MetaArith, MetaDelete, MetaFlags, MetaGet, MetaSet, SetMode,
 };
-use fawn_proto::op::{is_expired, Item, Mutation, Outcome, UnixSeconds, Update};
+use fawn_proto::op::{is_expired, Guarded, Item, Mutation, Outcome, UnixSeconds, Update};
 
 use super::{bare_update, get, now, store, Ctx};
 use crate::memcache::stats::Stats;
@@ -109,10 +109,7 @@ pub(super) async fn set<S: KvService>(ctx: &mut Ctx<'_, S>, ms: MetaSet) {
     let counters = &ctx.stats().counters;
     Stats::incr(&counters.cmd_meta);
     Stats::incr(&counters.cmd_set);
-    let mutation = match ms.compare_cas {
-        Some(unique) => Mutation::Cas { unique },
-        None => store::mutation(ms.mode),
-    };
+    let mutation = set_mutation(ms.mode, ms.compare_cas);
     let size = ms.value.len();
     let update = Update {
         key: ms.key.clone(),
@@ -140,22 +137,46 @@ pub(super) async fn set<S: KvService>(ctx: &mut Ctx<'_, S>, ms: MetaSet) {
     header(ctx.out(), code, &ms.meta, &ms.key, info.as_ref());
 }
 
-/// `md`.
+/// What `ms` does with its mode and `C`, as memcached 1.6 decides it: with a compare value,
+/// set and replace are a cas, append and prepend are guarded only by a non-zero value, and
+/// add ignores it.
+fn set_mutation(mode: SetMode, compare_cas: Option<u64>) -> Mutation {
+    match (mode, compare_cas) {
+        (SetMode::Set | SetMode::Replace, Some(unique)) => Mutation::Cas { unique },
+        (SetMode::Append, Some(unique)) if unique != 0 => Mutation::IfCas { unique, then: Guarded::Append },
+        (SetMode::Prepend, Some(unique)) if unique != 0 => Mutation::IfCas { unique, then: Guarded::Prepend },
+        _ => store::mutation(mode),
+    }
+}
+
+/// A mutation guarded by the request's `C` value, if it has one.
+fn guarded(then: Guarded, compare_cas: Option<u64>) -> Mutation {
+    match compare_cas {
+        Some(unique) => Mutation::IfCas { unique, then },
+        None => then.into(),
+    }
+}
+
+/// `md`: with `C`, only an item with that cas is deleted (`EX` otherwise).
 pub(super) async fn delete<S: KvService>(ctx: &mut Ctx<'_, S>, md: MetaDelete) {
     Stats::incr(&ctx.stats().counters.cmd_meta);
-    let update = bare_update(md.key.clone(), Mutation::Delete, 0);
+    let update = bare_update(md.key.clone(), guarded(Guarded::Delete, md.compare_cas), 0);
     let Some(outcome) = ctx.update(update, false).await else {
         return;
     };
     let counters = &ctx.stats().counters;
-    if matches!(outcome, Outcome::Deleted) {
-        Stats::incr(&counters.delete_hits);
-        if !md.meta.quiet {
-            header(ctx.out(), reply::META_HD, &md.meta, &md.key, None);
+    match outcome {
+        Outcome::Deleted => {
+            Stats::incr(&counters.delete_hits);
+            if !md.meta.quiet {
+                header(ctx.out(), reply::META_HD, &md.meta, &md.key, None);
+            }
         }
-    } else {
-        Stats::incr(&counters.delete_misses);
-        header(ctx.out(), reply::META_NF, &md.meta, &md.key, None);
+        Outcome::Exists => header(ctx.out(), reply::META_EX, &md.meta, &md.key, None),
+        _ => {
+            Stats::incr(&counters.delete_misses);
+            header(ctx.out(), reply::META_NF, &md.meta, &md.key, None);
+        }
     }
 }
 
@@ -174,6 +195,7 @@ pub(super) async fn arith<S: KvService>(ctx: &mut Ctx<'_, S>, ma: MetaArith) {
             }
         }
         ArithResult::Miss => header(ctx.out(), reply::META_NF, &ma.meta, &ma.key, None),
+        ArithResult::Exists => header(ctx.out(), reply::META_EX, &ma.meta, &ma.key, None),
         ArithResult::NonNumeric => ctx.reply(reply::NON_NUMERIC),
     }
 }
@@ -181,6 +203,7 @@ pub(super) async fn arith<S: KvService>(ctx: &mut Ctx<'_, S>, ma: MetaArith) {
 enum ArithResult {
     Value { value: u64, cas: u64, expiry: UnixSeconds },
     Miss,
+    Exists,
     NonNumeric,
 }
 
@@ -211,7 +234,8 @@ async fn incr_once<S: KvService>(
     ma: &MetaArith,
     incr: bool,
 ) -> Result<ArithResult, ServiceError> {
-    let mutation = if incr { Mutation::Incr { delta: ma.delta } } else { Mutation::Decr { delta: ma.delta } };
+    let then = if incr { Guarded::Incr { delta: ma.delta } } else { Guarded::Decr { delta: ma.delta } };
+    let mutation = guarded(then, ma.compare_cas);
     let outcome = ctx.service().update(bare_update(ma.key.clone(), mutation, 0)).await?;
     let c = &ctx.stats().counters;
     let hit = matches!(outcome, Outcome::Counter { .. });
@@ -228,6 +252,7 @@ async fn incr_once<S: KvService>(
             ArithResult::Value { value, cas, expiry }
         }
         Outcome::NonNumeric => ArithResult::NonNumeric,
+        Outcome::Exists => ArithResult::Exists,
         _ => ArithResult::Miss,
     })
 }
