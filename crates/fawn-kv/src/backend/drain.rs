@@ -8,10 +8,9 @@
 //! So a head of a marked range watches it closely: it reports the drain within
 //! `DRAIN_WATCH_POLL` of it happening, and while a merge waits on the other head it asks the
 //! manager for the configuration every `MERGE_WAIT_POLL`. The tick and the poll stay the
-//! fallback once the watch gives up (`DRAIN_WATCH_MAX`). (The other replicas install the split
-//! or merge when the head's first update after it reaches them; having them poll the manager
-//! every `MERGE_WAIT_POLL` as well did not shorten the stalls in the `resize` benchmark: three
-//! runs at 100–114 ms at worst against 60–97 ms without.)
+//! fallback once the watch gives up (`DRAIN_WATCH_MAX`). The other replicas install the split
+//! or merge when the head's first update after it reaches them, so they need no watch of their
+//! own.
 //!
 //! A put the head refuses meanwhile is not refused at once: the front-end would back off
 //! exponentially (25, 50, 100 ms ...) and so wait up to twice as long as the range was blocked.

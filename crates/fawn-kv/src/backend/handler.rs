@@ -152,9 +152,8 @@ impl Backend {
                 ChainMsg::Replicate { .. } if ahead => self.resend_after_catch_up(from, range, epoch),
                 // A tail just promoted from syncing asks its predecessor `Resend` at once; the
                 // predecessor, still the tail until it installs the same configuration, would
-                // resend without `CaughtUp`, and the new tail's gets would wait for its next
-                // tick to ask again (~300 ms of gets of a whole range held; the dip in
-                // Figure 13's get rate at the end of a join). Installing first answers it now.
+                // resend without `CaughtUp`, and the new tail's gets of the whole range would
+                // wait for its next tick to ask again. Installing first answers it now.
                 ChainMsg::Resend { .. } if ahead => self.catch_up_to(epoch).await,
                 _ => self.maybe_behind(epoch),
             }

@@ -113,10 +113,9 @@ pub struct BackendOptions {
 /// Default for `BackendOptions::copy_bytes_per_s` (re-replication after a failure): 32 MiB/s
 /// per syncing range.
 pub const COPY_BYTES_PER_S_DEFAULT: u64 = 32 << 20;
-/// Default for `BackendOptions::join_copy_bytes_per_s`: 4 MiB/s per syncing range. Measured at
-/// max load on 2 vCPUs (docs/BENCHMARKS.md): gets during a join at 0.63 of the
-/// steady rate at 32 MiB/s, 0.76–0.88 at 8 MiB/s, 0.82–0.92 at 4 MiB/s. A join risks nothing
-/// while it runs (the range keeps R replicas), so it goes slow.
+/// Default for `BackendOptions::join_copy_bytes_per_s`: 4 MiB/s per syncing range. A join risks
+/// nothing while it runs (the range keeps R replicas), so it goes slow and leaves the CPU and
+/// the disk to foreground gets (docs/BENCHMARKS.md, gets during a join).
 pub const JOIN_COPY_BYTES_PER_S_DEFAULT: u64 = 4 << 20;
 
 /// The pace of a copy of `range` to a syncing replica: the repair rate while the range has

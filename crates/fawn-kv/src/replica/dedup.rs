@@ -16,9 +16,8 @@ pub type OutcomeTable = HashMap<ReqId, (u64, Outcome)>;
 
 /// Outcomes of recently ordered requests, so that a retried update is applied once: the
 /// replica's own (first in, first out, at most `DEDUP_ENTRIES_MAX`) and, read-only and
-/// shared, those of the ranges it was split or merged from. Shared rather than copied: a split
-/// used to copy up to 65 k entries into each part while puts waited (9–24 ms per part of a
-/// busy range, measured in the `resize` benchmark).
+/// shared, those of the ranges it was split or merged from. Shared rather than copied: a copy
+/// would be made while the range's puts wait for the split or merge to finish.
 #[derive(Default)]
 pub struct Dedup {
     own: OutcomeTable,
