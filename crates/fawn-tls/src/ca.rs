@@ -19,6 +19,8 @@ use rcgen::{
 };
 
 use time::{Duration, OffsetDateTime};
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::CertificateDer;
 
 use crate::identity::{check_cluster_name, cluster_dns_name, Identity};
 use crate::TlsError;
@@ -134,7 +136,7 @@ impl ClusterCa {
     pub fn load(dir: &Path) -> Result<Self, TlsError> {
         let cert_pem = read(&dir.join("ca.pem"))?;
         let key = KeyPair::from_pem(&read_secret(&dir.join("ca.key"))?)?;
-        let cluster = crate::config::ca_cluster(&cert_pem)?;
+        let cluster = ca_cluster(&cert_pem)?;
         Ok(ClusterCa { cluster, cert_pem, key })
     }
 }
@@ -180,4 +182,20 @@ fn write_durably(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TlsError> {
     file.write_all(bytes).and_then(|()| file.sync_all()).map_err(|e| io_error(&tmp, e))?;
     fs::rename(&tmp, path).map_err(|e| io_error(path, e))?;
     fs::File::open(&dir).and_then(|d| d.sync_all()).map_err(|e| io_error(&dir, e))
+}
+
+/// The cluster a CA certificate belongs to (its organizational unit).
+fn ca_cluster(ca_pem: &str) -> Result<String, TlsError> {
+    let der = CertificateDer::from_pem_slice(ca_pem.as_bytes())
+        .map_err(|e| TlsError::Config(format!("PEM: {e}")))?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(&der)
+        .map_err(|e| TlsError::Identity(format!("CA certificate: {e}")))?;
+    let unit = parsed
+        .subject()
+        .iter_organizational_unit()
+        .next()
+        .and_then(|unit| unit.as_str().ok())
+        .ok_or_else(|| TlsError::Identity("the CA certificate names no cluster".into()))?;
+    crate::identity::check_cluster_name(unit)?;
+    Ok(unit.to_owned())
 }

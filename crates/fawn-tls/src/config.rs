@@ -139,18 +139,3 @@ pub fn identity_of(cert: &CertificateDer<'_>) -> Result<Identity, TlsError> {
         .ok_or_else(|| TlsError::Identity("the certificate names no fawn:// identity".into()))?;
     Identity::from_uri(uri)
 }
-
-/// The cluster a CA certificate belongs to (its organizational unit).
-pub(crate) fn ca_cluster(ca_pem: &str) -> Result<String, TlsError> {
-    let der = first_cert(ca_pem.as_bytes())?;
-    let (_, parsed) = x509_parser::parse_x509_certificate(&der)
-        .map_err(|e| TlsError::Identity(format!("CA certificate: {e}")))?;
-    let unit = parsed
-        .subject()
-        .iter_organizational_unit()
-        .next()
-        .and_then(|unit| unit.as_str().ok())
-        .ok_or_else(|| TlsError::Identity("the CA certificate names no cluster".into()))?;
-    crate::identity::check_cluster_name(unit)?;
-    Ok(unit.to_owned())
-}
