@@ -791,6 +791,38 @@ mod tests {
     }
 
     #[test]
+    fn outcomes_after_a_resend_let_a_new_head_answer_a_retry_of_an_update_it_holds() {
+        let mut r = Replica::new(MemStore::default(), route(1, 2, &[1, 2]));
+        let put = ReplEffect::Put { value: b"v".to_vec(), flags: 0, expiry: 0 };
+        let resent = ChainMsg::Replicate {
+            epoch: 1,
+            range: Range::full(),
+            seq: 5,
+            prev_seq: 0,
+            key: b"k".to_vec(),
+            effect: put,
+            origin: None,
+        };
+        r.step(Event::Chain { from: 1, msg: resent });
+        let held = ReqId { client: 1, seq: 1 };
+        let not_held = ReqId { client: 1, seq: 2 };
+        let entries = vec![
+            OutcomeEntry { req: held, seq: 5, outcome: Outcome::Stored { cas: 5 } },
+            OutcomeEntry { req: not_held, seq: 9, outcome: Outcome::Stored { cas: 9 } },
+        ];
+        r.step(Event::Chain { from: 1, msg: ChainMsg::Outcomes { epoch: 1, range: Range::full(), entries } });
+        r.step(Event::Install(route(2, 2, &[2])));
+        let retry = r.step(update(1, set("k", "v")));
+        assert_eq!(retry, vec![Action::Reply { req: held, result: Ok(Outcome::Stored { cas: 5 }) }]);
+        assert_eq!(r.store().max_seq(), 5, "a retry of an update held here was ordered again");
+        // An outcome of an update this replica never got is not taken: that request is new here.
+        let other = r.step(update(2, set("k", "w")));
+        assert!(
+            matches!(&other[..], [Action::Reply { result: Ok(Outcome::Stored { cas }), .. }] if *cas > 5)
+        );
+    }
+
+    #[test]
     fn incoming_tells_duplicates_gaps_and_the_next_update_apart() {
         assert_eq!(incoming(5, 3, 5), Incoming::Duplicate);
         assert_eq!(incoming(6, 5, 5), Incoming::Next);
