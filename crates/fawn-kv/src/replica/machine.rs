@@ -613,6 +613,12 @@ impl<S: ReplicaStore> Replica<S> {
         } else if self.route.is_tail() && !old.is_tail() {
             self.readable = true;
         }
+        if self.route.is_tail() && self.route.predecessor().is_none() && !self.readable {
+            // Alone in the chain: no one is left to confirm a catch-up, and what it holds is
+            // all the chain has; waiting would refuse gets for ever.
+            self.readable = true;
+            self.commit(have, out);
+        }
         let syncs_in_shell = self.shell_sync && self.route.is_syncing();
         if (self.route.predecessor() != old.predecessor() || promoted_from_syncing) && !syncs_in_shell {
             self.ask_resend(out);
@@ -820,6 +826,24 @@ mod tests {
         assert!(
             matches!(&other[..], [Action::Reply { result: Ok(Outcome::Stored { cas }), .. }] if *cas > 5)
         );
+    }
+
+    #[test]
+    fn a_promoted_tail_left_alone_in_the_chain_serves_gets() {
+        // Promoted from syncing, it waits for its predecessor's `CaughtUp`; if that
+        // predecessor fails first, no one is left to send it, and it must not refuse for ever.
+        let syncing = Route {
+            epoch: 1,
+            me: 2,
+            rc: RangeConfig { syncing: vec![2], ..RangeConfig::new(Range::full(), vec![1]) },
+        };
+        let mut r = Replica::new(MemStore::default(), syncing);
+        r.step(Event::Install(route(2, 2, &[1, 2])));
+        assert!(!r.readable(), "a promoted tail served gets before it caught up");
+        r.step(Event::Install(route(3, 2, &[2])));
+        assert!(r.readable());
+        let get = r.step(Event::Get { token: 1, key: b"k".to_vec(), now: 0 });
+        assert_eq!(get, vec![Action::GetReply { token: 1, result: Ok(None) }]);
     }
 
     #[test]
