@@ -613,6 +613,12 @@ impl<S: ReplicaStore> Replica<S> {
         } else if self.route.is_tail() && !old.is_tail() {
             self.readable = true;
         }
+        if self.route.is_tail() && self.route.predecessor().is_none() && !self.readable {
+            // Alone in the chain: no one is left to confirm a catch-up, and what it holds is
+            // all the chain has; waiting would refuse gets for ever.
+            self.readable = true;
+            self.commit(have, out);
+        }
         let syncs_in_shell = self.shell_sync && self.route.is_syncing();
         if (self.route.predecessor() != old.predecessor() || promoted_from_syncing) && !syncs_in_shell {
             self.ask_resend(out);
@@ -788,6 +794,56 @@ mod tests {
         let retry = c.run(2, update(4, set("k", "v")));
         assert_eq!(retry, first);
         assert_eq!(c.0[&3].store().max_seq(), c.0[&2].store().max_seq());
+    }
+
+    #[test]
+    fn outcomes_after_a_resend_let_a_new_head_answer_a_retry_of_an_update_it_holds() {
+        let mut r = Replica::new(MemStore::default(), route(1, 2, &[1, 2]));
+        let put = ReplEffect::Put { value: b"v".to_vec(), flags: 0, expiry: 0 };
+        let resent = ChainMsg::Replicate {
+            epoch: 1,
+            range: Range::full(),
+            seq: 5,
+            prev_seq: 0,
+            key: b"k".to_vec(),
+            effect: put,
+            origin: None,
+        };
+        r.step(Event::Chain { from: 1, msg: resent });
+        let held = ReqId { client: 1, seq: 1 };
+        let not_held = ReqId { client: 1, seq: 2 };
+        let entries = vec![
+            OutcomeEntry { req: held, seq: 5, outcome: Outcome::Stored { cas: 5 } },
+            OutcomeEntry { req: not_held, seq: 9, outcome: Outcome::Stored { cas: 9 } },
+        ];
+        r.step(Event::Chain { from: 1, msg: ChainMsg::Outcomes { epoch: 1, range: Range::full(), entries } });
+        r.step(Event::Install(route(2, 2, &[2])));
+        let retry = r.step(update(1, set("k", "v")));
+        assert_eq!(retry, vec![Action::Reply { req: held, result: Ok(Outcome::Stored { cas: 5 }) }]);
+        assert_eq!(r.store().max_seq(), 5, "a retry of an update held here was ordered again");
+        // An outcome of an update this replica never got is not taken: that request is new here.
+        let other = r.step(update(2, set("k", "w")));
+        assert!(
+            matches!(&other[..], [Action::Reply { result: Ok(Outcome::Stored { cas }), .. }] if *cas > 5)
+        );
+    }
+
+    #[test]
+    fn a_promoted_tail_left_alone_in_the_chain_serves_gets() {
+        // Promoted from syncing, it waits for its predecessor's `CaughtUp`; if that
+        // predecessor fails first, no one is left to send it, and it must not refuse for ever.
+        let syncing = Route {
+            epoch: 1,
+            me: 2,
+            rc: RangeConfig { syncing: vec![2], ..RangeConfig::new(Range::full(), vec![1]) },
+        };
+        let mut r = Replica::new(MemStore::default(), syncing);
+        r.step(Event::Install(route(2, 2, &[1, 2])));
+        assert!(!r.readable(), "a promoted tail served gets before it caught up");
+        r.step(Event::Install(route(3, 2, &[2])));
+        assert!(r.readable());
+        let get = r.step(Event::Get { token: 1, key: b"k".to_vec(), now: 0 });
+        assert_eq!(get, vec![Action::GetReply { token: 1, result: Ok(None) }]);
     }
 
     #[test]

@@ -211,8 +211,6 @@ impl RangeReplica {
         self.state.lock().await.sync.as_ref().is_some_and(|s| s.refused)
     }
 
-    /// Takes this replica out of every role for good (it is being replaced while others may
-
     /// Writes a batch of snapshot records with one datastore write.
     pub async fn on_snapshot_batch(
         &self,

@@ -362,3 +362,48 @@ async fn a_snapshot_with_a_missing_batch_is_abandoned_and_the_next_one_starts_em
     assert_eq!(value(&s, "a"), None, "a record of the abandoned stream came back");
     assert_eq!(value(&s, "c").as_deref(), Some("c"));
 }
+
+#[tokio::test]
+async fn a_snapshot_carries_the_outcomes_that_let_the_copy_answer_a_retry_as_head() {
+    // The copy's records carry no request ids: the stream sends their outcomes before its end,
+    // and a copy that later heads the chain answers a retry instead of ordering it again.
+    let (src_dir, dst_dir) = (tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir"));
+    let wires = Wires::default();
+    let source = Arc::new(replica(src_dir.path(), route(5, 1, &[1], &[2])));
+    let ordered = source.order_update(req(1), &set(1), None, 0, &wires).await.expect("order");
+    let Ordered::Reply(first) = ordered else { panic!("a lone tail commits at once") };
+    let _ = wires.sent(2);
+    source.on_sync_request(2, &wires, 0).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut stream = Vec::new();
+    while !matches!(stream.last(), Some(ChainMsg::SnapshotEnd { .. })) {
+        assert!(Instant::now() < deadline, "no SnapshotEnd: {stream:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        stream.extend(wires.sent(2));
+    }
+    assert!(stream.iter().any(|m| matches!(m, ChainMsg::Outcomes { .. })), "no outcomes: {stream:?}");
+    let copy = replica(dst_dir.path(), route(5, 2, &[1], &[2]));
+    for msg in stream {
+        match msg {
+            ChainMsg::SnapshotBegin { snapshot, .. } => {
+                copy.on_snapshot_begin(1, snapshot).await.expect("begin")
+            }
+            ChainMsg::SnapshotBatch { snapshot, index, records, .. } => {
+                copy.on_snapshot_batch(1, snapshot, index, &records).await.expect("batch")
+            }
+            ChainMsg::SnapshotEnd { snapshot, batches, upto_seq, .. } => {
+                let f = copy.on_snapshot_end(1, snapshot, batches, upto_seq, &wires).await.expect("end");
+                assert!(f.sync_done);
+            }
+            m @ ChainMsg::Outcomes { .. } => copy.on_chain(1, m, &wires).await,
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    // The source fails; the copy is promoted and then alone, head and tail.
+    copy.install(route(6, 2, &[1, 2], &[]), &wires).await;
+    copy.install(route(7, 2, &[2], &[]), &wires).await;
+    let seq = copy.store.max_seq();
+    let retry = copy.order_update(req(1), &set(1), None, 0, &wires).await.expect("retry");
+    assert!(matches!(retry, Ordered::Reply(ref o) if *o == first), "the retry was answered differently");
+    assert_eq!(copy.store.max_seq(), seq, "the retry was ordered a second time");
+}
