@@ -1,5 +1,5 @@
-//! `fawn up`: a whole cluster on this machine as real processes (manager, back-ends,
-//! front-ends), each a child running the `fawn` binary in its role.
+//! `fawn up`: a whole cluster on this machine as real processes (a group of managers,
+//! back-ends, front-ends), each a child running the `fawn` binary in its role.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -24,8 +24,11 @@ pub struct LocalCluster {
     pub exe: PathBuf,
     pub data_dir: PathBuf,
     pub host: String,
-    /// Manager port; back-end i listens on base+1+i, front-end i on base+100+i.
+    /// Manager 1's port; manager i > 1 listens on base+200+i-1, back-end i on base+1+i,
+    /// front-end i on base+100+i.
     pub base_port: u16,
+    /// Managers in the manager group (an odd number; 3 survive the loss of one).
+    pub managers: u32,
     /// memcached address of front-end 0; front-end i uses its port + i.
     pub memcached: String,
     pub backends: u32,
@@ -36,8 +39,8 @@ pub struct LocalCluster {
     pub sync: String,
     /// `--expected-keys` of every back-end: keys each one expects to hold (0 = no hint).
     pub expected_keys: u64,
-    /// Serve `/metrics` on every role: manager BASE+300, back-end i BASE+301+i,
-    /// front-end i BASE+400+i.
+    /// Serve `/metrics` on every role: manager 1 BASE+300, manager i > 1 BASE+500+i-1,
+    /// back-end i BASE+301+i, front-end i BASE+400+i.
     pub metrics: bool,
     /// Extra flags for every role (e.g. log format).
     pub extra_args: Vec<String>,
@@ -54,7 +57,10 @@ struct Role {
 /// Addresses of a running local cluster.
 #[derive(Clone, Debug)]
 pub struct Addresses {
+    /// The managers' addresses, comma-separated, as the other roles are given them.
     pub manager: String,
+    /// Manager i + 1's address.
+    pub managers: Vec<String>,
     pub backends: Vec<String>,
     pub frontends_native: Vec<String>,
     pub frontends_memcached: Vec<String>,
@@ -73,8 +79,12 @@ impl LocalCluster {
             .rsplit_once(':')
             .and_then(|(h, p)| Some((h.to_string(), p.parse::<u32>().ok()?)))
             .context("--memcached must be HOST:PORT")?;
+        let managers: Vec<String> = (0..self.managers.max(1))
+            .map(|i| if i == 0 { at(base) } else { at(base + 200 + i) })
+            .collect::<Result<_, _>>()?;
         Ok(Addresses {
-            manager: at(base)?,
+            manager: managers.join(","),
+            managers,
             backends: (0..self.backends).map(|i| at(base + 1 + i)).collect::<Result<_, _>>()?,
             frontends_native: (0..self.frontends).map(|i| at(base + 100 + i)).collect::<Result<_, _>>()?,
             frontends_memcached: (0..self.frontends).map(|i| format!("{mc_host}:{}", mc_port + i)).collect(),
@@ -110,22 +120,29 @@ impl LocalCluster {
 
     async fn start_all(&self, addrs: &Addresses, roles: &mut Vec<Role>) -> anyhow::Result<()> {
         let d = |name: &str| self.data_dir.join(name).display().to_string();
-        let manager_args = vec![
-            "manager".into(),
-            "--listen".into(),
-            addrs.manager.clone(),
-            "--data-dir".into(),
-            d("manager"),
-            "--backends".into(),
-            self.backends.to_string(),
-            "--frontends".into(),
-            self.frontends.to_string(),
-            "--replicas".into(),
-            self.replicas.to_string(),
-            "--vnodes".into(),
-            self.vnodes.to_string(),
-        ];
-        roles.push(self.spawn("manager", self.with_metrics(manager_args, 300))?);
+        for (i, addr) in addrs.managers.iter().enumerate() {
+            // Manager 1 keeps the single manager's name and directory of earlier versions.
+            let name = if i == 0 { "manager".to_string() } else { format!("manager-{}", i + 1) };
+            let args = vec![
+                "manager".into(),
+                "--listen".into(),
+                addr.clone(),
+                "--managers".into(),
+                addrs.manager.clone(),
+                "--data-dir".into(),
+                d(&name),
+                "--backends".into(),
+                self.backends.to_string(),
+                "--frontends".into(),
+                self.frontends.to_string(),
+                "--replicas".into(),
+                self.replicas.to_string(),
+                "--vnodes".into(),
+                self.vnodes.to_string(),
+            ];
+            let metrics_at = if i == 0 { 300 } else { 500 + i as u32 };
+            roles.push(self.spawn(&name, self.with_metrics(args, metrics_at))?);
+        }
         for (i, addr) in addrs.backends.iter().enumerate() {
             let args = vec![
                 "backend".into(),
@@ -248,7 +265,7 @@ async fn supervise(
     }
 }
 
-/// SIGTERM front-ends, then back-ends, then the manager; SIGKILL whatever outlives the grace.
+/// SIGTERM front-ends, then back-ends, then the managers; SIGKILL whatever outlives the grace.
 async fn stop_all(roles: &mut [Role]) {
     for role in roles.iter_mut().rev() {
         if let Some(pid) = role.child.id() {
@@ -267,7 +284,9 @@ async fn stop_all(roles: &mut [Role]) {
 
 fn print_ready(addrs: &Addresses, data_dir: &Path) {
     println!("fawn up: cluster ready");
-    println!("  manager            {}", addrs.manager);
+    for (i, m) in addrs.managers.iter().enumerate() {
+        println!("  manager-{}          {m}", i + 1);
+    }
     for (i, b) in addrs.backends.iter().enumerate() {
         println!("  backend-{i}          {b}");
     }

@@ -36,6 +36,7 @@ const BACKOFF_START: Duration = Duration::from_millis(25);
 pub struct FrontendOptions {
     /// Front-end id = wedge index; ids are 0..F.
     pub id: u32,
+    /// Native addresses of the manager group, comma-separated (`manager::client`).
     pub manager: String,
     /// Native address other processes use to reach this front-end.
     pub native_advertise: String,
@@ -88,7 +89,7 @@ impl Frontend {
     /// Registers with the manager and waits until the ring is formed.
     pub async fn start(options: FrontendOptions) -> anyhow::Result<Arc<Frontend>> {
         let pool = Pool::new(Duration::from_secs(2));
-        let config = register(&pool, &options).await?;
+        let config = register(&options).await?;
         let frontend = Arc::new(Frontend {
             cache: QueryCache::new(options.cache_entries, options.cache_timing),
             options,
@@ -138,7 +139,7 @@ impl Frontend {
     }
 
     async fn refresh(&self) {
-        match fetch_config(&self.pool, &self.options.manager).await {
+        match fetch_config(&self.options.manager).await {
             Ok(config) => self.install(config),
             Err(e) => warn!(error = %e, "cannot fetch configuration from the manager"),
         }
@@ -348,11 +349,8 @@ impl Frontend {
     async fn flush(&self, at_unix: u32) -> Result<(), WireError> {
         let at_micros =
             if at_unix <= unix_now() { crate::clock::unix_micros() } else { u64::from(at_unix) * 1_000_000 };
-        match self
-            .pool
-            .call(&self.options.manager, Request::SetFlush { at_micros }, self.options.request_timeout)
-            .await
-        {
+        let flush = Request::SetFlush { at_micros };
+        match crate::manager::client::call(&self.options.manager, flush, self.options.request_timeout).await {
             Ok(Response::Config(c)) => self.install(c),
             Ok(Response::Error(e)) => return Err(e),
             Ok(other) => return Err(unexpected(other)),
@@ -515,7 +513,7 @@ impl Handler for Frontend {
     }
 }
 
-async fn register(pool: &Pool, options: &FrontendOptions) -> anyhow::Result<ClusterConfig> {
+async fn register(options: &FrontendOptions) -> anyhow::Result<ClusterConfig> {
     let request = Request::RegisterFrontend {
         id: options.id,
         native_addr: options.native_advertise.clone(),
@@ -523,7 +521,7 @@ async fn register(pool: &Pool, options: &FrontendOptions) -> anyhow::Result<Clus
     };
     let mut logged = false;
     loop {
-        match pool.call(&options.manager, request.clone(), Duration::from_secs(5)).await {
+        match crate::manager::client::call(&options.manager, request.clone(), Duration::from_secs(5)).await {
             Ok(Response::Config(c)) if c.formed && c.frontends.len() as u32 == c.frontends_expected => {
                 return Ok(c)
             }
