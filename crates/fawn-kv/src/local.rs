@@ -24,7 +24,7 @@ pub struct LocalCluster {
     pub exe: PathBuf,
     pub data_dir: PathBuf,
     pub host: String,
-    /// Manager 1's port; manager i > 1 listens on base+200+i-1, back-end i on base+1+i,
+    /// Manager 1's port; manager i > 1 listens on base+250+i-1, back-end i on base+1+i,
     /// front-end i on base+100+i.
     pub base_port: u16,
     /// Managers in the manager group (an odd number; 3 survive the loss of one).
@@ -80,7 +80,7 @@ impl LocalCluster {
             .and_then(|(h, p)| Some((h.to_string(), p.parse::<u32>().ok()?)))
             .context("--memcached must be HOST:PORT")?;
         let managers: Vec<String> = (0..self.managers.max(1))
-            .map(|i| if i == 0 { at(base) } else { at(base + 200 + i) })
+            .map(|i| if i == 0 { at(base) } else { at(base + 250 + i) })
             .collect::<Result<_, _>>()?;
         Ok(Addresses {
             manager: managers.join(","),

@@ -109,7 +109,7 @@ pub struct UpArgs {
     /// Host the internal listeners bind to.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
-    /// Manager 1's port; manager i > 1 uses BASE+200+i-1, back-end i BASE+1+i, front-end i
+    /// Manager 1's port; manager i > 1 uses BASE+250+i-1, back-end i BASE+1+i, front-end i
     /// BASE+100+i.
     #[arg(long, default_value_t = 7400)]
     base_port: u16,
@@ -432,21 +432,24 @@ fn memcache_config(
     config
 }
 
+/// The managers `fawn up` starts with its default ports.
+const LOCAL_MANAGERS: &str = "127.0.0.1:7400,127.0.0.1:7651,127.0.0.1:7652";
+
 #[derive(Args, Debug)]
 pub struct LeaveArgs {
     /// The back-end to remove.
     #[arg(long)]
     pub node: u32,
     /// Native addresses of the managers, comma-separated.
-    #[arg(long, default_value = "127.0.0.1:7400")]
+    #[arg(long, default_value = LOCAL_MANAGERS)]
     pub manager: String,
 }
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {
     /// Native addresses of the managers, comma-separated: each is shown with its role, term
-    /// and log position; the configuration comes from the leader.
-    #[arg(long, default_value = "127.0.0.1:7400")]
+    /// and log position; the configuration comes from the leader. Default: `fawn up`'s.
+    #[arg(long, default_value = LOCAL_MANAGERS)]
     pub manager: String,
 }
 
@@ -463,6 +466,6 @@ pub struct ManagersArgs {
     #[arg(long, default_value = "")]
     pub addr: String,
     /// Native addresses of the current managers, comma-separated.
-    #[arg(long, default_value = "127.0.0.1:7400")]
+    #[arg(long, default_value = LOCAL_MANAGERS)]
     pub manager: String,
 }

@@ -15,7 +15,7 @@ const CHANGE_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let pool = Pool::new(STATUS_TIMEOUT);
-    let config = match client::call(&args.manager, Request::GetConfig, STATUS_TIMEOUT).await {
+    let config = match client::call(&pool, &args.manager, Request::GetConfig, STATUS_TIMEOUT).await {
         Ok(Response::Config(c)) => c,
         Ok(other) => anyhow::bail!("unexpected manager answer: {other:?}"),
         Err(e) => return Err(e).with_context(|| format!("asking the managers at {}", args.manager)),
@@ -119,7 +119,8 @@ fn print_chains(config: &ClusterConfig) {
 
 /// `fawn leave`: asks the manager to move a back-end's replicas elsewhere, then to drop it.
 pub async fn leave(args: LeaveArgs) -> anyhow::Result<()> {
-    match client::call(&args.manager, Request::Leave { node: args.node }, STATUS_TIMEOUT).await {
+    let pool = Pool::new(STATUS_TIMEOUT);
+    match client::call(&pool, &args.manager, Request::Leave { node: args.node }, STATUS_TIMEOUT).await {
         Ok(Response::Config(c)) => {
             println!("back-end {} is leaving (epoch {}); its replacements are syncing.", args.node, c.epoch);
             println!("Watch `fawn status`; stop the process once its state is Left.");
@@ -136,7 +137,8 @@ pub async fn change_managers(args: ManagersArgs) -> anyhow::Result<()> {
     let add = args.action == "add";
     anyhow::ensure!(!add || !args.addr.is_empty(), "`add` needs --addr");
     let request = Request::ChangeManagers { id: args.id, addr: args.addr.clone(), add };
-    match client::call(&args.manager, request, CHANGE_TIMEOUT).await {
+    let pool = Pool::new(STATUS_TIMEOUT);
+    match client::call(&pool, &args.manager, request, CHANGE_TIMEOUT).await {
         Ok(Response::Ok) => {
             println!(
                 "manager {} {}",

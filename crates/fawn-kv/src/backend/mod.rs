@@ -196,7 +196,7 @@ impl Backend {
             warn!(sync = ?options.sync,
                 "the host restarted since this back-end last ran (or the restart cannot be told): its datastores may lack updates it acknowledged, so it resyncs its ranges before serving");
         }
-        let config = register(&options, logs_complete).await?;
+        let config = register(&pool, &options, logs_complete).await?;
         // Only once the manager knows: a crash before this proves nothing at the next start.
         if let Some(boot_id) = &boot_id {
             boot::record_boot(&options.data_dir, boot_id).map_err(|e| {
@@ -686,7 +686,7 @@ impl Backend {
 
     /// Fetches the manager's configuration and installs it if it is newer.
     async fn fetch_and_install(&self) {
-        if let Ok(config) = fetch_config(&self.options.manager).await {
+        if let Ok(config) = fetch_config(&self.pool, &self.options.manager).await {
             if let Err(e) = self.install(config).await {
                 error!(error = %e, "cannot install configuration");
             }
@@ -943,7 +943,9 @@ impl Backend {
     /// Tells the manager something it answers with the configuration, and installs that.
     /// Failures are logged; the caller's tick reports again.
     async fn report(&self, req: Request, what: &str) {
-        match crate::manager::client::call(&self.options.manager, req, Duration::from_secs(2)).await {
+        match crate::manager::client::call(&self.pool, &self.options.manager, req, Duration::from_secs(2))
+            .await
+        {
             Ok(Response::Config(c)) => {
                 if let Err(e) = self.install(c).await {
                     error!(error = %e, "cannot install configuration");
@@ -1092,7 +1094,8 @@ impl Backend {
         let Some(b) = self.me.upgrade() else { return };
         tokio::spawn(async move {
             let req = Request::LinkCut { node: b.options.node, peer };
-            match crate::manager::client::call(&b.options.manager, req, Duration::from_secs(2)).await {
+            match crate::manager::client::call(&b.pool, &b.options.manager, req, Duration::from_secs(2)).await
+            {
                 Ok(Response::Config(c)) => {
                     if let Err(e) = b.install(c).await {
                         error!(error = %e, "cannot install configuration");
@@ -1450,12 +1453,18 @@ pub fn expected_keys_by_range(total: u64, node: NodeId, config: &ClusterConfig) 
 }
 
 /// Registers with the manager; `logs_complete` as in `Request::RegisterBackend`.
-async fn register(options: &BackendOptions, logs_complete: bool) -> anyhow::Result<ClusterConfig> {
+async fn register(
+    pool: &Pool,
+    options: &BackendOptions,
+    logs_complete: bool,
+) -> anyhow::Result<ClusterConfig> {
     let request =
         Request::RegisterBackend { node: options.node, addr: options.advertise.clone(), logs_complete };
     let mut logged = false;
     loop {
-        match crate::manager::client::call(&options.manager, request.clone(), Duration::from_secs(5)).await {
+        match crate::manager::client::call(pool, &options.manager, request.clone(), Duration::from_secs(5))
+            .await
+        {
             Ok(Response::Config(c)) if c.formed => return Ok(c),
             Ok(Response::Config(_)) => {}
             Ok(Response::Error(e)) => anyhow::bail!("the manager refused node {}: {e}", options.node),
@@ -1474,13 +1483,13 @@ async fn poll_config(backend: Weak<Backend>) {
     loop {
         tokio::time::sleep(CONFIG_POLL_INTERVAL).await;
         let Some(b) = backend.upgrade() else { return };
-        let Ok(config) = fetch_config(&b.options.manager).await else { continue };
+        let Ok(config) = fetch_config(&b.pool, &b.options.manager).await else { continue };
         *b.last_manager_contact.lock() = Instant::now();
         let me = config.backends.iter().find(|x| x.node == b.options.node).map(|x| x.state);
         if me == Some(NodeState::Failed) {
             warn!("the manager declared this back-end failed; registering again to rejoin");
             // The process kept running: its datastores hold what it acknowledged.
-            match register(&b.options, true).await {
+            match register(&b.pool, &b.options, true).await {
                 Ok(c) => {
                     let _ = b.install(c).await;
                 }

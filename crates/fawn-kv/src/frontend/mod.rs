@@ -89,7 +89,7 @@ impl Frontend {
     /// Registers with the manager and waits until the ring is formed.
     pub async fn start(options: FrontendOptions) -> anyhow::Result<Arc<Frontend>> {
         let pool = Pool::new(Duration::from_secs(2));
-        let config = register(&options).await?;
+        let config = register(&pool, &options).await?;
         let frontend = Arc::new(Frontend {
             cache: QueryCache::new(options.cache_entries, options.cache_timing),
             options,
@@ -139,7 +139,7 @@ impl Frontend {
     }
 
     async fn refresh(&self) {
-        match fetch_config(&self.options.manager).await {
+        match fetch_config(&self.pool, &self.options.manager).await {
             Ok(config) => self.install(config),
             Err(e) => warn!(error = %e, "cannot fetch configuration from the manager"),
         }
@@ -350,7 +350,14 @@ impl Frontend {
         let at_micros =
             if at_unix <= unix_now() { crate::clock::unix_micros() } else { u64::from(at_unix) * 1_000_000 };
         let flush = Request::SetFlush { at_micros };
-        match crate::manager::client::call(&self.options.manager, flush, self.options.request_timeout).await {
+        match crate::manager::client::call(
+            &self.pool,
+            &self.options.manager,
+            flush,
+            self.options.request_timeout,
+        )
+        .await
+        {
             Ok(Response::Config(c)) => self.install(c),
             Ok(Response::Error(e)) => return Err(e),
             Ok(other) => return Err(unexpected(other)),
@@ -513,7 +520,7 @@ impl Handler for Frontend {
     }
 }
 
-async fn register(options: &FrontendOptions) -> anyhow::Result<ClusterConfig> {
+async fn register(pool: &Pool, options: &FrontendOptions) -> anyhow::Result<ClusterConfig> {
     let request = Request::RegisterFrontend {
         id: options.id,
         native_addr: options.native_advertise.clone(),
@@ -521,7 +528,9 @@ async fn register(options: &FrontendOptions) -> anyhow::Result<ClusterConfig> {
     };
     let mut logged = false;
     loop {
-        match crate::manager::client::call(&options.manager, request.clone(), Duration::from_secs(5)).await {
+        match crate::manager::client::call(pool, &options.manager, request.clone(), Duration::from_secs(5))
+            .await
+        {
             Ok(Response::Config(c)) if c.formed && c.frontends.len() as u32 == c.frontends_expected => {
                 return Ok(c)
             }

@@ -61,6 +61,8 @@ pub const LINK_CUT_FORGET_AFTER: Duration = Duration::from_secs(3);
 /// Before acting on a link-cut report the manager pings the reported peer itself; it must
 /// answer within this (a dead or stopped peer is a failure, not a cut).
 pub const LINK_CUT_CONFIRM_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long a request waits for a new group's first configuration to be committed.
+const FIRST_CONFIG_WAIT: Duration = Duration::from_secs(2);
 
 /// The running manager: one replica of the group.
 pub struct Manager {
@@ -221,7 +223,7 @@ impl Manager {
             return self.not_leader();
         }
         if !matches!(command, Command::Init(_)) {
-            let Some(current) = self.published.current() else {
+            let Some(current) = self.first_config().await else {
                 return Response::Error(WireError::Unavailable(
                     "the manager group has no configuration yet".into(),
                 ));
@@ -265,7 +267,7 @@ impl Manager {
             return self.not_leader();
         }
         match self.raft.ensure_linearizable().await {
-            Ok(_) => match self.published.current() {
+            Ok(_) => match self.first_config().await {
                 Some(c) => Response::Config(c),
                 None => Response::Error(WireError::Unavailable(
                     "the manager group has no configuration yet".into(),
@@ -273,6 +275,14 @@ impl Manager {
             },
             Err(_) => self.not_leader(),
         }
+    }
+
+    /// The applied configuration, waiting a little for the group's first (a new leader of a
+    /// new group proposes it at once).
+    async fn first_config(&self) -> Option<ClusterConfig> {
+        let mut published = self.published.subscribe();
+        let first = async { published.wait_for(|c| c.is_some()).await.ok().and_then(|c| c.clone()) };
+        tokio::time::timeout(FIRST_CONFIG_WAIT, first).await.ok().flatten()
     }
 
     /// Adds (as a learner first, then a voter) or removes a manager of the group.

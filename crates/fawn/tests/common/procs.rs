@@ -332,7 +332,10 @@ impl Procs {
     pub fn config(&self) -> Option<ClusterConfig> {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         rt.block_on(async {
-            match manager_client::call(&self.manager_addr, Request::GetConfig, Duration::from_secs(2)).await {
+            let pool = fawn_client::pool::Pool::new(Duration::from_secs(1));
+            match manager_client::call(&pool, &self.manager_addr, Request::GetConfig, Duration::from_secs(2))
+                .await
+            {
                 Ok(Response::Config(c)) => Some(c),
                 _ => None,
             }
@@ -355,8 +358,14 @@ impl Procs {
     pub fn leave(&self, node: u32) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         rt.block_on(async {
-            match manager_client::call(&self.manager_addr, Request::Leave { node }, Duration::from_secs(5))
-                .await
+            let pool = fawn_client::pool::Pool::new(Duration::from_secs(2));
+            match manager_client::call(
+                &pool,
+                &self.manager_addr,
+                Request::Leave { node },
+                Duration::from_secs(5),
+            )
+            .await
             {
                 Ok(Response::Config(_)) | Ok(Response::Ok) => {}
                 other => panic!("leave of back-end {node}: {other:?}"),

@@ -199,7 +199,7 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 i.entries.insert(e.log_id.index, e);
             }
         }
-        let failed = written.as_ref().err().map(|e| StorageIOError::write_logs(e));
+        let failed = written.as_ref().err().map(StorageIOError::write_logs);
         callback.log_io_completed(written);
         match failed {
             Some(e) => Err(e.into()),

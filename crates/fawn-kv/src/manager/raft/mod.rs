@@ -2,6 +2,9 @@
 //! and vote, `state_machine`: the configuration and its snapshots, all fsynced in the
 //! manager's data directory) and our own transport (`network`: Raft RPCs as native frames).
 
+// openraft's storage and network traits fix these error types (200+ bytes each).
+#![allow(clippy::result_large_err)]
+
 pub(super) mod files;
 pub mod log_store;
 pub mod network;
@@ -32,12 +35,14 @@ pub type Raft = openraft::Raft<TypeConfig>;
 pub type ManagerId = u64;
 
 /// The leader heartbeats its followers this often.
-pub const HEARTBEAT: Duration = Duration::from_millis(100);
-/// A follower that has not heard from a leader for a random time in this range stands for
-/// election. Well under the back-ends' lease (`backend::MANAGER_LEASE`, 1.5 s), so a new
-/// leader usually grants leases before an old one's holders give up.
-pub const ELECTION_TIMEOUT_MIN: Duration = Duration::from_millis(400);
-pub const ELECTION_TIMEOUT_MAX: Duration = Duration::from_millis(800);
+pub const HEARTBEAT: Duration = Duration::from_millis(50);
+/// Each manager picks its election time-out once, at random in this range. openraft lets a
+/// follower that has seen a leader stand for election only after the leader's lease (the
+/// maximum) plus its own time-out, so a lost leader is replaced 0.55–0.7 s after its last
+/// heartbeat: well under the back-ends' lease (`backend::MANAGER_LEASE`, 1.5 s), so they renew
+/// it from the new leader before it lapses.
+pub const ELECTION_TIMEOUT_MIN: Duration = Duration::from_millis(200);
+pub const ELECTION_TIMEOUT_MAX: Duration = Duration::from_millis(350);
 /// A snapshot is taken after this many log entries; older entries are then dropped.
 pub const SNAPSHOT_EVERY_ENTRIES: u64 = 500;
 /// Entries kept behind a snapshot, so a briefly lagging follower catches up from the log.
