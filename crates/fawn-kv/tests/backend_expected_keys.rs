@@ -33,6 +33,7 @@ async fn ranges_open_presized_by_their_share_of_the_hint() {
     let manager = Manager::open(ManagerOptions {
         group: vec![manager_addr.clone()],
         id: 1,
+        snapshot_every: fawn_kv::manager::raft::SNAPSHOT_EVERY_ENTRIES,
         data_dir: dir.path().join("manager"),
         expected_backends: BACKENDS as usize,
         replicas: 2,

@@ -82,6 +82,7 @@ async fn frontends_report_and_the_manager_decides() {
     let manager = Manager::open(ManagerOptions {
         group: vec![manager_addr.clone()],
         id: 1,
+        snapshot_every: fawn_kv::manager::raft::SNAPSHOT_EVERY_ENTRIES,
         data_dir: dir.path().join("manager"),
         expected_backends: 3,
         replicas: 2,

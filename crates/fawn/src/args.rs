@@ -217,6 +217,10 @@ pub struct ManagerArgs {
     /// whose data directory was lost, to send it a snapshot.
     #[arg(long)]
     join: bool,
+    /// Raft log entries between snapshots of the configuration; entries further behind the
+    /// latest snapshot are dropped.
+    #[arg(long, default_value_t = fawn_kv::manager::raft::SNAPSHOT_EVERY_ENTRIES)]
+    raft_snapshot_every: u64,
 }
 
 impl ManagerArgs {
@@ -237,6 +241,7 @@ impl ManagerArgs {
         let options = ManagerOptions {
             group: if self.join { Vec::new() } else { group },
             id,
+            snapshot_every: self.raft_snapshot_every,
             data_dir: self.data_dir,
             expected_backends: self.backends,
             expected_frontends: self.frontends,

@@ -52,6 +52,8 @@ pub struct ManagerOptions {
     pub group: Vec<String>,
     /// This manager's id in the group.
     pub id: raft::ManagerId,
+    /// Log entries between snapshots of the configuration (`raft::SNAPSHOT_EVERY_ENTRIES`).
+    pub snapshot_every: u64,
 }
 
 /// A cut link the manager has not heard about for this long is taken to be over: re-replication
@@ -99,7 +101,8 @@ impl Manager {
         );
         let members: BTreeMap<raft::ManagerId, String> =
             options.group.iter().enumerate().map(|(i, a)| (i as u64 + 1, a.clone())).collect();
-        let (raft, published) = raft::open(options.id, &members, &options.data_dir.join("raft")).await?;
+        let (raft, published) =
+            raft::open(options.id, &members, &options.data_dir.join("raft"), options.snapshot_every).await?;
         if let Some(c) = published.current() {
             info!(epoch = c.epoch, backends = c.backends.len(), "manager configuration loaded from snapshot");
         }

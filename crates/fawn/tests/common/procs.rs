@@ -47,6 +47,8 @@ pub struct ProcShape {
     pub netns: bool,
     /// Managers in the manager group (an odd number).
     pub managers: u32,
+    /// Extra flags for every manager (e.g. `--raft-snapshot-every 2`).
+    pub manager_args: Vec<String>,
 }
 
 impl Default for ProcShape {
@@ -67,6 +69,7 @@ impl Default for ProcShape {
                 .unwrap_or_default(),
             netns: false,
             managers: 1,
+            manager_args: Vec::new(),
         }
     }
 }
@@ -203,7 +206,10 @@ impl Procs {
                     shape.replicas.to_string(),
                     "--vnodes".into(),
                     shape.vnodes.to_string(),
-                ],
+                ]
+                .into_iter()
+                .chain(shape.manager_args.iter().cloned())
+                .collect(),
                 env: Vec::new(),
                 child: None,
                 paused: false,
@@ -593,6 +599,11 @@ impl Procs {
         }
         self.spawn(&mut p);
         self.managers[i] = p;
+    }
+
+    /// Manager `i`'s data directory.
+    pub fn manager_dir(&self, i: usize) -> PathBuf {
+        self.dir.join(&self.managers[i].name)
     }
 
     /// Each manager's status counters (`raft_state`, `raft_term`, ...); `None` for one

@@ -43,10 +43,10 @@ pub const HEARTBEAT: Duration = Duration::from_millis(50);
 /// it from the new leader before it lapses.
 pub const ELECTION_TIMEOUT_MIN: Duration = Duration::from_millis(200);
 pub const ELECTION_TIMEOUT_MAX: Duration = Duration::from_millis(350);
-/// A snapshot is taken after this many log entries; older entries are then dropped.
+/// Default of `ManagerOptions::snapshot_every`: a snapshot is taken after this many log
+/// entries, and the entries more than this far behind it are dropped (a follower lagging
+/// further catches up from the snapshot).
 pub const SNAPSHOT_EVERY_ENTRIES: u64 = 500;
-/// Entries kept behind a snapshot, so a briefly lagging follower catches up from the log.
-pub const LOG_KEPT_BEHIND_SNAPSHOT: u64 = 100;
 
 /// Opens this manager's Raft replica on `dir`, talking to its peers through `network`.
 /// The group is bootstrapped with `members` if this replica has never been part of one
@@ -56,14 +56,16 @@ pub async fn open(
     id: ManagerId,
     members: &BTreeMap<ManagerId, String>,
     dir: &Path,
+    snapshot_every: u64,
 ) -> anyhow::Result<(Raft, state_machine::Published)> {
+    let snapshot_every = snapshot_every.max(1);
     let config = openraft::Config {
         cluster_name: "fawn-manager".into(),
         heartbeat_interval: HEARTBEAT.as_millis() as u64,
         election_timeout_min: ELECTION_TIMEOUT_MIN.as_millis() as u64,
         election_timeout_max: ELECTION_TIMEOUT_MAX.as_millis() as u64,
-        snapshot_policy: SnapshotPolicy::LogsSinceLast(SNAPSHOT_EVERY_ENTRIES),
-        max_in_snapshot_log_to_keep: LOG_KEPT_BEHIND_SNAPSHOT,
+        snapshot_policy: SnapshotPolicy::LogsSinceLast(snapshot_every),
+        max_in_snapshot_log_to_keep: snapshot_every,
         ..Default::default()
     }
     .validate()?;
