@@ -123,6 +123,9 @@ impl LocalCluster {
         for (i, addr) in addrs.managers.iter().enumerate() {
             // Manager 1 keeps the single manager's name and directory of earlier versions.
             let name = if i == 0 { "manager".to_string() } else { format!("manager-{}", i + 1) };
+            if i > 0 {
+                share_legacy_config(&self.data_dir.join("manager"), &self.data_dir.join(&name))?;
+            }
             let args = vec![
                 "manager".into(),
                 "--listen".into(),
@@ -213,6 +216,21 @@ impl LocalCluster {
         info!(role = name, pid = child.id(), "started");
         Ok(Role { name: name.to_string(), child, args })
     }
+}
+
+/// A data directory from a single-manager version holds the configuration in
+/// `manager/cluster-config.json`; a new group's first leader starts from the file in its own
+/// directory, so every new manager of the group gets a copy (whichever wins the first
+/// election keeps the cluster's configuration).
+fn share_legacy_config(first: &Path, dir: &Path) -> anyhow::Result<()> {
+    const LEGACY: &str = "cluster-config.json";
+    if !first.join(LEGACY).exists() || dir.join("raft").exists() || dir.join(LEGACY).exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir)?;
+    std::fs::copy(first.join(LEGACY), dir.join(LEGACY))
+        .with_context(|| format!("copying the saved configuration to {}", dir.display()))?;
+    Ok(())
 }
 
 async fn wait_ready(memcached: &[String], roles: &mut [Role]) -> anyhow::Result<()> {
