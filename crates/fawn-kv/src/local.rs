@@ -1,5 +1,5 @@
-//! `fawn up`: a whole cluster on this machine as real processes (manager, back-ends,
-//! front-ends), each a child running the `fawn` binary in its role.
+//! `fawn up`: a whole cluster on this machine as real processes (a group of managers,
+//! back-ends, front-ends), each a child running the `fawn` binary in its role.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -24,8 +24,11 @@ pub struct LocalCluster {
     pub exe: PathBuf,
     pub data_dir: PathBuf,
     pub host: String,
-    /// Manager port; back-end i listens on base+1+i, front-end i on base+100+i.
+    /// Manager 1's port; manager i > 1 listens on base+250+i-1, back-end i on base+1+i,
+    /// front-end i on base+100+i.
     pub base_port: u16,
+    /// Managers in the manager group (an odd number; 3 survive the loss of one).
+    pub managers: u32,
     /// memcached address of front-end 0; front-end i uses its port + i.
     pub memcached: String,
     pub backends: u32,
@@ -36,8 +39,8 @@ pub struct LocalCluster {
     pub sync: String,
     /// `--expected-keys` of every back-end: keys each one expects to hold (0 = no hint).
     pub expected_keys: u64,
-    /// Serve `/metrics` on every role: manager BASE+300, back-end i BASE+301+i,
-    /// front-end i BASE+400+i.
+    /// Serve `/metrics` on every role: manager 1 BASE+300, manager i > 1 BASE+500+i-1,
+    /// back-end i BASE+301+i, front-end i BASE+400+i.
     pub metrics: bool,
     /// Extra flags for every role (e.g. log format).
     pub extra_args: Vec<String>,
@@ -56,7 +59,10 @@ struct Role {
 /// Addresses of a running local cluster.
 #[derive(Clone, Debug)]
 pub struct Addresses {
+    /// The managers' addresses, comma-separated, as the other roles are given them.
     pub manager: String,
+    /// Manager i + 1's address.
+    pub managers: Vec<String>,
     pub backends: Vec<String>,
     pub frontends_native: Vec<String>,
     pub frontends_memcached: Vec<String>,
@@ -75,8 +81,12 @@ impl LocalCluster {
             .rsplit_once(':')
             .and_then(|(h, p)| Some((h.to_string(), p.parse::<u32>().ok()?)))
             .context("--memcached must be HOST:PORT")?;
+        let managers: Vec<String> = (0..self.managers.max(1))
+            .map(|i| if i == 0 { at(base) } else { at(base + 250 + i) })
+            .collect::<Result<_, _>>()?;
         Ok(Addresses {
-            manager: at(base)?,
+            manager: managers.join(","),
+            managers,
             backends: (0..self.backends).map(|i| at(base + 1 + i)).collect::<Result<_, _>>()?,
             frontends_native: (0..self.frontends).map(|i| at(base + 100 + i)).collect::<Result<_, _>>()?,
             frontends_memcached: (0..self.frontends).map(|i| format!("{mc_host}:{}", mc_port + i)).collect(),
@@ -112,22 +122,32 @@ impl LocalCluster {
 
     async fn start_all(&self, addrs: &Addresses, roles: &mut Vec<Role>) -> anyhow::Result<()> {
         let d = |name: &str| self.data_dir.join(name).display().to_string();
-        let manager_args = vec![
-            "manager".into(),
-            "--listen".into(),
-            addrs.manager.clone(),
-            "--data-dir".into(),
-            d("manager"),
-            "--backends".into(),
-            self.backends.to_string(),
-            "--frontends".into(),
-            self.frontends.to_string(),
-            "--replicas".into(),
-            self.replicas.to_string(),
-            "--vnodes".into(),
-            self.vnodes.to_string(),
-        ];
-        roles.push(self.spawn("manager", self.with_metrics(manager_args, 300))?);
+        for (i, addr) in addrs.managers.iter().enumerate() {
+            // Manager 1 keeps the single manager's name and directory of earlier versions.
+            let name = if i == 0 { "manager".to_string() } else { format!("manager-{}", i + 1) };
+            if i > 0 {
+                share_legacy_config(&self.data_dir.join("manager"), &self.data_dir.join(&name))?;
+            }
+            let args = vec![
+                "manager".into(),
+                "--listen".into(),
+                addr.clone(),
+                "--managers".into(),
+                addrs.manager.clone(),
+                "--data-dir".into(),
+                d(&name),
+                "--backends".into(),
+                self.backends.to_string(),
+                "--frontends".into(),
+                self.frontends.to_string(),
+                "--replicas".into(),
+                self.replicas.to_string(),
+                "--vnodes".into(),
+                self.vnodes.to_string(),
+            ];
+            let metrics_at = if i == 0 { 300 } else { 500 + i as u32 };
+            roles.push(self.spawn(&name, self.with_metrics(args, metrics_at))?);
+        }
         for (i, addr) in addrs.backends.iter().enumerate() {
             let args = vec![
                 "backend".into(),
@@ -203,6 +223,21 @@ impl LocalCluster {
     }
 }
 
+/// A data directory from a single-manager version holds the configuration in
+/// `manager/cluster-config.json`; a new group's first leader starts from the file in its own
+/// directory, so every new manager of the group gets a copy (whichever wins the first
+/// election keeps the cluster's configuration).
+fn share_legacy_config(first: &Path, dir: &Path) -> anyhow::Result<()> {
+    const LEGACY: &str = "cluster-config.json";
+    if !first.join(LEGACY).exists() || dir.join("raft").exists() || dir.join(LEGACY).exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir)?;
+    std::fs::copy(first.join(LEGACY), dir.join(LEGACY))
+        .with_context(|| format!("copying the saved configuration to {}", dir.display()))?;
+    Ok(())
+}
+
 async fn wait_ready(memcached: &[String], roles: &mut [Role]) -> anyhow::Result<()> {
     let deadline = Instant::now() + STARTUP_TIMEOUT;
     for addr in memcached {
@@ -253,7 +288,7 @@ async fn supervise(
     }
 }
 
-/// SIGTERM front-ends, then back-ends, then the manager; SIGKILL whatever outlives the grace.
+/// SIGTERM front-ends, then back-ends, then the managers; SIGKILL whatever outlives the grace.
 async fn stop_all(roles: &mut [Role]) {
     for role in roles.iter_mut().rev() {
         if let Some(pid) = role.child.id() {
@@ -272,7 +307,9 @@ async fn stop_all(roles: &mut [Role]) {
 
 fn print_ready(addrs: &Addresses, data_dir: &Path) {
     println!("fawn up: cluster ready");
-    println!("  manager            {}", addrs.manager);
+    for (i, m) in addrs.managers.iter().enumerate() {
+        println!("  manager-{}          {m}", i + 1);
+    }
     for (i, b) in addrs.backends.iter().enumerate() {
         println!("  backend-{i}          {b}");
     }

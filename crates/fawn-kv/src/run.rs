@@ -58,7 +58,7 @@ pub async fn manager(
 ) -> anyhow::Result<()> {
     let _lock = DirLock::acquire(&options.data_dir)?;
     let listener = bind(listen, "manager").await?;
-    let manager = Manager::open(options).context("opening the manager state")?;
+    let manager = Manager::open(options).await.context("opening the manager state")?;
     info!(listen = %listener.local_addr()?, "manager listening");
     start_metrics(metrics, manager.clone(), &shutdown).await?;
     manager.serve(listener, shutdown).await;

@@ -29,8 +29,8 @@ impl View {
 }
 
 /// Fetches the current configuration from the manager.
-pub async fn fetch_config(pool: &Pool, manager: &str) -> Result<ClusterConfig, String> {
-    match pool.call(manager, Request::GetConfig, Duration::from_secs(2)).await {
+pub async fn fetch_config(pool: &Pool, managers: &str) -> Result<ClusterConfig, String> {
+    match crate::manager::client::call(pool, managers, Request::GetConfig, Duration::from_secs(2)).await {
         Ok(Response::Config(c)) => Ok(c),
         Ok(other) => Err(format!("unexpected answer {other:?}")),
         Err(e) => Err(e.to_string()),

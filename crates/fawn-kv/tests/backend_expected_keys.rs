@@ -31,6 +31,9 @@ async fn ranges_open_presized_by_their_share_of_the_hint() {
     let manager_listener = TcpListener::bind("127.0.0.1:0").await.expect("bind manager");
     let manager_addr = manager_listener.local_addr().expect("manager addr").to_string();
     let manager = Manager::open(ManagerOptions {
+        group: vec![manager_addr.clone()],
+        id: 1,
+        snapshot_every: fawn_kv::manager::raft::SNAPSHOT_EVERY_ENTRIES,
         data_dir: dir.path().join("manager"),
         expected_backends: BACKENDS as usize,
         replicas: 2,
@@ -39,6 +42,7 @@ async fn ranges_open_presized_by_their_share_of_the_hint() {
         heartbeat: Duration::from_millis(200),
         fd_threshold: 10,
     })
+    .await
     .expect("open manager");
     tasks.push(tokio::spawn(manager.clone().serve(manager_listener, shutdown.clone())));
 

@@ -80,6 +80,9 @@ async fn frontends_report_and_the_manager_decides() {
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind manager");
     let manager_addr = listener.local_addr().expect("addr").to_string();
     let manager = Manager::open(ManagerOptions {
+        group: vec![manager_addr.clone()],
+        id: 1,
+        snapshot_every: fawn_kv::manager::raft::SNAPSHOT_EVERY_ENTRIES,
         data_dir: dir.path().join("manager"),
         expected_backends: 3,
         replicas: 2,
@@ -88,7 +91,9 @@ async fn frontends_report_and_the_manager_decides() {
         heartbeat: HEARTBEAT,
         fd_threshold: FD_THRESHOLD,
     })
+    .await
     .expect("open manager");
+    assert!(manager.wait_leading(Duration::from_secs(5)).await, "a group of one elects itself");
     assert_eq!(HEARTBEAT * FD_THRESHOLD, LIMIT);
     tokio::spawn(manager.clone().serve(listener, shutdown.clone()));
 

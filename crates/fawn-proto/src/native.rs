@@ -125,6 +125,11 @@ pub enum Request {
     /// report shows it silent past the failure threshold, no one heard from it within that
     /// time, and it does not answer the manager's own ping either.
     Heartbeats { frontend: u32, silent_ms: Vec<(NodeId, u64)> },
+    /// One Raft RPC between the replicas of the manager group: an encoded request of the
+    /// consensus library, opaque here (answered with `Response::Raft`).
+    Raft(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// Add (`add: true`) or remove a manager of the group (to any manager; the leader acts).
+    ChangeManagers { id: u64, addr: String, add: bool },
 }
 
 /// Answers, one per request, with the request's id.
@@ -133,12 +138,17 @@ pub enum Response {
     Get(Option<Item>),
     Update(Outcome),
     Ok,
-    ItemStats { curr_items: u64, bytes: u64 },
+    ItemStats {
+        curr_items: u64,
+        bytes: u64,
+    },
     Config(ClusterConfig),
     Status(NodeStatus),
     Digest(Vec<DigestEntry>),
     Pong,
     Error(WireError),
+    /// The encoded answer to `Request::Raft`.
+    Raft(#[serde(with = "serde_bytes")] Vec<u8>),
 }
 
 /// Errors that cross the wire.
@@ -165,6 +175,9 @@ pub enum WireError {
     /// The request was malformed or not allowed.
     #[error("invalid: {0}")]
     Invalid(String),
+    /// This manager is not the leader of the manager group; `leader` is the one it knows of.
+    #[error("not the manager leader (leader: {leader:?})")]
+    NotLeader { leader: Option<String> },
 }
 
 /// Messages between chain neighbours, in sequence order per range.

@@ -106,6 +106,8 @@ fn samples() -> Vec<Message> {
         Request::SplitReady { node: 1, range: range() },
         Request::MergeReady { node: 1, range: range() },
         Request::Heartbeats { frontend: 0, silent_ms: vec![(1, 0), (2, 4_000)] },
+        Request::Raft(vec![1, 2, 3]),
+        Request::ChangeManagers { id: 4, addr: "127.0.0.1:7004".into(), add: true },
     ];
     let responses = vec![
         Response::Get(Some(Item { value: vec![1, 2, 3], flags: 4, expiry: 5, cas: 6 })),
@@ -133,6 +135,9 @@ fn samples() -> Vec<Message> {
         ]),
         Response::Pong,
         Response::Error(WireError::StaleEpoch { current: 9 }),
+        Response::Error(WireError::NotLeader { leader: Some("127.0.0.1:7001".into()) }),
+        Response::Error(WireError::NotLeader { leader: None }),
+        Response::Raft(vec![9, 8]),
         Response::Error(WireError::WrongNode("node 2".into())),
         Response::Error(WireError::Unavailable("splitting".into())),
         Response::Error(WireError::TooLarge),
@@ -226,6 +231,8 @@ fn variant_name(m: &Message) -> &'static str {
             Request::SplitReady { .. } => "SplitReady",
             Request::MergeReady { .. } => "MergeReady",
             Request::Heartbeats { .. } => "Heartbeats",
+            Request::Raft(_) => "Raft",
+            Request::ChangeManagers { .. } => "ChangeManagers",
         },
         Message::Response(r) => match r {
             Response::Get(_) => "Response::Get",
@@ -236,6 +243,7 @@ fn variant_name(m: &Message) -> &'static str {
             Response::Status(_) => "Response::Status",
             Response::Digest(_) => "Response::Digest",
             Response::Pong => "Response::Pong",
+            Response::Raft(_) => "Response::Raft",
             Response::Error(e) => match e {
                 WireError::StaleEpoch { .. } => "Error::StaleEpoch",
                 WireError::WrongNode(_) => "Error::WrongNode",
@@ -244,6 +252,7 @@ fn variant_name(m: &Message) -> &'static str {
                 WireError::Storage(_) => "Error::Storage",
                 WireError::Timeout => "Error::Timeout",
                 WireError::Invalid(_) => "Error::Invalid",
+                WireError::NotLeader { .. } => "Error::NotLeader",
             },
         },
         Message::Chain(c) => match c {
@@ -264,8 +273,8 @@ fn variant_name(m: &Message) -> &'static str {
     }
 }
 
-/// Variants `variant_name` knows: 20 requests, 8 responses + 7 errors, 13 chain messages.
-const VARIANTS: usize = 20 + 8 + 7 + 13;
+/// Variants `variant_name` knows: 22 requests, 9 responses + 8 errors, 13 chain messages.
+const VARIANTS: usize = 22 + 9 + 8 + 13;
 
 fn frame(id: u64, m: &Message) -> Vec<u8> {
     let mut out = Vec::new();

@@ -43,6 +43,8 @@ pub enum Command {
     Status(StatusArgs),
     /// Gracefully remove a back-end: its ranges are re-replicated elsewhere first.
     Leave(LeaveArgs),
+    /// Add a manager to the manager group, or remove one, while the cluster runs.
+    Managers(ManagersArgs),
     /// Load generation, engine benchmarks and the paper's evaluation.
     Bench(fawn_bench::BenchArgs),
 }
@@ -107,9 +109,14 @@ pub struct UpArgs {
     /// Host the internal listeners bind to.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
-    /// Manager port; back-end i uses BASE+1+i, front-end i BASE+100+i.
+    /// Manager 1's port; manager i > 1 uses BASE+250+i-1, back-end i BASE+1+i, front-end i
+    /// BASE+100+i.
     #[arg(long, default_value_t = 7400)]
     base_port: u16,
+    /// Managers in the manager group (an odd number): 3 keep the cluster configurable
+    /// through the loss of any one.
+    #[arg(long, default_value_t = 3)]
+    managers: u32,
     /// Number of back-ends.
     #[arg(long, default_value_t = 3)]
     backends: u32,
@@ -129,7 +136,8 @@ pub struct UpArgs {
     /// passed to every back-end as `--expected-keys` (see `fawn backend --help`).
     #[arg(long, value_name = "N", default_value_t = 0)]
     expected_keys: u64,
-    /// Serve Prometheus /metrics on every role (manager BASE+300, back-ends BASE+301.., front-ends BASE+400..).
+    /// Serve Prometheus /metrics on every role (manager 1 BASE+300, managers 2.. BASE+501..,
+    /// back-ends BASE+301.., front-ends BASE+400..).
     #[arg(long)]
     metrics: bool,
     /// Every front-end's `--memcached-auth-file`: memcached clients must log in as a user of
@@ -160,6 +168,7 @@ impl UpArgs {
             data_dir: self.data_dir,
             host: self.host,
             base_port: self.base_port,
+            managers: self.managers.max(1),
             memcached: self.memcached,
             backends: self.backends.max(1),
             frontends: self.frontends.max(1),
@@ -208,11 +217,45 @@ pub struct ManagerArgs {
     /// Virtual ids per back-end (V).
     #[arg(long, default_value_t = 2)]
     vnodes: u32,
+    /// Native addresses of all the managers of a new group, comma-separated, this one
+    /// included (default: a group of this manager alone). Read only at a manager's first
+    /// start; later changes go through `fawn managers add|remove`.
+    #[arg(long)]
+    managers: Option<String>,
+    /// This manager's id: its 1-based position in --managers (default: the position of
+    /// --listen in the list).
+    #[arg(long)]
+    id: Option<u64>,
+    /// Start as a new, empty member of an existing group (with --id): it forms no group of
+    /// its own and waits for the leader to add it (`fawn managers add`) or, for a manager
+    /// whose data directory was lost, to send it a snapshot.
+    #[arg(long)]
+    join: bool,
+    /// Raft log entries between snapshots of the configuration; entries further behind the
+    /// latest snapshot are dropped.
+    #[arg(long, default_value_t = fawn_kv::manager::raft::SNAPSHOT_EVERY_ENTRIES)]
+    raft_snapshot_every: u64,
 }
 
 impl ManagerArgs {
     pub async fn run(self) -> anyhow::Result<()> {
+        let group = match &self.managers {
+            Some(list) => fawn_kv::manager::client::parse_list(list),
+            None => vec![self.listen.clone()],
+        };
+        let id = match self.id {
+            Some(id) => id,
+            None if self.join => anyhow::bail!("--join needs --id"),
+            None => {
+                group.iter().position(|a| *a == self.listen).map(|i| i as u64 + 1).ok_or_else(|| {
+                    anyhow::anyhow!("--listen {} is not in --managers: give --id", self.listen)
+                })?
+            }
+        };
         let options = ManagerOptions {
+            group: if self.join { Vec::new() } else { group },
+            id,
+            snapshot_every: self.raft_snapshot_every,
             data_dir: self.data_dir,
             expected_backends: self.backends,
             expected_frontends: self.frontends,
@@ -236,7 +279,7 @@ pub struct BackendArgs {
     /// Address others reach this back-end at (default: --listen).
     #[arg(long)]
     advertise: Option<String>,
-    /// The manager's address.
+    /// Native addresses of the managers, comma-separated; the leader is found and followed.
     #[arg(long, default_value = "127.0.0.1:7400")]
     manager: String,
     /// Directory for this back-end's datastores.
@@ -321,7 +364,7 @@ pub struct FrontendArgs {
     /// memcached address to listen on.
     #[arg(long, default_value = "127.0.0.1:11211")]
     memcached: String,
-    /// The manager's address.
+    /// Native addresses of the managers, comma-separated; the leader is found and followed.
     #[arg(long, default_value = "127.0.0.1:7400")]
     manager: String,
     /// Directory for the front-end's lock file.
@@ -407,19 +450,40 @@ fn memcache_config(
     config
 }
 
+/// The managers `fawn up` starts with its default ports.
+const LOCAL_MANAGERS: &str = "127.0.0.1:7400,127.0.0.1:7651,127.0.0.1:7652";
+
 #[derive(Args, Debug)]
 pub struct LeaveArgs {
     /// The back-end to remove.
     #[arg(long)]
     pub node: u32,
-    /// The manager's address.
-    #[arg(long, default_value = "127.0.0.1:7400")]
+    /// Native addresses of the managers, comma-separated.
+    #[arg(long, default_value = LOCAL_MANAGERS)]
     pub manager: String,
 }
 
 #[derive(Args, Debug)]
 pub struct StatusArgs {
-    /// The manager's address.
-    #[arg(long, default_value = "127.0.0.1:7400")]
+    /// Native addresses of the managers, comma-separated: each is shown with its role, term
+    /// and log position; the configuration comes from the leader. Default: `fawn up`'s.
+    #[arg(long, default_value = LOCAL_MANAGERS)]
+    pub manager: String,
+}
+
+#[derive(Args, Debug)]
+pub struct ManagersArgs {
+    /// `add` (the new manager must be running, started with `fawn manager --join --id ID`)
+    /// or `remove`.
+    #[arg(value_parser = ["add", "remove"])]
+    pub action: String,
+    /// The manager's id in the group.
+    #[arg(long)]
+    pub id: u64,
+    /// The manager's native address (for `add`).
+    #[arg(long, default_value = "")]
+    pub addr: String,
+    /// Native addresses of the current managers, comma-separated.
+    #[arg(long, default_value = LOCAL_MANAGERS)]
     pub manager: String,
 }

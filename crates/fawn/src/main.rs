@@ -37,17 +37,28 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Frontend(a) => a.run().await,
         Command::Status(a) => status::run(a).await,
         Command::Leave(a) => status::leave(a).await,
+        Command::Managers(a) => status::change_managers(a).await,
         Command::Bench(a) => tokio::task::spawn_blocking(move || fawn_bench::run(a)).await?,
     }
 }
 
 fn init_logging(cli: &Cli) {
     let filter = tracing_subscriber::EnvFilter::try_from_env("FAWN_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cli.log_level));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(quiet_raft(&cli.log_level)));
     let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     if cli.log_json {
         builder.json().init();
     } else {
         builder.init();
+    }
+}
+
+/// The log filter with the manager group's consensus library at `warn` unless the filter
+/// names it: at `info` it logs every vote and heartbeat timeout.
+fn quiet_raft(filter: &str) -> String {
+    if filter.contains("openraft") {
+        filter.to_string()
+    } else {
+        format!("{filter},openraft=warn")
     }
 }

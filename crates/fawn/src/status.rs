@@ -4,18 +4,21 @@ use std::time::Duration;
 
 use anyhow::Context;
 use fawn_client::pool::Pool;
+use fawn_kv::manager::{client, RAFT_STATES};
 use fawn_proto::native::{ClusterConfig, Request, Response};
 
-use crate::args::{LeaveArgs, StatusArgs};
+use crate::args::{LeaveArgs, ManagersArgs, StatusArgs};
 
 const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
+/// A new manager first catches up as a learner, then becomes a voter.
+const CHANGE_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     let pool = Pool::new(STATUS_TIMEOUT);
-    let config = match pool.call(&args.manager, Request::GetConfig, STATUS_TIMEOUT).await {
+    let config = match client::call(&pool, &args.manager, Request::GetConfig, STATUS_TIMEOUT).await {
         Ok(Response::Config(c)) => c,
         Ok(other) => anyhow::bail!("unexpected manager answer: {other:?}"),
-        Err(e) => return Err(e).with_context(|| format!("asking the manager at {}", args.manager)),
+        Err(e) => return Err(e).with_context(|| format!("asking the managers at {}", args.manager)),
     };
     println!(
         "epoch {}   R={} V={}   ring {}   flush_all at {}",
@@ -25,8 +28,11 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         if config.formed { "formed" } else { "forming" },
         config.flush_at_micros
     );
+    println!("\nmanagers:");
+    for addr in client::parse_list(&args.manager) {
+        println!("  manager      {:<22} {}", addr, manager_health(&pool, &addr).await);
+    }
     println!("\nprocesses:");
-    println!("  manager      {:<22} {}", args.manager, health(&pool, &args.manager).await);
     for b in &config.backends {
         println!("  backend-{:<3} {:<22} {:?}: {}", b.node, b.addr, b.state, health(&pool, &b.addr).await);
     }
@@ -41,6 +47,30 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     }
     print_chains(&config);
     Ok(())
+}
+
+/// One manager's place in the group: its role, term and log position.
+async fn manager_health(pool: &Pool, addr: &str) -> String {
+    match pool.call(addr, Request::Status, STATUS_TIMEOUT).await {
+        Ok(Response::Status(s)) => {
+            let get = |k: &str| s.counters.iter().find(|(n, _)| n == k).map_or(0, |(_, v)| *v);
+            let role = RAFT_STATES.get(get("raft_state") as usize).copied().unwrap_or("?");
+            format!(
+                "id {} {:<9} term {} log {} applied {} leader {} voters {}   up {}s epoch {}",
+                get("raft_id"),
+                role.to_uppercase(),
+                get("raft_term"),
+                get("raft_last_log_index"),
+                get("raft_applied_index"),
+                get("raft_leader"),
+                get("raft_voters"),
+                s.uptime_secs,
+                s.epoch
+            )
+        }
+        Ok(other) => format!("UNEXPECTED {other:?}"),
+        Err(e) => format!("DOWN ({e})"),
+    }
 }
 
 async fn health(pool: &Pool, addr: &str) -> String {
@@ -90,7 +120,7 @@ fn print_chains(config: &ClusterConfig) {
 /// `fawn leave`: asks the manager to move a back-end's replicas elsewhere, then to drop it.
 pub async fn leave(args: LeaveArgs) -> anyhow::Result<()> {
     let pool = Pool::new(STATUS_TIMEOUT);
-    match pool.call(&args.manager, Request::Leave { node: args.node }, STATUS_TIMEOUT).await {
+    match client::call(&pool, &args.manager, Request::Leave { node: args.node }, STATUS_TIMEOUT).await {
         Ok(Response::Config(c)) => {
             println!("back-end {} is leaving (epoch {}); its replacements are syncing.", args.node, c.epoch);
             println!("Watch `fawn status`; stop the process once its state is Left.");
@@ -98,6 +128,27 @@ pub async fn leave(args: LeaveArgs) -> anyhow::Result<()> {
         }
         Ok(Response::Error(e)) => anyhow::bail!("the manager refused: {e}"),
         Ok(other) => anyhow::bail!("unexpected manager answer: {other:?}"),
-        Err(e) => Err(e).with_context(|| format!("asking the manager at {}", args.manager)),
+        Err(e) => Err(e).with_context(|| format!("asking the managers at {}", args.manager)),
+    }
+}
+
+/// `fawn managers add|remove`: changes the manager group's membership through its leader.
+pub async fn change_managers(args: ManagersArgs) -> anyhow::Result<()> {
+    let add = args.action == "add";
+    anyhow::ensure!(!add || !args.addr.is_empty(), "`add` needs --addr");
+    let request = Request::ChangeManagers { id: args.id, addr: args.addr.clone(), add };
+    let pool = Pool::new(STATUS_TIMEOUT);
+    match client::call(&pool, &args.manager, request, CHANGE_TIMEOUT).await {
+        Ok(Response::Ok) => {
+            println!(
+                "manager {} {}",
+                args.id,
+                if add { "added to the group" } else { "removed from the group" }
+            );
+            Ok(())
+        }
+        Ok(Response::Error(e)) => anyhow::bail!("the manager group refused: {e}"),
+        Ok(other) => anyhow::bail!("unexpected manager answer: {other:?}"),
+        Err(e) => Err(e).with_context(|| format!("asking the managers at {}", args.manager)),
     }
 }

@@ -112,7 +112,9 @@ async fn join_then_leave_under_writes() {
     // Node 0 leaves gracefully, under writes.
     let writer = spawn_writer(client.clone(), "v2");
     let pool = Pool::new(Duration::from_secs(2));
-    let reply = pool.call(&cluster.manager_addr(), Request::Leave { node: 0 }, Duration::from_secs(2)).await;
+    let leave = Request::Leave { node: 0 };
+    let reply =
+        fawn_kv::manager::client::call(&pool, &cluster.manager_addr(), leave, Duration::from_secs(2)).await;
     assert!(matches!(reply, Ok(Response::Config(_))), "{reply:?}");
     let remaining = fawn_ring::Ring::new(&[1, 2, 3], c.vnodes, c.replicas);
     let mut ends: Vec<_> = remaining.vids().iter().map(|v| v.id).collect();

@@ -16,7 +16,6 @@ mod common;
 use std::time::Duration;
 
 use common::procs::{start_filled, ProcShape, Procs};
-use fawn_client::pool::Pool;
 use fawn_proto::native::{ClusterConfig, NodeState, Request, Response};
 use fawn_ring::{KeyId, Ring};
 
@@ -63,10 +62,14 @@ fn a_merge_cut_short_by_crashes_is_finished_after_each_restart() {
     let c = procs.wait_config("the victim is back", settled);
     let before = c.epoch;
 
-    let reply = rt.block_on(async {
-        let pool = Pool::new(Duration::from_secs(2));
-        pool.call(&procs.manager_addr, Request::Leave { node: 0 }, Duration::from_secs(2)).await
-    });
+    let pool = fawn_client::pool::Pool::new(Duration::from_secs(2));
+    let leave = Request::Leave { node: 0 };
+    let reply = rt.block_on(fawn_kv::manager::client::call(
+        &pool,
+        &procs.manager_addr,
+        leave,
+        Duration::from_secs(2),
+    ));
     assert!(matches!(reply, Ok(Response::Config(_))), "{reply:?}");
     crash_and_restart(&mut procs, "merge-marked", Some("merge-merged"));
     crash_and_restart(&mut procs, "merge-merged", None);

@@ -83,7 +83,7 @@ const TAIL_CATCH_UP_WAIT: Duration = Duration::from_millis(500);
 pub struct BackendOptions {
     pub node: NodeId,
     pub data_dir: PathBuf,
-    /// Native address of the manager.
+    /// Native addresses of the manager group, comma-separated (`manager::client`).
     pub manager: String,
     /// Address other processes use to reach this back-end.
     pub advertise: String,
@@ -411,7 +411,9 @@ impl Backend {
     /// Tells the manager something it answers with the configuration, and installs that.
     /// Failures are logged; the caller's tick reports again.
     async fn report(&self, req: Request, what: &str) {
-        match self.pool.call(&self.options.manager, req, Duration::from_secs(2)).await {
+        match crate::manager::client::call(&self.pool, &self.options.manager, req, Duration::from_secs(2))
+            .await
+        {
             Ok(Response::Config(c)) => {
                 if let Err(e) = self.install(c).await {
                     error!(error = %e, "cannot install configuration");
@@ -444,7 +446,8 @@ impl Backend {
         let Some(b) = self.me.upgrade() else { return };
         tokio::spawn(async move {
             let req = Request::LinkCut { node: b.options.node, peer };
-            match b.pool.call(&b.options.manager, req, Duration::from_secs(2)).await {
+            match crate::manager::client::call(&b.pool, &b.options.manager, req, Duration::from_secs(2)).await
+            {
                 Ok(Response::Config(c)) => {
                     if let Err(e) = b.install(c).await {
                         error!(error = %e, "cannot install configuration");
@@ -653,7 +656,9 @@ async fn register(
         Request::RegisterBackend { node: options.node, addr: options.advertise.clone(), logs_complete };
     let mut logged = false;
     loop {
-        match pool.call(&options.manager, request.clone(), Duration::from_secs(5)).await {
+        match crate::manager::client::call(pool, &options.manager, request.clone(), Duration::from_secs(5))
+            .await
+        {
             Ok(Response::Config(c)) if c.formed => return Ok(c),
             Ok(Response::Config(_)) => {}
             Ok(Response::Error(e)) => anyhow::bail!("the manager refused node {}: {e}", options.node),

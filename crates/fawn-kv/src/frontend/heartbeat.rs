@@ -38,7 +38,7 @@ pub(super) async fn heartbeat_backends(frontend: Weak<Frontend>, interval: Durat
             .collect();
         let silent_ms = silences(&mut last_answer, &watched, &answered);
         let report = Request::Heartbeats { frontend: id, silent_ms };
-        match pool.call(&manager, report, interval).await {
+        match crate::manager::client::call(&pool, &manager, report, interval).await {
             Ok(Response::Ok) => manager_unreachable = false,
             other => {
                 // Logged once per outage: the manager's own detector takes over meanwhile.

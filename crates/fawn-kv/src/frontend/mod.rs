@@ -40,6 +40,7 @@ pub const ROUTE_RETRY: RetryPolicy = RetryPolicy {
 pub struct FrontendOptions {
     /// Front-end id = wedge index; ids are 0..F.
     pub id: u32,
+    /// Native addresses of the manager group, comma-separated (`manager::client`).
     pub manager: String,
     /// Native address other processes use to reach this front-end.
     pub native_advertise: String,
@@ -351,10 +352,14 @@ impl Frontend {
     async fn flush(&self, at_unix: u32) -> Result<(), WireError> {
         let at_micros =
             if at_unix <= unix_now() { crate::clock::unix_micros() } else { u64::from(at_unix) * 1_000_000 };
-        match self
-            .pool
-            .call(&self.options.manager, Request::SetFlush { at_micros }, self.options.request_timeout)
-            .await
+        let flush = Request::SetFlush { at_micros };
+        match crate::manager::client::call(
+            &self.pool,
+            &self.options.manager,
+            flush,
+            self.options.request_timeout,
+        )
+        .await
         {
             Ok(Response::Config(c)) => self.install(c),
             Ok(Response::Error(e)) => return Err(e),
@@ -533,7 +538,9 @@ async fn register(pool: &Pool, options: &FrontendOptions) -> anyhow::Result<Clus
     };
     let mut logged = false;
     loop {
-        match pool.call(&options.manager, request.clone(), Duration::from_secs(5)).await {
+        match crate::manager::client::call(pool, &options.manager, request.clone(), Duration::from_secs(5))
+            .await
+        {
             Ok(Response::Config(c)) if c.formed && c.frontends.len() as u32 == c.frontends_expected => {
                 return Ok(c)
             }

@@ -13,7 +13,8 @@ use fawn_ring::NodeId;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
-use super::{state, Manager};
+use super::command::Command;
+use super::Manager;
 use crate::view::{answers_ping, ping_all, watched_backends};
 
 /// How often the manager repeats that a front-end cannot reach a back-end it can reach itself.
@@ -68,7 +69,7 @@ impl Manager {
             return;
         }
         if !answers_ping(&self.pool, &addr, self.options.heartbeat).await {
-            self.declare_failed(node, silent);
+            self.declare_failed(node, silent).await;
         } else {
             self.heard(node, Instant::now());
             if self.first_report_in_a_while(frontend, node) {
@@ -99,11 +100,11 @@ impl Manager {
 
     /// The address of `node` if it is one the detector watches (alive or leaving).
     fn watched_addr(&self, node: NodeId) -> Option<String> {
-        let watched = watched_backends(&self.config.lock());
+        let watched = watched_backends(&self.config());
         watched.into_iter().find_map(|(n, addr)| (n == node).then_some(addr))
     }
 
-    fn declare_failed(&self, node: NodeId, silent: Duration) {
+    async fn declare_failed(&self, node: NodeId, silent: Duration) {
         warn!(
             node,
             silent_ms = silent.as_millis() as u64,
@@ -111,8 +112,7 @@ impl Manager {
             "back-end missed its heartbeats; declaring it failed"
         );
         self.heartbeat_ok.lock().remove(&node);
-        let cuts = self.link_cuts();
-        let _ = self.apply(|c| state::fail_node(c, node, &cuts));
+        let _ = self.propose(Command::FailNode { node, cuts: self.link_cuts() }).await;
     }
 }
 
@@ -130,7 +130,12 @@ pub(super) async fn detect_failures(manager: Weak<Manager>, mut shutdown: watch:
             _ = shutdown.changed() => return,
         }
         let Some(m) = manager.upgrade() else { return };
-        m.expire_cuts();
+        // Only the leader detects failures: its proposals are the only ones that commit.
+        if !m.is_leader() {
+            probing = false;
+            continue;
+        }
+        m.expire_cuts().await;
         let config = m.config();
         let own = config.formed && m.frontends_reporting() == 0;
         if own != probing {
@@ -170,7 +175,7 @@ async fn probe_round(
         // threshold; a back-end first seen silent starts its count now.
         let since = *m.heartbeat_ok.lock().entry(node).or_insert(now);
         if now.duration_since(since) >= m.failure_limit() {
-            m.declare_failed(node, now.duration_since(since));
+            m.declare_failed(node, now.duration_since(since)).await;
         }
     }
 }

@@ -1,23 +1,33 @@
-//! The manager: holds the authoritative cluster configuration, persists every change before
-//! publishing it, and answers registrations and configuration fetches.
+//! The manager: holds the authoritative cluster configuration and answers registrations and
+//! configuration fetches. Run as a group of replicas (3 by default, any odd number) that
+//! agree on the configuration through Raft (`raft`): every change is a log entry
+//! (`command::Command`) applying one pure transition of `state`, committed on a majority's
+//! disks before anyone sees it. Only the group's leader answers; the others tell a caller
+//! who leads (`WireError::NotLeader`), and `client` follows the leader across elections.
 
+pub mod client;
+pub mod command;
 mod detector;
 mod persist;
+pub mod raft;
 pub mod state;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fawn_proto::native::{ClusterConfig, NodeState, NodeStatus, Request, Response, WireError};
 use fawn_ring::NodeId;
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, ServerState};
 use parking_lot::Mutex;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tracing::{info, warn};
 
 use crate::server::{self, Handler};
+use command::{Applied, Command};
 pub use persist::ConfigFile;
 
 /// Manager settings.
@@ -34,6 +44,16 @@ pub struct ManagerOptions {
     pub heartbeat: Duration,
     /// Consecutive missed heartbeats after which a back-end is declared failed.
     pub fd_threshold: u32,
+    /// Native addresses of the managers a new group is formed from, this one included; manager
+    /// `i` of the list has id `i + 1`. Used only when this replica first starts (a group that
+    /// exists keeps its membership in its log; change it with `Request::ChangeManagers`).
+    /// Empty: this replica joins an existing group (added by the leader, or a member whose
+    /// data directory was lost) and forms none of its own.
+    pub group: Vec<String>,
+    /// This manager's id in the group.
+    pub id: raft::ManagerId,
+    /// Log entries between snapshots of the configuration (`raft::SNAPSHOT_EVERY_ENTRIES`).
+    pub snapshot_every: u64,
 }
 
 /// A cut link the manager has not heard about for this long is taken to be over: re-replication
@@ -43,12 +63,17 @@ pub const LINK_CUT_FORGET_AFTER: Duration = Duration::from_secs(3);
 /// Before acting on a link-cut report the manager pings the reported peer itself; it must
 /// answer within this (a dead or stopped peer is a failure, not a cut).
 pub const LINK_CUT_CONFIRM_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long a request waits for a new group's first configuration to be committed.
+const FIRST_CONFIG_WAIT: Duration = Duration::from_secs(2);
 
-/// The running manager.
+/// The running manager: one replica of the group.
 pub struct Manager {
     options: ManagerOptions,
-    config: Mutex<ClusterConfig>,
-    /// Cut chain links (unordered pairs) with the time of their latest report.
+    raft: raft::Raft,
+    /// The configuration as applied from the log.
+    published: raft::state_machine::Published,
+    /// Cut chain links (unordered pairs) with the time of their latest report. This and the
+    /// heartbeat maps below are the leader's soft state, started afresh by each new leader.
     cuts: Mutex<HashMap<(NodeId, NodeId), Instant>>,
     /// When each back-end was last heard answering a heartbeat: a front-end's (as reported)
     /// or the manager's own.
@@ -61,60 +86,77 @@ pub struct Manager {
     one_sided_logged: Mutex<HashMap<(u32, NodeId), Instant>>,
     /// Connections for confirming link-cut reports.
     pool: fawn_client::pool::Pool,
-    file: ConfigFile,
     started: Instant,
-    /// Publishes every new configuration to the pusher task.
-    published: watch::Sender<ClusterConfig>,
 }
 
 impl Manager {
-    /// Loads the saved configuration (or makes a fresh one) and persists it.
-    pub fn open(options: ManagerOptions) -> std::io::Result<Arc<Manager>> {
-        let file = ConfigFile::new(&options.data_dir);
-        let config = match file.load()? {
-            Some(c) => c,
-            None => {
-                let c = state::initial(options.replicas, options.vnodes, options.expected_frontends);
-                file.save(&c)?;
-                c
-            }
-        };
-        info!(epoch = config.epoch, backends = config.backends.len(), "manager configuration loaded");
-        let (published, _) = watch::channel(config.clone());
+    /// Opens this manager's replica of the group (its Raft log, vote and snapshot in
+    /// `data_dir/raft`), joining or forming the group.
+    pub async fn open(options: ManagerOptions) -> anyhow::Result<Arc<Manager>> {
+        anyhow::ensure!(
+            options.id >= 1 && (options.group.is_empty() || options.id as usize <= options.group.len()),
+            "manager id {} is not a position (1..={}) in the manager list",
+            options.id,
+            options.group.len()
+        );
+        let members: BTreeMap<raft::ManagerId, String> =
+            options.group.iter().enumerate().map(|(i, a)| (i as u64 + 1, a.clone())).collect();
+        let (raft, published) =
+            raft::open(options.id, &members, &options.data_dir.join("raft"), options.snapshot_every).await?;
+        if let Some(c) = published.current() {
+            info!(epoch = c.epoch, backends = c.backends.len(), "manager configuration loaded from snapshot");
+        }
         Ok(Arc::new(Manager {
             options,
-            config: Mutex::new(config),
+            raft,
+            published,
             cuts: Mutex::new(HashMap::new()),
             heartbeat_ok: Mutex::new(HashMap::new()),
             frontend_reports: Mutex::new(HashMap::new()),
             confirming: Mutex::new(std::collections::HashSet::new()),
             one_sided_logged: Mutex::new(HashMap::new()),
             pool: fawn_client::pool::Pool::new(LINK_CUT_CONFIRM_TIMEOUT),
-            file,
             started: Instant::now(),
-            published,
         }))
     }
 
-    /// The current configuration.
+    /// The configuration as applied on this replica (empty before the group's first).
     pub fn config(&self) -> ClusterConfig {
-        self.config.lock().clone()
+        self.published.current().unwrap_or_default()
     }
 
-    /// Serves the native protocol and runs the failure detector until shutdown.
+    /// True while this replica believes it leads the group.
+    pub fn is_leader(&self) -> bool {
+        self.raft.metrics().borrow().state == ServerState::Leader
+    }
+
+    /// Waits up to `timeout` for this replica to lead the group; true if it does.
+    pub async fn wait_leading(&self, timeout: Duration) -> bool {
+        let mut metrics = self.raft.metrics();
+        let leading = metrics.wait_for(|m| m.state == ServerState::Leader);
+        tokio::time::timeout(timeout, leading).await.is_ok_and(|r| r.is_ok())
+    }
+
+    /// The answer of a replica that does not lead: who does, as far as it knows.
+    fn not_leader(&self) -> Response {
+        Response::Error(WireError::NotLeader { leader: raft::leader(&self.raft).map(|(_, addr)| addr) })
+    }
+
+    /// Serves the native protocol and, while leading, runs the failure detector and pushes
+    /// configurations, until shutdown.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: watch::Receiver<bool>) {
         tokio::spawn(detector::detect_failures(Arc::downgrade(&self), shutdown.clone()));
-        tokio::spawn(push_configs(self.published.subscribe(), shutdown.clone()));
-        server::serve(listener, self, shutdown).await
+        tokio::spawn(push_configs(Arc::downgrade(&self), self.published.subscribe(), shutdown.clone()));
+        tokio::spawn(lead(Arc::downgrade(&self), shutdown.clone()));
+        server::serve(listener, self.clone(), shutdown).await;
+        if let Err(e) = self.raft.shutdown().await {
+            warn!(error = %e, "stopping the manager's raft");
+        }
     }
 
     /// The cut links currently believed in.
-    fn link_cuts(&self) -> state::LinkCuts {
-        let mut cuts = state::LinkCuts::default();
-        for (a, b) in self.cuts.lock().keys() {
-            cuts.insert(*a, *b);
-        }
-        cuts
+    fn link_cuts(&self) -> command::Cuts {
+        self.cuts.lock().keys().copied().collect()
     }
 
     /// `node` reports its chain link to `peer` cut. Acted on only while both answer the
@@ -125,6 +167,9 @@ impl Manager {
     /// reporter from a chain whose only other member was the dead node (found by the
     /// link-cut fault test, a third node killed during a cut).
     async fn link_cut(&self, node: NodeId, peer: NodeId) -> Response {
+        if !self.is_leader() {
+            return self.not_leader();
+        }
         let fresh = self.options.heartbeat * (self.options.fd_threshold / 2).max(1);
         {
             let seen = self.heartbeat_ok.lock();
@@ -150,12 +195,11 @@ impl Manager {
         if !known {
             warn!(node, peer, "chain link reported cut; repairing the chains around it");
         }
-        let cuts = self.link_cuts();
-        self.apply(|c| state::cut_link(c, node, peer, &cuts))
+        self.propose(Command::CutLink { node, peer, cuts: self.link_cuts() }).await
     }
 
     /// Forgets cuts no longer reported and lets re-replication use those links again.
-    fn expire_cuts(&self) {
+    async fn expire_cuts(&self) {
         let expired: Vec<(NodeId, NodeId)> = {
             let mut cuts = self.cuts.lock();
             let old: Vec<_> =
@@ -171,37 +215,126 @@ impl Manager {
         for (a, b) in &expired {
             info!(a, b, "chain link no longer reported cut");
         }
-        let cuts = self.link_cuts();
-        let _ = self.apply(|c| Ok::<_, std::convert::Infallible>(state::settle(c, &cuts)));
+        let _ = self.propose(Command::Settle { cuts: self.link_cuts() }).await;
     }
 
-    /// Applies a transition: persist first, then publish.
-    fn apply<E: std::fmt::Display>(
-        &self,
-        transition: impl FnOnce(&ClusterConfig) -> Result<Option<ClusterConfig>, E>,
-    ) -> Response {
-        let mut config = self.config.lock();
-        match transition(&config) {
-            Ok(None) => Response::Config(config.clone()),
-            Ok(Some(next)) => {
-                if let Err(e) = self.file.save(&next) {
-                    return Response::Error(WireError::Storage(format!("persisting configuration: {e}")));
-                }
-                info!(
-                    epoch = next.epoch,
-                    backends = next.backends.len(),
-                    frontends = next.frontends.len(),
-                    formed = next.formed,
-                    "configuration changed"
-                );
-                *config = next;
-                self.published.send_replace(config.clone());
-                Response::Config(config.clone())
+    /// Commits `command` through the group and answers with its outcome. Only the leader
+    /// proposes; a command its current configuration shows to change nothing (a report
+    /// re-sent while the change it asks for is committed) is answered without a log entry.
+    async fn propose(&self, command: Command) -> Response {
+        if !self.is_leader() {
+            return self.not_leader();
+        }
+        if !matches!(command, Command::Init(_)) {
+            let Some(current) = self.first_config().await else {
+                return Response::Error(WireError::Unavailable(
+                    "the manager group has no configuration yet".into(),
+                ));
+            };
+            match command::transition(&current, &command) {
+                Ok(None) => return Response::Config(current),
+                Err(e) => return Response::Error(WireError::Invalid(e)),
+                Ok(Some(_)) => {}
             }
-            Err(e) => Response::Error(WireError::Invalid(e.to_string())),
+        }
+        match self.raft.client_write(command).await {
+            Ok(written) => match written.data {
+                Applied::Config(c) => {
+                    info!(
+                        epoch = c.epoch,
+                        backends = c.backends.len(),
+                        frontends = c.frontends.len(),
+                        formed = c.formed,
+                        log_index = written.log_id.index,
+                        "configuration changed"
+                    );
+                    Response::Config(c)
+                }
+                Applied::Refused(e) => Response::Error(WireError::Invalid(e)),
+                Applied::NotReady | Applied::Group => Response::Error(WireError::Unavailable(
+                    "the manager group has no configuration yet".into(),
+                )),
+            },
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Response::Error(WireError::NotLeader { leader: f.leader_node.map(|n| n.addr) })
+            }
+            Err(e) => Response::Error(WireError::Unavailable(format!("manager group: {e}"))),
         }
     }
+
+    /// The configuration, answered only by a leader that a majority still follows (checked
+    /// now): a back-end's lease is renewed only by such an answer, so a deposed leader cut off
+    /// from the group cannot keep back-ends serving a configuration the group has replaced.
+    async fn linearizable_config(&self) -> Response {
+        if !self.is_leader() {
+            return self.not_leader();
+        }
+        match self.raft.ensure_linearizable().await {
+            Ok(_) => match self.first_config().await {
+                Some(c) => Response::Config(c),
+                None => Response::Error(WireError::Unavailable(
+                    "the manager group has no configuration yet".into(),
+                )),
+            },
+            Err(_) => self.not_leader(),
+        }
+    }
+
+    /// The applied configuration, waiting a little for the group's first (a new leader of a
+    /// new group proposes it at once).
+    async fn first_config(&self) -> Option<ClusterConfig> {
+        let mut published = self.published.subscribe();
+        let first = async { published.wait_for(|c| c.is_some()).await.ok().and_then(|c| c.clone()) };
+        tokio::time::timeout(FIRST_CONFIG_WAIT, first).await.ok().flatten()
+    }
+
+    /// Adds (as a learner first, then a voter) or removes a manager of the group.
+    async fn change_managers(&self, id: raft::ManagerId, addr: String, add: bool) -> Response {
+        if !self.is_leader() {
+            return self.not_leader();
+        }
+        let voters: BTreeSet<raft::ManagerId> =
+            self.raft.metrics().borrow().membership_config.membership().voter_ids().collect();
+        let next: BTreeSet<raft::ManagerId> = if add {
+            if let Err(e) = self.raft.add_learner(id, BasicNode::new(addr), true).await {
+                return Response::Error(WireError::Unavailable(format!("adding manager {id}: {e}")));
+            }
+            voters.into_iter().chain([id]).collect()
+        } else {
+            voters.into_iter().filter(|v| *v != id).collect()
+        };
+        match self.raft.change_membership(next, false).await {
+            Ok(_) => {
+                info!(id, add, "manager group membership changed");
+                Response::Ok
+            }
+            Err(e) => Response::Error(WireError::Unavailable(format!("changing the manager group: {e}"))),
+        }
+    }
+
+    /// This replica's view of the group, as status counters.
+    fn group_counters(&self) -> Vec<(String, u64)> {
+        let m = self.raft.metrics().borrow().clone();
+        let state = match m.state {
+            ServerState::Leader => 3,
+            ServerState::Candidate => 2,
+            ServerState::Follower => 1,
+            ServerState::Learner | ServerState::Shutdown => 0,
+        };
+        vec![
+            ("raft_id".to_string(), m.id),
+            ("raft_state".to_string(), state),
+            ("raft_term".to_string(), m.current_term),
+            ("raft_leader".to_string(), m.current_leader.unwrap_or(0)),
+            ("raft_last_log_index".to_string(), m.last_log_index.unwrap_or(0)),
+            ("raft_applied_index".to_string(), m.last_applied.map_or(0, |l| l.index)),
+            ("raft_voters".to_string(), m.membership_config.membership().voter_ids().count() as u64),
+        ]
+    }
 }
+
+/// Meaning of the `raft_state` status counter.
+pub const RAFT_STATES: [&str; 4] = ["learner", "follower", "candidate", "leader"];
 
 impl crate::metrics::Exposition for Manager {
     fn metrics(&self) -> String {
@@ -210,6 +343,9 @@ impl crate::metrics::Exposition for Manager {
         crate::metrics::line(&mut out, "fawn_manager_epoch", "", c.epoch);
         crate::metrics::line(&mut out, "fawn_manager_backends", "", c.backends.len() as u64);
         crate::metrics::line(&mut out, "fawn_manager_frontends", "", c.frontends.len() as u64);
+        for (name, value) in self.group_counters() {
+            crate::metrics::line(&mut out, &format!("fawn_manager_{name}"), "", value);
+        }
         out
     }
 }
@@ -217,72 +353,119 @@ impl crate::metrics::Exposition for Manager {
 impl Handler for Manager {
     async fn request(self: Arc<Self>, request: Request) -> Response {
         match request {
-            Request::GetConfig => Response::Config(self.config()),
+            Request::Raft(body) => raft::network::serve(&self.raft, &body).await,
+            Request::GetConfig => self.linearizable_config().await,
             Request::RegisterBackend { node, addr, logs_complete } => {
                 let expected = self.options.expected_backends;
                 let cuts = self.link_cuts();
-                if logs_complete {
-                    self.apply(|c| state::register_backend(c, expected, node, &addr, &cuts))
-                } else {
-                    self.apply(|c| state::register_backend_unproven(c, expected, node, &addr, &cuts))
-                }
+                self.propose(Command::RegisterBackend { expected, node, addr, logs_complete, cuts }).await
             }
             Request::RegisterFrontend { id, native_addr, memcache_addr } => {
-                self.apply(|c| state::register_frontend(c, id, &native_addr, &memcache_addr))
+                self.propose(Command::RegisterFrontend { id, native_addr, memcache_addr }).await
             }
             Request::SyncDone { node, range } => {
-                let cuts = self.link_cuts();
-                self.apply(|c| state::sync_done(c, node, range, &cuts))
+                self.propose(Command::SyncDone { node, range, cuts: self.link_cuts() }).await
             }
-            Request::Leave { node } => {
-                let cuts = self.link_cuts();
-                self.apply(|c| state::leave(c, node, &cuts))
-            }
+            Request::Leave { node } => self.propose(Command::Leave { node, cuts: self.link_cuts() }).await,
             Request::LinkCut { node, peer } => self.link_cut(node, peer).await,
             Request::TailReady { node, range } => {
-                let cuts = self.link_cuts();
-                self.apply(|c| state::tail_ready(c, node, range, &cuts))
+                self.propose(Command::TailReady { node, range, cuts: self.link_cuts() }).await
             }
             Request::SplitReady { node, range } => {
-                let cuts = self.link_cuts();
-                self.apply(|c| state::split_ready(c, node, range, &cuts))
+                self.propose(Command::SplitReady { node, range, cuts: self.link_cuts() }).await
             }
             Request::MergeReady { node, range } => {
-                let cuts = self.link_cuts();
-                self.apply(|c| state::merge_ready(c, node, range, &cuts))
+                self.propose(Command::MergeReady { node, range, cuts: self.link_cuts() }).await
             }
-            Request::SetFlush { at_micros } => {
-                self.apply(|c| Ok::<_, std::convert::Infallible>(Some(state::set_flush(c, at_micros))))
+            Request::SetFlush { at_micros } => self.propose(Command::SetFlush { at_micros }).await,
+            Request::Status => {
+                let mut counters = self.group_counters();
+                counters.push(("cut_links".to_string(), self.cuts.lock().len() as u64));
+                counters
+                    .push(("frontends_reporting_heartbeats".to_string(), self.frontends_reporting() as u64));
+                Response::Status(NodeStatus {
+                    role: "manager".into(),
+                    epoch: self.config().epoch,
+                    uptime_secs: self.started.elapsed().as_secs(),
+                    counters,
+                })
             }
-            Request::Status => Response::Status(NodeStatus {
-                role: "manager".into(),
-                epoch: self.config.lock().epoch,
-                uptime_secs: self.started.elapsed().as_secs(),
-                counters: vec![
-                    ("cut_links".to_string(), self.cuts.lock().len() as u64),
-                    ("frontends_reporting_heartbeats".to_string(), self.frontends_reporting() as u64),
-                ],
-            }),
             Request::Heartbeats { frontend, silent_ms } => {
+                if !self.is_leader() {
+                    return self.not_leader();
+                }
                 self.heartbeats(frontend, silent_ms);
                 Response::Ok
             }
+            Request::ChangeManagers { id, addr, add } => self.change_managers(id, addr, add).await,
             Request::Ping => Response::Pong,
             other => Response::Error(WireError::Invalid(format!("the manager does not serve {other:?}"))),
         }
     }
 }
 
+/// Leadership duties: when this replica becomes leader it starts the failure detector's and
+/// the link-cut bookkeeping afresh (its own observations only), and a group without a
+/// configuration gets its first one (the saved file of a manager from before the group, or
+/// a fresh one).
+async fn lead(manager: std::sync::Weak<Manager>, mut shutdown: watch::Receiver<bool>) {
+    let Some(m) = manager.upgrade() else { return };
+    let mut metrics = m.raft.metrics();
+    drop(m);
+    let mut leading = false;
+    loop {
+        let Some(m) = manager.upgrade() else { return };
+        let now_leading = m.is_leader();
+        if now_leading && !leading {
+            let term = m.raft.metrics().borrow().current_term;
+            info!(id = m.options.id, term, "this manager leads the group");
+            m.cuts.lock().clear();
+            m.heartbeat_ok.lock().clear();
+            m.frontend_reports.lock().clear();
+        }
+        leading = now_leading;
+        if leading && m.published.current().is_none() {
+            let first = match ConfigFile::new(&m.options.data_dir).load() {
+                Ok(Some(saved)) => saved,
+                Ok(None) => {
+                    state::initial(m.options.replicas, m.options.vnodes, m.options.expected_frontends)
+                }
+                Err(e) => {
+                    warn!(error = %e, "cannot read the saved configuration; starting a fresh one");
+                    state::initial(m.options.replicas, m.options.vnodes, m.options.expected_frontends)
+                }
+            };
+            if let Response::Error(e) = m.propose(Command::Init(first)).await {
+                warn!(error = %e, "proposing the group's first configuration");
+            }
+        }
+        drop(m);
+        tokio::select! {
+            r = metrics.changed() => if r.is_err() { return },
+            _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+            _ = shutdown.changed() => return,
+        }
+    }
+}
+
 /// Pushes each new configuration to every back-end and front-end, so a repair takes effect in
 /// one round trip instead of at their next poll (they poll too, in case a push is lost).
-async fn push_configs(mut published: watch::Receiver<ClusterConfig>, mut shutdown: watch::Receiver<bool>) {
+/// Only the leader pushes.
+async fn push_configs(
+    manager: std::sync::Weak<Manager>,
+    mut published: watch::Receiver<Option<ClusterConfig>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let pool = Arc::new(fawn_client::pool::Pool::new(Duration::from_millis(300)));
     loop {
         tokio::select! {
             r = published.changed() => if r.is_err() { return },
             _ = shutdown.changed() => return,
         }
-        let config = published.borrow_and_update().clone();
+        let Some(config) = published.borrow_and_update().clone() else { continue };
+        if !manager.upgrade().is_some_and(|m| m.is_leader()) {
+            continue;
+        }
         let backends =
             config.backends.iter().filter(|b| b.state != NodeState::Failed).map(|b| b.addr.clone());
         let targets: Vec<String> =

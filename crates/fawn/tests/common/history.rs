@@ -623,6 +623,11 @@ pub struct RunReport {
     pub unknown: usize,
     /// Faults injected, as descriptions.
     pub faults: Vec<String>,
+    /// The longest time, from the first fault to the end of the load, in which no operation
+    /// was acknowledged (to any client): the client-visible gap the faults caused.
+    pub longest_gap: Duration,
+    /// Operations that failed (without effect or with unknown effect) in that window.
+    pub errors_in_faults: usize,
     pub problems: Vec<String>,
     /// Where the history and logs were saved (on failure, or when `FAWN_KEEP` is set).
     pub evidence: Option<PathBuf>,
@@ -692,6 +697,7 @@ pub fn run_seed(sc: &Scenario, seed: u64, faults: &mut dyn FnMut(&mut FaultCtx))
         started: Instant::now() - sc.warmup,
         log: Vec::new(),
     };
+    let faults_start = rec.now();
     faults(&mut ctx);
     let fault_log = std::mem::take(&mut ctx.log);
     std::thread::sleep(sc.cooldown);
@@ -712,6 +718,7 @@ pub fn run_seed(sc: &Scenario, seed: u64, faults: &mut dyn FnMut(&mut FaultCtx))
     if acked_after_faults == 0 {
         problems.push(format!("no operation succeeded in the {:?} after the faults ended", sc.cooldown));
     }
+    let (longest_gap, errors_in_faults) = gap_and_errors(&rec.entries(), faults_start, load_end);
     let cache_hits = procs.frontend_counter_sum("cache_hits");
     let dead = procs.exited();
     if !dead.is_empty() {
@@ -781,13 +788,55 @@ pub fn run_seed(sc: &Scenario, seed: u64, faults: &mut dyn FnMut(&mut FaultCtx))
     };
     drop(procs);
     rt.shutdown_timeout(Duration::from_secs(2));
-    RunReport { seed, operations, acknowledged, failed, unknown, faults: fault_log, problems, evidence }
+    eprintln!(
+        "   seed {seed}: longest gap without an acknowledged operation {} ms; {errors_in_faults} operations failed from the first fault on",
+        longest_gap.as_millis()
+    );
+    RunReport {
+        seed,
+        operations,
+        acknowledged,
+        failed,
+        unknown,
+        faults: fault_log,
+        longest_gap,
+        errors_in_faults,
+        problems,
+        evidence,
+    }
+}
+
+/// The longest span in `[from, to]` (recorder nanoseconds) with no operation acknowledged,
+/// and how many operations called in it did not succeed.
+pub fn gap_and_errors(entries: &[Entry], from: u64, to: u64) -> (Duration, usize) {
+    let mut acks: Vec<u64> = entries
+        .iter()
+        .filter(|e| matches!(e.outcome, Outcome::Ok(_)) && e.ret >= from && e.ret <= to)
+        .map(|e| e.ret)
+        .collect();
+    acks.sort_unstable();
+    let mut last = from;
+    let mut longest = 0;
+    for t in acks.into_iter().chain([to]) {
+        longest = longest.max(t.saturating_sub(last));
+        last = t;
+    }
+    let errors = entries
+        .iter()
+        .filter(|e| e.call >= from && e.call <= to && !matches!(e.outcome, Outcome::Ok(_)))
+        .count();
+    (Duration::from_nanos(longest), errors)
 }
 
 /// Runs every seed (see [`seeds`]) and panics with the seeds, faults, problems and where the
 /// evidence is if any run failed.
-pub fn run_scenario(sc: &Scenario, default_seeds: &[u64], mut faults: impl FnMut(&mut FaultCtx)) {
+pub fn run_scenario(
+    sc: &Scenario,
+    default_seeds: &[u64],
+    mut faults: impl FnMut(&mut FaultCtx),
+) -> Vec<RunReport> {
     let mut failures = Vec::new();
+    let mut reports = Vec::new();
     for seed in seeds(default_seeds) {
         let r = run_seed(sc, seed, &mut faults);
         if !r.problems.is_empty() {
@@ -798,9 +847,11 @@ pub fn run_scenario(sc: &Scenario, default_seeds: &[u64], mut faults: impl FnMut
                 r.seed,
                 r.faults.join("; "),
                 r.problems.join("\n    "),
-                r.evidence.map(|p| p.display().to_string()).unwrap_or_default()
+                r.evidence.as_ref().map(|p| p.display().to_string()).unwrap_or_default()
             ));
         }
+        reports.push(r);
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+    reports
 }

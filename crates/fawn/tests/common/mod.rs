@@ -49,7 +49,7 @@ fn free_base(shape: &Shape) -> u16 {
     for attempt in 0..200u64 {
         // Below Linux's ephemeral range (32768+), so no outgoing connection takes a role's port.
         let base = 10_000 + ((seed.wrapping_mul(7919) + attempt * 331) % 20_000) as u16;
-        let mut ports = vec![base, base + 200];
+        let mut ports = vec![base, base + 200, base + 251, base + 252];
         ports.extend((0..shape.backends as u16).map(|i| base + 1 + i));
         ports.extend((0..shape.frontends as u16).map(|i| base + 100 + i));
         ports.extend((0..shape.frontends as u16).map(|i| base + 200 + i));
@@ -193,8 +193,10 @@ impl Cluster {
         self.spawn();
     }
 
+    /// The managers `fawn up` started (3, comma-separated).
     pub fn manager_addr(&self) -> String {
-        format!("127.0.0.1:{}", self.base_port)
+        let b = self.base_port;
+        format!("127.0.0.1:{b},127.0.0.1:{},127.0.0.1:{}", b + 251, b + 252)
     }
 
     pub fn frontend_native(&self, i: u32) -> String {
@@ -212,9 +214,9 @@ impl Cluster {
 
     /// The configuration as the manager has it.
     pub async fn config(&self) -> ClusterConfig {
+        let request = fawn_proto::native::Request::GetConfig;
         let pool = fawn_client::pool::Pool::new(Duration::from_secs(2));
-        match pool
-            .call(&self.manager_addr(), fawn_proto::native::Request::GetConfig, Duration::from_secs(2))
+        match fawn_kv::manager::client::call(&pool, &self.manager_addr(), request, Duration::from_secs(2))
             .await
         {
             Ok(fawn_proto::native::Response::Config(c)) => c,

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fawn_client::{Client, ClientOptions};
+use fawn_kv::manager::client as manager_client;
 use fawn_proto::native::{ClusterConfig, Request, Response};
 
 /// The `fawn` binary the roles run: `FAWN_BIN` if set (e.g. an older build, to show that a
@@ -44,6 +45,10 @@ pub struct ProcShape {
     pub backend_args: Vec<String>,
     /// Each back-end in its own network namespace (needs root), for [`Procs::cut`].
     pub netns: bool,
+    /// Managers in the manager group (an odd number).
+    pub managers: u32,
+    /// Extra flags for every manager (e.g. `--raft-snapshot-every 2`).
+    pub manager_args: Vec<String>,
 }
 
 impl Default for ProcShape {
@@ -63,6 +68,8 @@ impl Default for ProcShape {
                 .map(|s| s.split_whitespace().map(String::from).collect())
                 .unwrap_or_default(),
             netns: false,
+            managers: 1,
+            manager_args: Vec::new(),
         }
     }
 }
@@ -104,12 +111,15 @@ impl Proc {
 pub struct Procs {
     pub dir: PathBuf,
     pub shape: ProcShape,
+    /// The managers' native addresses, comma-separated, as every role is given them.
     pub manager_addr: String,
+    /// Each manager's native address (manager `i` has id `i + 1`).
+    pub manager_addrs: Vec<String>,
     /// Back-end native address by node id.
     pub backend_addrs: BTreeMap<u32, String>,
     /// Front-end (native, memcached) addresses by id.
     pub frontend_addrs: Vec<(String, String)>,
-    manager: Proc,
+    managers: Vec<Proc>,
     backends: BTreeMap<u32, Proc>,
     frontends: Vec<Proc>,
     /// The back-ends' namespaces (with `ProcShape::netns`); dropped after every process.
@@ -154,18 +164,20 @@ impl Procs {
     pub fn start(shape: ProcShape) -> Procs {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().to_path_buf();
-        let n = 1 + shape.backends as usize + 2 * shape.frontends as usize;
+        let m = shape.managers.max(1) as usize;
+        let n = m + shape.backends as usize + 2 * shape.frontends as usize;
         let ports = free_ports(n);
         let mut netns = shape.netns.then(super::netns::Netns::create);
         let host = netns.as_ref().map_or_else(|| "127.0.0.1".to_string(), |x| x.host_ip());
-        let manager_addr = format!("{host}:{}", ports[0]);
+        let manager_addrs: Vec<String> = (0..m).map(|i| format!("{host}:{}", ports[i])).collect();
+        let manager_addr = manager_addrs.join(",");
         let backend_addrs: BTreeMap<u32, String> = (0..shape.backends)
             .map(|i| {
                 let ip = netns.as_mut().map_or_else(|| "127.0.0.1".to_string(), |x| x.node(i).1);
-                (i, format!("{ip}:{}", ports[1 + i as usize]))
+                (i, format!("{ip}:{}", ports[m + i as usize]))
             })
             .collect();
-        let fe_base = 1 + shape.backends as usize;
+        let fe_base = m + shape.backends as usize;
         let frontend_addrs: Vec<(String, String)> = (0..shape.frontends as usize)
             .map(|i| {
                 (
@@ -174,43 +186,53 @@ impl Procs {
                 )
             })
             .collect();
-        let manager = Proc {
-            name: "manager".into(),
-            prefix: Vec::new(),
-            args: vec![
-                "manager".into(),
-                "--listen".into(),
-                manager_addr.clone(),
-                "--data-dir".into(),
-                dir.join("manager").display().to_string(),
-                "--backends".into(),
-                shape.backends.to_string(),
-                "--frontends".into(),
-                shape.frontends.to_string(),
-                "--replicas".into(),
-                shape.replicas.to_string(),
-                "--vnodes".into(),
-                shape.vnodes.to_string(),
-            ],
-            env: Vec::new(),
-            child: None,
-            paused: false,
-        };
+        let managers = (0..m)
+            .map(|i| Proc {
+                name: manager_name(m, i),
+                prefix: Vec::new(),
+                args: vec![
+                    "manager".into(),
+                    "--listen".into(),
+                    manager_addrs[i].clone(),
+                    "--managers".into(),
+                    manager_addr.clone(),
+                    "--data-dir".into(),
+                    dir.join(manager_name(m, i)).display().to_string(),
+                    "--backends".into(),
+                    shape.backends.to_string(),
+                    "--frontends".into(),
+                    shape.frontends.to_string(),
+                    "--replicas".into(),
+                    shape.replicas.to_string(),
+                    "--vnodes".into(),
+                    shape.vnodes.to_string(),
+                ]
+                .into_iter()
+                .chain(shape.manager_args.iter().cloned())
+                .collect(),
+                env: Vec::new(),
+                child: None,
+                paused: false,
+            })
+            .collect();
         let mut procs = Procs {
             dir,
             shape: shape.clone(),
             manager_addr,
+            manager_addrs,
             backend_addrs: BTreeMap::new(),
             frontend_addrs: frontend_addrs.clone(),
-            manager,
+            managers,
             backends: BTreeMap::new(),
             frontends: Vec::new(),
             netns,
             _tmp: tmp,
         };
-        let mut manager = std::mem::replace(&mut procs.manager, placeholder());
-        procs.spawn(&mut manager);
-        procs.manager = manager;
+        let mut managers = std::mem::take(&mut procs.managers);
+        for p in &mut managers {
+            procs.spawn(p);
+        }
+        procs.managers = managers;
         for (node, addr) in backend_addrs {
             procs.add_backend(node, addr);
         }
@@ -317,7 +339,9 @@ impl Procs {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         rt.block_on(async {
             let pool = fawn_client::pool::Pool::new(Duration::from_secs(1));
-            match pool.call(&self.manager_addr, Request::GetConfig, Duration::from_secs(2)).await {
+            match manager_client::call(&pool, &self.manager_addr, Request::GetConfig, Duration::from_secs(2))
+                .await
+            {
                 Ok(Response::Config(c)) => Some(c),
                 _ => None,
             }
@@ -341,7 +365,14 @@ impl Procs {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
         rt.block_on(async {
             let pool = fawn_client::pool::Pool::new(Duration::from_secs(2));
-            match pool.call(&self.manager_addr, Request::Leave { node }, Duration::from_secs(5)).await {
+            match manager_client::call(
+                &pool,
+                &self.manager_addr,
+                Request::Leave { node },
+                Duration::from_secs(5),
+            )
+            .await
+            {
                 Ok(Response::Config(_)) | Ok(Response::Ok) => {}
                 other => panic!("leave of back-end {node}: {other:?}"),
             }
@@ -406,10 +437,7 @@ impl Procs {
     /// Panics (with logs) if a process that should be running has exited.
     pub fn assert_running(&mut self) {
         let mut dead = Vec::new();
-        for p in std::iter::once(&mut self.manager)
-            .chain(self.backends.values_mut())
-            .chain(self.frontends.iter_mut())
-        {
+        for p in self.managers.iter_mut().chain(self.backends.values_mut()).chain(self.frontends.iter_mut()) {
             if let Some(child) = p.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
                     dead.push(format!("{} exited: {status}", p.name));
@@ -423,10 +451,7 @@ impl Procs {
     /// Names of processes that were running and have exited since (and forgets them).
     pub fn exited(&mut self) -> Vec<String> {
         let mut dead = Vec::new();
-        for p in std::iter::once(&mut self.manager)
-            .chain(self.backends.values_mut())
-            .chain(self.frontends.iter_mut())
-        {
+        for p in self.managers.iter_mut().chain(self.backends.values_mut()).chain(self.frontends.iter_mut()) {
             if let Some(child) = p.child.as_mut() {
                 if let Ok(Some(status)) = child.try_wait() {
                     dead.push(format!("{} ({status})", p.name));
@@ -440,7 +465,7 @@ impl Procs {
     /// Native addresses of every front-end, for clients to bootstrap from.
     pub fn bootstrap(&self) -> Vec<String> {
         let mut b: Vec<String> = self.frontend_addrs.iter().map(|(n, _)| n.clone()).collect();
-        b.push(self.manager_addr.clone());
+        b.extend(self.manager_addrs.iter().cloned());
         b
     }
 
@@ -524,18 +549,94 @@ impl Procs {
         self.add_backend(node, format!("{ip}:{port}"));
     }
 
-    /// kill -9 the manager.
+    /// kill -9 the (first) manager.
     pub fn kill_manager(&mut self) {
-        self.mark("manager", "kill -9");
-        self.manager.kill9();
+        self.kill_manager_at(0);
     }
 
-    /// Starts a killed manager again on its data directory and address.
+    /// Starts the killed (first) manager again on its data directory and address.
     pub fn restart_manager(&mut self) {
-        let mut p = std::mem::replace(&mut self.manager, placeholder());
+        self.restart_manager_at(0);
+    }
+
+    /// kill -9 manager `i` (id `i + 1`).
+    pub fn kill_manager_at(&mut self, i: usize) {
+        self.mark(&self.managers[i].name.clone(), "kill -9");
+        self.managers[i].kill9();
+    }
+
+    /// SIGSTOP manager `i`.
+    pub fn stop_manager(&mut self, i: usize) {
+        self.mark(&self.managers[i].name.clone(), "SIGSTOP");
+        self.managers[i].signal(libc::SIGSTOP);
+        self.managers[i].paused = true;
+    }
+
+    /// SIGCONT manager `i`.
+    pub fn cont_manager(&mut self, i: usize) {
+        self.managers[i].signal(libc::SIGCONT);
+        self.managers[i].paused = false;
+        self.mark(&self.managers[i].name.clone(), "SIGCONT");
+    }
+
+    /// Starts manager `i` again on its data directory and address.
+    pub fn restart_manager_at(&mut self, i: usize) {
+        let mut p = std::mem::replace(&mut self.managers[i], placeholder());
         p.kill9();
         self.spawn(&mut p);
-        self.manager = p;
+        self.managers[i] = p;
+    }
+
+    /// Starts manager `i` again with its data directory wiped (a lost disk): it joins the
+    /// group as an empty member (`--join`) and catches up from the leader's snapshot.
+    pub fn restart_manager_empty(&mut self, i: usize) {
+        let mut p = std::mem::replace(&mut self.managers[i], placeholder());
+        p.kill9();
+        let dir = self.dir.join(&p.name);
+        let _ = std::fs::remove_dir_all(&dir);
+        if !p.args.iter().any(|a| a == "--join") {
+            p.args.extend(["--join".to_string(), "--id".to_string(), (i + 1).to_string()]);
+        }
+        self.spawn(&mut p);
+        self.managers[i] = p;
+    }
+
+    /// Manager `i`'s data directory.
+    pub fn manager_dir(&self, i: usize) -> PathBuf {
+        self.dir.join(&self.managers[i].name)
+    }
+
+    /// Each manager's status counters (`raft_state`, `raft_term`, ...); `None` for one
+    /// that does not answer within 500 ms.
+    pub fn manager_statuses(&self) -> Vec<Option<BTreeMap<String, u64>>> {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+        rt.block_on(async {
+            let pool = fawn_client::pool::Pool::new(Duration::from_millis(500));
+            let mut out = Vec::new();
+            for addr in &self.manager_addrs {
+                out.push(match pool.call(addr, Request::Status, Duration::from_millis(500)).await {
+                    Ok(Response::Status(s)) => Some(s.counters.into_iter().collect()),
+                    _ => None,
+                });
+            }
+            out
+        })
+    }
+
+    /// Index of the manager that leads the group, waiting up to 10 s for one.
+    pub fn leader_manager(&self) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let leader = self
+                .manager_statuses()
+                .iter()
+                .position(|s| s.as_ref().is_some_and(|c| c.get("raft_state") == Some(&3)));
+            if let Some(i) = leader {
+                return i;
+            }
+            assert!(Instant::now() < deadline, "no manager leads the group\n{}", self.logs(40));
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     fn netns_mut(&mut self) -> &mut super::netns::Netns {
@@ -576,7 +677,7 @@ impl Procs {
     /// The last `lines` lines of every role's log.
     pub fn logs(&self, lines: usize) -> String {
         let mut out = String::new();
-        let mut names: Vec<String> = vec![self.manager.name.clone()];
+        let mut names: Vec<String> = self.managers.iter().map(|p| p.name.clone()).collect();
         names.extend(self.backends.values().map(|p| p.name.clone()));
         names.extend(self.frontends.iter().map(|p| p.name.clone()));
         for name in names {
@@ -607,12 +708,7 @@ impl Procs {
 
     /// kill -9 everything (resuming paused processes first).
     pub fn kill_all(&mut self) {
-        for p in self
-            .frontends
-            .iter_mut()
-            .chain(self.backends.values_mut())
-            .chain(std::iter::once(&mut self.manager))
-        {
+        for p in self.frontends.iter_mut().chain(self.backends.values_mut()).chain(self.managers.iter_mut()) {
             if p.paused {
                 p.signal(libc::SIGCONT);
             }
@@ -676,4 +772,14 @@ fn counter_sum<'a>(addrs: impl Iterator<Item = &'a String>, name: &str) -> u64 {
         }
         total
     })
+}
+
+/// The name (log file, data directory) of manager `i` of `count`: `manager` alone, else
+/// `manager-<id>`.
+fn manager_name(count: usize, i: usize) -> String {
+    if count == 1 {
+        "manager".to_string()
+    } else {
+        format!("manager-{}", i + 1)
+    }
 }

@@ -1,0 +1,166 @@
+//! Raft RPCs between the managers of the group over our own TCP: each RPC is one native
+//! request (`Request::Raft`) whose body is the bincode encoding of openraft's request, on the
+//! manager's ordinary listener and the pooled multiplexed connections every process uses.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bincode::Options;
+use fawn_client::pool::Pool;
+use fawn_proto::native::{Request, Response, FRAME_BYTES_MAX};
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::BasicNode;
+use serde::{Deserialize, Serialize};
+
+use super::{ManagerId, Raft, TypeConfig};
+
+/// How long connecting to another manager may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_millis(300);
+
+/// A Raft RPC as sent.
+#[derive(Serialize, Deserialize)]
+enum Rpc {
+    AppendEntries(AppendEntriesRequest<TypeConfig>),
+    Vote(VoteRequest<u64>),
+    InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+}
+
+/// Its answer.
+#[derive(Serialize, Deserialize)]
+enum Reply {
+    AppendEntries(Result<AppendEntriesResponse<u64>, RaftError<u64>>),
+    Vote(Result<VoteResponse<u64>, RaftError<u64>>),
+    InstallSnapshot(Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>),
+}
+
+fn codec() -> impl bincode::Options {
+    bincode::DefaultOptions::new().with_limit(FRAME_BYTES_MAX as u64)
+}
+
+/// Answers one encoded RPC from another manager with the local replica.
+pub async fn serve(raft: &Raft, body: &[u8]) -> Response {
+    let rpc: Rpc = match codec().deserialize(body) {
+        Ok(r) => r,
+        Err(e) => return Response::Error(fawn_proto::native::WireError::Invalid(format!("raft rpc: {e}"))),
+    };
+    let reply = match rpc {
+        Rpc::AppendEntries(r) => Reply::AppendEntries(raft.append_entries(r).await),
+        Rpc::Vote(r) => Reply::Vote(raft.vote(r).await),
+        Rpc::InstallSnapshot(r) => Reply::InstallSnapshot(raft.install_snapshot(r).await),
+    };
+    match codec().serialize(&reply) {
+        Ok(bytes) => Response::Raft(bytes),
+        Err(e) => Response::Error(fawn_proto::native::WireError::Invalid(format!("raft reply: {e}"))),
+    }
+}
+
+/// Makes the per-peer senders; they share one connection pool.
+pub struct Network {
+    pool: Arc<Pool>,
+}
+
+impl Network {
+    pub fn new() -> Network {
+        Network { pool: Arc::new(Pool::new(CONNECT_TIMEOUT)) }
+    }
+}
+
+impl Default for Network {
+    fn default() -> Self {
+        Network::new()
+    }
+}
+
+/// Sends RPCs to one other manager.
+pub struct Peer {
+    target: ManagerId,
+    addr: String,
+    pool: Arc<Pool>,
+}
+
+impl RaftNetworkFactory<TypeConfig> for Network {
+    type Network = Peer;
+
+    async fn new_client(&mut self, target: ManagerId, node: &BasicNode) -> Peer {
+        Peer { target, addr: node.addr.clone(), pool: self.pool.clone() }
+    }
+}
+
+type RpcResult<T, E = openraft::error::Infallible> = Result<T, RPCError<u64, BasicNode, RaftError<u64, E>>>;
+
+impl Peer {
+    async fn call(
+        &self,
+        rpc: &Rpc,
+        option: &RPCOption,
+    ) -> Result<Reply, RPCError<u64, BasicNode, NetworkError>> {
+        let bytes = codec().serialize(rpc).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        match self.pool.call(&self.addr, Request::Raft(bytes), option.hard_ttl()).await {
+            Ok(Response::Raft(b)) => {
+                codec().deserialize(&b).map_err(|e| RPCError::Network(NetworkError::new(&e)))
+            }
+            Ok(other) => {
+                let e = std::io::Error::other(format!("unexpected answer {other:?}"));
+                Err(RPCError::Network(NetworkError::new(&e)))
+            }
+            Err(e) => Err(RPCError::Unreachable(Unreachable::new(&e))),
+        }
+    }
+
+    fn unexpected<T, E: std::error::Error>() -> RpcResult<T, E> {
+        let e = std::io::Error::other("mismatched raft reply");
+        Err(RPCError::Network(NetworkError::new(&e)))
+    }
+
+    fn remote<T, E: std::error::Error>(&self, r: Result<T, RaftError<u64, E>>) -> RpcResult<T, E> {
+        r.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+/// Re-types a transport error (it carries no remote error).
+fn transport<E: std::error::Error>(
+    e: RPCError<u64, BasicNode, NetworkError>,
+) -> RPCError<u64, BasicNode, RaftError<u64, E>> {
+    match e {
+        RPCError::Unreachable(u) => RPCError::Unreachable(u),
+        RPCError::Network(n) => RPCError::Network(n),
+        RPCError::Timeout(t) => RPCError::Timeout(t),
+        other => RPCError::Network(NetworkError::new(&other)),
+    }
+}
+
+impl RaftNetwork<TypeConfig> for Peer {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<AppendEntriesResponse<u64>> {
+        match self.call(&Rpc::AppendEntries(rpc), &option).await.map_err(transport)? {
+            Reply::AppendEntries(r) => self.remote(r),
+            _ => Self::unexpected(),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<InstallSnapshotResponse<u64>, InstallSnapshotError> {
+        match self.call(&Rpc::InstallSnapshot(rpc), &option).await.map_err(transport)? {
+            Reply::InstallSnapshot(r) => self.remote(r),
+            _ => Self::unexpected(),
+        }
+    }
+
+    async fn vote(&mut self, rpc: VoteRequest<u64>, option: RPCOption) -> RpcResult<VoteResponse<u64>> {
+        match self.call(&Rpc::Vote(rpc), &option).await.map_err(transport)? {
+            Reply::Vote(r) => self.remote(r),
+            _ => Self::unexpected(),
+        }
+    }
+}
