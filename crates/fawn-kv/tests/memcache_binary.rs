@@ -25,12 +25,17 @@ async fn binary_get_set_quiet_and_errors() {
     let arith = [&arith[..], &0u32.to_be_bytes()].concat();
     let non_numeric = BinReply::plain(0x05, 6, b"Non-numeric server-side value for incr or decr", 7);
     c.roundtrip(&frame(0x05, b"k", &arith, b"", 7), &non_numeric).await;
-    // A cas on delete would need a conditional delete: refused, not applied unconditionally.
+    // A cas on delete that is not the item's is refused and the item stays; the item's own
+    // cas deletes it.
     let mut delete = frame(0x04, b"k", b"", b"", 9);
-    delete[23] = 1;
-    c.roundtrip(&delete, &BinReply::plain(0x04, 4, b"Invalid arguments", 9)).await;
+    delete[23] = 2;
+    c.roundtrip(&delete, &BinReply::plain(0x04, 2, b"Data exists for key.", 9)).await;
     let hit = BinReply { op: 0x00, status: 0, opaque: 10, cas: 1, extras: &flags, key: b"", value: b"val" };
     c.roundtrip(&frame(0x00, b"k", b"", b"", 10), &hit.bytes()).await;
+    delete[23] = 1;
+    delete[12..16].copy_from_slice(&11u32.to_be_bytes());
+    c.roundtrip(&delete, &BinReply::plain(0x04, 0, b"", 11)).await;
+    c.roundtrip(&frame(0x00, b"k", b"", b"", 12), &BinReply::plain(0x00, 1, b"Not found", 12)).await;
     // A get with extras is malformed: answered, then the connection is closed.
     let invalid = BinReply::plain(0x00, 4, b"Invalid arguments", 8);
     c.roundtrip(&frame(0x00, b"k", b"abcd", b"", 8), &invalid).await;

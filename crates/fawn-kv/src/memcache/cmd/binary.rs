@@ -4,26 +4,23 @@
 
 use fawn_proto::memcache::binary::{self, BinCommand, BinRequest, Status};
 use fawn_proto::memcache::{absolute_expiry, SetMode};
-use fawn_proto::op::{Mutation, Outcome, Update};
+use fawn_proto::op::{Guarded, Mutation, Outcome, Update};
 
 use super::{admin, bare_update, get, now, store, Ctx, Flow};
 use crate::memcache::stats::Stats;
 use crate::service::{KvService, ServiceError};
 
-/// A cas on delete, append or prepend asks for a conditional update the chain head does not
-/// offer; it is refused rather than applied unconditionally.
-fn unsupported_cas(req: &BinRequest) -> bool {
-    let conditional_store =
-        matches!(req.command, BinCommand::Store { mode: SetMode::Append | SetMode::Prepend, .. });
-    req.cas != 0 && (conditional_store || matches!(req.command, BinCommand::Delete { .. }))
+/// A non-zero request cas on delete, append, prepend, increment and decrement: the update
+/// applies only to an item with that cas (`Exists` otherwise), as memcached 1.6 does.
+fn guarded(req: &BinRequest, then: Guarded) -> Mutation {
+    match req.cas {
+        0 => then.into(),
+        unique => Mutation::IfCas { unique, then },
+    }
 }
 
 /// Runs one binary request.
 pub(in crate::memcache) async fn run<S: KvService>(ctx: &mut Ctx<'_, S>, req: BinRequest) -> Flow {
-    if unsupported_cas(&req) {
-        fail(ctx, &req, Status::InvalidArguments);
-        return Flow::Continue;
-    }
     let result = match req.command.clone() {
         BinCommand::Get { with_key, quiet, touch } => get_item(ctx, &req, with_key, quiet, touch).await,
         BinCommand::Store { mode, flags, exptime, value, quiet } => {
@@ -120,7 +117,7 @@ async fn get_item<S: KvService>(
 }
 
 /// set/add/replace/append/prepend; a non-zero request cas makes set and replace a
-/// compare-and-set, as in memcached.
+/// compare-and-set and guards append and prepend; add ignores it, as in memcached.
 async fn store_item<S: KvService>(
     ctx: &mut Ctx<'_, S>,
     req: &BinRequest,
@@ -129,9 +126,12 @@ async fn store_item<S: KvService>(
     quiet: bool,
 ) -> Result<(), ServiceError> {
     Stats::incr(&ctx.stats().counters.cmd_set);
-    if req.cas != 0 && matches!(mode, SetMode::Set | SetMode::Replace) {
-        update.mutation = Mutation::Cas { unique: req.cas };
-    }
+    update.mutation = match mode {
+        SetMode::Set | SetMode::Replace if req.cas != 0 => Mutation::Cas { unique: req.cas },
+        SetMode::Append => guarded(req, Guarded::Append),
+        SetMode::Prepend => guarded(req, Guarded::Prepend),
+        _ => update.mutation,
+    };
     let outcome = ctx.service().update(update).await?;
     let status = match outcome {
         Outcome::Stored { cas } => {
@@ -158,13 +158,16 @@ async fn delete<S: KvService>(
     req: &BinRequest,
     quiet: bool,
 ) -> Result<(), ServiceError> {
-    let outcome = ctx.service().update(bare_update(req.key.clone(), Mutation::Delete, 0)).await?;
+    let mutation = guarded(req, Guarded::Delete);
+    let outcome = ctx.service().update(bare_update(req.key.clone(), mutation, 0)).await?;
     let counters = &ctx.stats().counters;
     if matches!(outcome, Outcome::Deleted) {
         Stats::incr(&counters.delete_hits);
         if !quiet {
             ok(ctx, req, 0, &[], &[]);
         }
+    } else if matches!(outcome, Outcome::Exists) {
+        fail(ctx, req, Status::Exists);
     } else {
         Stats::incr(&counters.delete_misses);
         fail(ctx, req, Status::NotFound);
@@ -183,7 +186,7 @@ async fn arith<S: KvService>(
     exptime: u32,
     quiet: bool,
 ) -> Result<(), ServiceError> {
-    let mutation = if incr { Mutation::Incr { delta } } else { Mutation::Decr { delta } };
+    let mutation = guarded(req, if incr { Guarded::Incr { delta } } else { Guarded::Decr { delta } });
     for _ in 0..2 {
         let outcome = ctx.service().update(bare_update(req.key.clone(), mutation, 0)).await?;
         let counters = &ctx.stats().counters;
@@ -191,6 +194,10 @@ async fn arith<S: KvService>(
             Outcome::Counter { value, cas } => (value, cas),
             Outcome::NonNumeric => {
                 fail(ctx, req, Status::NonNumeric);
+                return Ok(());
+            }
+            Outcome::Exists => {
+                fail(ctx, req, Status::Exists);
                 return Ok(());
             }
             _ if exptime == u32::MAX => {
