@@ -14,31 +14,41 @@ use crate::args::Cli;
 const BLOCK_START: &str = "<!-- flags:";
 const BLOCK_END: &str = "<!-- /flags -->";
 
-/// The table of one subcommand's flags: name, default, help. Flags every subcommand takes
+/// The table of one subcommand's flags (a nested one named by its path, `managers add`): name, default, help. Flags every subcommand takes
 /// (logging) are listed once, under `fawn`.
 pub fn render(subcommand: &str) -> Option<String> {
     let root = Cli::command();
-    let command = if subcommand == "fawn" { root.clone() } else { root.find_subcommand(subcommand)?.clone() };
+    let mut command = root;
+    if subcommand != "fawn" {
+        for name in subcommand.split_whitespace() {
+            command = command.find_subcommand(name)?.clone();
+        }
+    }
     let mut out = String::from("| flag | default | what it does |\n|---|---|---|\n");
     for arg in command.get_arguments() {
         let global = arg.is_global_set() && subcommand != "fawn";
-        if arg.is_hide_set() || global || arg.get_long().is_none() {
+        if arg.is_hide_set() || global || (arg.get_long().is_none() && !arg.is_positional()) {
             continue;
         }
-        let long = arg.get_long().unwrap_or_default();
-        let value = arg
-            .get_action()
-            .takes_values()
-            .then(|| arg.get_value_names().and_then(|names| names.first()).map(|name| format!(" {name}")))
-            .flatten();
+        let value_name = arg.get_value_names().and_then(|names| names.first()).map(|name| name.to_string());
+        let name = match arg.get_long() {
+            Some(long) if arg.get_action().takes_values() => {
+                format!("--{long} {}", value_name.unwrap_or_default())
+            }
+            Some(long) => format!("--{long}"),
+            None => format!("<{}>", value_name.unwrap_or_else(|| arg.get_id().to_string().to_uppercase())),
+        };
         let defaults: Vec<String> =
             arg.get_default_values().iter().map(|value| value.to_string_lossy().into_owned()).collect();
-        let default = if defaults.is_empty() { String::new() } else { format!("`{}`", defaults.join(",")) };
+        let default = match defaults.join(",") {
+            joined if joined.is_empty() => String::new(),
+            joined => format!("`{joined}`"),
+        };
         let mut help = arg.get_help().map(|help| help.to_string()).unwrap_or_default().replace('|', "\\|");
         if let Some(env) = arg.get_env() {
             let _ = write!(help, " (env `{}`)", env.to_string_lossy());
         }
-        let _ = writeln!(out, "| `--{long}{}` | {default} | {help} |", value.unwrap_or_default());
+        let _ = writeln!(out, "| `{}` | {default} | {help} |", name.trim_end());
     }
     Some(out)
 }
