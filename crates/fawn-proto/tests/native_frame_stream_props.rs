@@ -77,12 +77,17 @@ fn decoding_a_damaged_split_stream_never_panics_and_ignores_the_split() {
         ..Config::default()
     };
     let mut runner = TestRunner::new(config);
+    let (cases, frames) = (std::cell::Cell::new(0u32), std::cell::Cell::new(0usize));
     runner
         .run(&stream(), |(bytes, read)| {
+            cases.set(cases.get() + 1);
             let chunks: Vec<&[u8]> = bytes.chunks(read).collect();
             let whole = drive(&[&bytes]);
+            frames.set(frames.get() + whole.0.len());
             prop_assert_eq!(&whole, &drive(&chunks), "split into {}-byte reads", read);
             Ok(())
         })
         .unwrap_or_else(|e| panic!("seed {seed}: {e}"));
+    eprintln!("{} streams, {} frames decoded", cases.get(), frames.get());
+    assert_eq!(cases.get(), CASES, "every case ran");
 }
