@@ -1280,6 +1280,12 @@ impl LinkTo for Linker {
 
     fn committed(&self, reply_to: &str, req: ReqId, outcome: Outcome, key: &[u8]) {
         let Some(b) = self.0.clone() else { return };
+        // Only to a front-end of the configuration: an update's `reply_to` must not make this
+        // node connect to any address a client names.
+        if !b.current().config.lists_frontend(reply_to) {
+            debug!(reply_to, "not a front-end of the configuration; no committed notice sent");
+            return;
+        }
         let addr = reply_to.to_string();
         let key = key.to_vec();
         tokio::spawn(async move {
@@ -1345,6 +1351,7 @@ fn datastore_maintenance_metrics(out: &mut String, labels: &str, s: &fawn_ds::St
         ("fawn_datastore_auto_compact_errors_total", s.auto_compact_errors),
         ("fawn_datastore_write_stalls_total", s.write_stalls),
         ("fawn_datastore_poisoned", u64::from(s.poisoned)),
+        ("fawn_datastore_background_sync_errors_total", s.background_sync_errors),
     ] {
         metrics::line(out, name, labels, v);
     }
