@@ -9,8 +9,8 @@ use std::io::Read;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::bounds::{closed_by_server, rss_bytes};
-use common::procs::{ProcShape, Procs};
+use common::bounds::{closed_by_server, one_of_each, rss_bytes};
+use common::procs::Procs;
 use common::Memcached;
 use fawn_proto::native::{decode_frame, Message, Response, WireError};
 
@@ -71,26 +71,21 @@ fn native_refused(stream: &TcpStream) -> bool {
 #[test]
 fn idle_connections_are_bounded_refused_past_the_cap_and_closed() {
     let idle_ms = IDLE.as_millis().to_string();
-    let shape = ProcShape {
-        backends: 1,
-        replicas: 1,
-        vnodes: 1,
-        frontend_args: [
+    let (idle_secs, mc_cap, native_cap) =
+        (IDLE.as_secs().to_string(), MEMCACHED_CAP.to_string(), NATIVE_CAP.to_string());
+    let procs = Procs::start(one_of_each(
+        &[
             "--idle-timeout-secs",
-            &IDLE.as_secs().to_string(),
+            &idle_secs,
             "--max-connections",
-            &MEMCACHED_CAP.to_string(),
+            &mc_cap,
             "--native-connections-max",
-            &NATIVE_CAP.to_string(),
+            &native_cap,
             "--native-idle-timeout-ms",
             &idle_ms,
-        ]
-        .map(String::from)
-        .to_vec(),
-        backend_args: vec!["--native-idle-timeout-ms".into(), idle_ms.clone()],
-        ..ProcShape::default()
-    };
-    let procs = Procs::start(shape);
+        ],
+        &["--native-idle-timeout-ms", &idle_ms],
+    ));
     let (fe_native, fe_mc) = procs.frontend_addrs[0].clone();
     let be_native = procs.backend_addrs[&0].clone();
     let (fe_pid, be_pid) =

@@ -9,7 +9,8 @@ mod common;
 use std::net::TcpListener;
 use std::time::Duration;
 
-use common::procs::{ProcShape, Procs};
+use common::bounds::one_of_each;
+use common::procs::Procs;
 use fawn_client::pool::Pool;
 use fawn_proto::native::{ReqId, Request, Response};
 use fawn_proto::op::{Mutation, Outcome, Update};
@@ -20,7 +21,7 @@ fn set(key: &[u8]) -> Update {
 
 #[test]
 fn committed_notices_go_only_to_front_ends_of_the_configuration() {
-    let procs = Procs::start(ProcShape { backends: 1, replicas: 1, vnodes: 1, ..ProcShape::default() });
+    let procs = Procs::start(one_of_each(&[], &[]));
     let stranger = TcpListener::bind("127.0.0.1:0").expect("bind");
     stranger.set_nonblocking(true).expect("nonblocking");
     let stranger_addr = stranger.local_addr().expect("addr").to_string();

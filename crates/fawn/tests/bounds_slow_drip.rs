@@ -8,8 +8,8 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::bounds::closed_by_server;
-use common::procs::{ProcShape, Procs};
+use common::bounds::{closed_by_server, one_of_each};
+use common::procs::Procs;
 use common::Memcached;
 use fawn_proto::native::{encode_frame, Message, Request};
 
@@ -23,17 +23,10 @@ const DRIP_EVERY: Duration = Duration::from_millis(200);
 #[test]
 fn slow_drip_clients_are_closed() {
     let timeout_ms = REQUEST_TIMEOUT.as_millis().to_string();
-    let shape = ProcShape {
-        backends: 1,
-        replicas: 1,
-        vnodes: 1,
-        frontend_args: ["--request-read-timeout-ms", &timeout_ms, "--native-frame-timeout-ms", &timeout_ms]
-            .map(String::from)
-            .to_vec(),
-        backend_args: vec!["--native-frame-timeout-ms".into(), timeout_ms.clone()],
-        ..ProcShape::default()
-    };
-    let procs = Procs::start(shape);
+    let procs = Procs::start(one_of_each(
+        &["--request-read-timeout-ms", &timeout_ms, "--native-frame-timeout-ms", &timeout_ms],
+        &["--native-frame-timeout-ms", &timeout_ms],
+    ));
     let mc_addr = procs.frontend_addrs[0].1.clone();
     let mut memcached_request = b"set drip 0 0 64\r\n".to_vec();
     memcached_request.extend_from_slice(&[b'd'; 64]);

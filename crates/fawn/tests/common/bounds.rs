@@ -10,6 +10,19 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+/// One manager, one back-end, one front-end (one replica, one virtual id), with extra flags.
+pub fn one_of_each(frontend_args: &[&str], backend_args: &[&str]) -> super::procs::ProcShape {
+    let owned = |args: &[&str]| args.iter().map(|a| a.to_string()).collect();
+    super::procs::ProcShape {
+        backends: 1,
+        replicas: 1,
+        vnodes: 1,
+        frontend_args: owned(frontend_args),
+        backend_args: owned(backend_args),
+        ..super::procs::ProcShape::default()
+    }
+}
+
 /// Resident set size of process `pid` in bytes (`VmRSS` of /proc), 0 if it is gone.
 pub fn rss_bytes(pid: i32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
