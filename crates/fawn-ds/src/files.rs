@@ -41,6 +41,28 @@ pub(crate) fn sync_dir(dir: &Path) -> Result<(), Error> {
     File::open(dir).and_then(|d| d.sync_all()).map_err(|e| Error::io("syncing the datastore directory", e))
 }
 
+/// Creates `dir` and any missing parents, and fsyncs the parent of every directory it created,
+/// so that a crash right after cannot lose the new directory's entry (and the files later
+/// made durable inside it). For datastore, range and manager directories.
+pub fn create_dir_durable(dir: &Path) -> std::io::Result<()> {
+    let mut missing = Vec::new();
+    let mut at = dir;
+    while !at.exists() {
+        missing.push(at);
+        match at.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => at = parent,
+            _ => break,
+        }
+    }
+    fs::create_dir_all(dir)?;
+    // Deepest last: each created directory's entry lives in its parent.
+    for created in missing.iter().rev() {
+        let parent = created.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+        File::open(parent)?.sync_all()?;
+    }
+    Ok(())
+}
+
 /// Remove what a compaction/merge killed before its rename left behind (open calls this).
 pub(crate) fn remove_leftovers(dir: &Path) -> Result<(), Error> {
     for name in [COMPACT_FILE, SEQ_TMP, DROP_TMP] {

@@ -35,7 +35,7 @@ pub(crate) fn open(
     counters: Arc<Counters>,
 ) -> Result<(Inner, RecoveryReport, u64), Error> {
     let t0 = Instant::now();
-    fs::create_dir_all(dir).map_err(|e| Error::io("creating the datastore directory", e))?;
+    files::create_dir_durable(dir).map_err(|e| Error::io("creating the datastore directory", e))?;
     let lock = files::lock_dir(dir)?;
     // A compaction or merge killed before its rename: the old log stands, drop the new one.
     files::remove_leftovers(dir)?;

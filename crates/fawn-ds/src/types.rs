@@ -202,6 +202,9 @@ pub struct Stats {
     pub checkpoints: u64,
     /// Auto-checkpoints that failed (the writes themselves succeeded).
     pub checkpoint_errors: u64,
+    /// Background fsyncs (`SyncPolicy::Interval`) that failed. The first poisons the store
+    /// (writes fail from then on) and is logged; see also `poisoned`.
+    pub background_sync_errors: u64,
     /// An index refresh scan is running (the logs are read once per level of growth, to
     /// give every entry the hash bit its bucket's next split needs).
     pub index_migrating: bool,

@@ -6,6 +6,7 @@
 pub mod backend;
 pub mod clock;
 pub mod frontend;
+pub mod limits;
 pub mod local;
 pub mod lockfile;
 pub mod manager;
@@ -15,4 +16,5 @@ pub mod replica;
 pub mod run;
 pub mod server;
 pub mod service;
+pub mod stall;
 pub mod view;

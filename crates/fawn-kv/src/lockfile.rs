@@ -11,9 +11,10 @@ pub struct DirLock {
 }
 
 impl DirLock {
-    /// Creates `dir` if needed and locks it, or says which process holds it.
+    /// Creates `dir` if needed (durably: its parent is fsynced) and locks it, or says which
+    /// process holds it.
     pub fn acquire(dir: &Path) -> anyhow::Result<DirLock> {
-        fs::create_dir_all(dir)?;
+        fawn_ds::create_dir_durable(dir)?;
         let path = dir.join("LOCK");
         let mut file = OpenOptions::new().create(true).truncate(false).read(true).write(true).open(&path)?;
         // SAFETY: flock on a file descriptor we own; no memory is shared.

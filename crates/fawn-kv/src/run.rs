@@ -12,6 +12,7 @@ use crate::backend::{Backend, BackendOptions};
 use crate::frontend::{Frontend, FrontendOptions};
 use crate::lockfile::DirLock;
 use crate::manager::{Manager, ManagerOptions};
+use crate::server::{self, NativeLimits};
 
 /// A shutdown flag that turns true on SIGINT or SIGTERM.
 pub fn shutdown_on_signals() -> watch::Receiver<bool> {
@@ -29,6 +30,20 @@ pub fn shutdown_on_signals() -> watch::Receiver<bool> {
         let _ = tx.send(true);
     });
     rx
+}
+
+/// Raises the file-descriptor limit for this process's listeners and fixes the native
+/// listeners' bounds (`native`, its connection cap lowered to fit if need be). Returns the
+/// fitted memcached connection cap, if one was asked for. Call once, before serving.
+pub fn apply_limits(mut native: NativeLimits, memcached_connections: Option<usize>) -> Option<usize> {
+    let mut asked = vec![("native", native.connections_max)];
+    asked.extend(memcached_connections.map(|c| ("memcached", c)));
+    let caps = crate::limits::connection_caps(&asked);
+    native.connections_max = caps[0];
+    if !server::set_limits(native) {
+        tracing::warn!("native listener bounds were set already; keeping them");
+    }
+    caps.get(1).copied()
 }
 
 /// Starts the `/metrics` listener if an address was given.

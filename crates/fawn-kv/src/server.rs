@@ -3,24 +3,87 @@
 //! chain messages handled in arrival order, graceful shutdown.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 
-use fawn_client::framed::{FrameReader, ReadError};
+use fawn_client::framed::{FrameReader, ReadError, ReadTimeouts};
 use fawn_proto::native::{
     encode_frame, ChainMsg, FrameError, Message, Request, Response, WireError, PROTOCOL_VERSION,
 };
 use fawn_ring::NodeId;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
 
-/// Connections one native listener serves at once; more wait in the accept backlog.
+/// Connections one native listener serves at once (before the file-descriptor limit lowers
+/// it, see [`crate::limits`]); one more is accepted, told so in an error frame, and closed.
 pub const NATIVE_CONNECTIONS_MAX: usize = 1024;
 /// Responses queued per connection before request handlers wait.
 pub const CONNECTION_RESPONSES_QUEUED_MAX: usize = 4096;
 /// Requests in flight per connection before the reader stops reading (backpressure).
 pub const CONNECTION_REQUESTS_IN_FLIGHT_MAX: usize = 4096;
+/// A connection with no request in flight and no frame begun for this long is closed. Every
+/// peer of the cluster talks more often than this (heartbeats, leases), and the pooled
+/// connections of clients reconnect when the server closes them.
+pub const NATIVE_IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+/// Most time from a frame's first byte to its last (a peer dripping bytes is closed).
+pub const NATIVE_FRAME_TIMEOUT: Duration = Duration::from_secs(30);
+/// A peer that takes no byte of queued responses for this long is closed (a peer that never
+/// reads holds its responses no longer; a slow but steady one is not cut).
+pub const NATIVE_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Bytes of responses one connection may have in the making or queued for its writer. A
+/// request is charged what its response may take before it is handled ([`response_charge`]);
+/// past the budget the server stops reading that connection's requests. With the write
+/// timeout this bounds what a peer that never reads can hold.
+pub const CONNECTION_OUTPUT_BYTES_MAX: usize = 64 << 20;
+/// What a request other than a get is charged up front; a larger response takes what more it
+/// needs from the budget if it is free (it never waits for it: no deadlock between handlers).
+const RESPONSE_CHARGE_BYTES: usize = 4 << 10;
+/// What a get is charged up front: its response carries at most one value.
+const GET_RESPONSE_CHARGE_BYTES: usize =
+    fawn_ds::limits::VALUE_BYTES_MAX + fawn_ds::limits::KEY_BYTES_MAX + RESPONSE_CHARGE_BYTES;
+const _: () = assert!(
+    GET_RESPONSE_CHARGE_BYTES * 16 <= CONNECTION_OUTPUT_BYTES_MAX,
+    "a connection must fit many gets in flight"
+);
+const _: () = assert!(CONNECTION_OUTPUT_BYTES_MAX <= u32::MAX as usize);
+/// A refused connection is given this long to take its error frame.
+const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
+/// Most bytes of queued responses coalesced into one write.
+const WRITE_BATCH_BYTES: usize = 64 * 1024;
+
+/// Bounds of every native listener of this process.
+#[derive(Clone, Copy, Debug)]
+pub struct NativeLimits {
+    pub connections_max: usize,
+    pub read: ReadTimeouts,
+    pub write_timeout: Duration,
+}
+
+impl Default for NativeLimits {
+    fn default() -> Self {
+        NativeLimits {
+            connections_max: NATIVE_CONNECTIONS_MAX,
+            read: ReadTimeouts { idle: NATIVE_IDLE_TIMEOUT, frame: NATIVE_FRAME_TIMEOUT },
+            write_timeout: NATIVE_WRITE_TIMEOUT,
+        }
+    }
+}
+
+static LIMITS: OnceLock<NativeLimits> = OnceLock::new();
+
+/// Sets the bounds of this process's native listeners, once, before the first one starts
+/// (the process start-up derives them from its file-descriptor limit and its flags). False if
+/// they were set already.
+pub fn set_limits(limits: NativeLimits) -> bool {
+    LIMITS.set(limits).is_ok()
+}
+
+/// The bounds native listeners use: those set at start-up, else the defaults.
+pub fn limits() -> NativeLimits {
+    *LIMITS.get_or_init(NativeLimits::default)
+}
 
 /// What a role does with the messages it receives.
 pub trait Handler: Send + Sync + 'static {
@@ -35,53 +98,102 @@ pub trait Handler: Send + Sync + 'static {
     }
 }
 
-/// Serves `handler` on `listener` until `shutdown` turns true.
-pub async fn serve<H: Handler>(listener: TcpListener, handler: Arc<H>, mut shutdown: watch::Receiver<bool>) {
-    let permits = Arc::new(Semaphore::new(NATIVE_CONNECTIONS_MAX));
+/// Serves `handler` on `listener` until `shutdown` turns true, within [`limits`].
+pub async fn serve<H: Handler>(listener: TcpListener, handler: Arc<H>, shutdown: watch::Receiver<bool>) {
+    serve_within(listener, handler, limits(), shutdown).await
+}
+
+/// Serves `handler` on `listener` until `shutdown` turns true. Every connection is accepted
+/// at once (none waits in the backlog); past `limits.connections_max` it is told so and
+/// closed.
+pub async fn serve_within<H: Handler>(
+    listener: TcpListener,
+    handler: Arc<H>,
+    limits: NativeLimits,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let permits = Arc::new(Semaphore::new(limits.connections_max));
     loop {
-        let Ok(permit) = permits.clone().acquire_owned().await else { return };
         let accepted = tokio::select! {
             r = listener.accept() => r,
             _ = shutdown.changed() => return,
         };
         match accepted {
             Ok((stream, peer)) => {
+                let Ok(permit) = permits.clone().try_acquire_owned() else {
+                    debug!(%peer, max = limits.connections_max, "native connection refused: too many");
+                    tokio::spawn(refuse(stream));
+                    continue;
+                };
                 debug!(%peer, "native connection");
                 let handler = handler.clone();
                 let shutdown = shutdown.clone();
                 tokio::spawn(async move {
-                    connection(stream, handler, shutdown).await;
+                    connection(stream, handler, limits, shutdown).await;
                     drop(permit);
                 });
             }
             Err(e) => {
                 warn!(error = %e, "accept failed");
-                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                tokio::time::sleep(Duration::from_millis(50)).await;
             }
         }
     }
 }
 
-async fn connection<H: Handler>(stream: TcpStream, handler: Arc<H>, mut shutdown: watch::Receiver<bool>) {
+/// The error frame a connection past the cap receives before it is closed.
+pub fn refusal_frame() -> Vec<u8> {
+    let err = Response::Error(WireError::Unavailable("too many open connections".into()));
+    let mut frame = Vec::new();
+    // A short error always encodes.
+    let _ = encode_frame(0, &Message::Response(err), &mut frame);
+    frame
+}
+
+async fn refuse(mut stream: TcpStream) {
+    let frame = refusal_frame();
+    let _ = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, async {
+        let _ = stream.write_all(&frame).await;
+        let _ = stream.shutdown().await;
+    })
+    .await;
+}
+
+async fn connection<H: Handler>(
+    stream: TcpStream,
+    handler: Arc<H>,
+    limits: NativeLimits,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let _ = stream.set_nodelay(true);
     let (reader, writer) = stream.into_split();
-    let (tx, rx) = mpsc::channel::<(u64, Response)>(CONNECTION_RESPONSES_QUEUED_MAX);
-    let writer_task = tokio::spawn(write_responses(writer, rx));
+    let (tx, rx) = mpsc::channel::<Output>(CONNECTION_RESPONSES_QUEUED_MAX);
+    let output = Arc::new(Semaphore::new(CONNECTION_OUTPUT_BYTES_MAX));
+    let writer_task = tokio::spawn(write_responses(writer, rx, limits.write_timeout));
     let in_flight = Arc::new(Semaphore::new(CONNECTION_REQUESTS_IN_FLIGHT_MAX));
     let mut frames = FrameReader::new(reader);
     let mut from: Option<NodeId> = None;
     loop {
         let next = tokio::select! {
-            n = frames.next() => n,
+            n = frames.next_within(limits.read) => n,
             _ = shutdown.changed() => break,
+            // The writer gave up (the peer does not read): stop reading its requests.
+            _ = tx.closed() => break,
         };
         match next {
             Ok(Some((id, Message::Request(req)))) => {
                 let Ok(permit) = in_flight.clone().acquire_owned().await else { break };
-                let (handler, tx) = (handler.clone(), tx.clone());
+                let charge = response_charge(&req) as u32;
+                let charged = tokio::select! {
+                    c = output.clone().acquire_many_owned(charge) => c,
+                    _ = shutdown.changed() => break,
+                    _ = tx.closed() => break,
+                };
+                let Ok(charged) = charged else { break };
+                let (handler, tx, output) = (handler.clone(), tx.clone(), output.clone());
                 tokio::spawn(async move {
                     let resp = handler.request(req).await;
-                    let _ = tx.send((id, resp)).await;
+                    let _ = tx.send(output_frame(id, resp, charged, &output)).await;
                     drop(permit);
                 });
             }
@@ -94,10 +206,16 @@ async fn connection<H: Handler>(stream: TcpStream, handler: Arc<H>, mut shutdown
                 }
             },
             Ok(Some((id, Message::Response(_)))) => {
-                let err = WireError::Invalid("unexpected response frame".into());
-                let _ = tx.send((id, Response::Error(err))).await;
+                let err = Response::Error(WireError::Invalid("unexpected response frame".into()));
+                let Ok(charged) = output.clone().acquire_many_owned(RESPONSE_CHARGE_BYTES as u32).await
+                else {
+                    break;
+                };
+                let _ = tx.send(output_frame(id, err, charged, &output)).await;
             }
             Ok(None) => break,
+            // Idle, but waiting for answers to its requests: not idle.
+            Err(ReadError::Idle(_)) if in_flight.available_permits() < CONNECTION_REQUESTS_IN_FLIGHT_MAX => {}
             Err(e @ ReadError::Frame(FrameError::Version(_))) => {
                 warn!(error = %e, ours = PROTOCOL_VERSION, "closing a connection from a peer of another protocol version");
                 break;
@@ -112,22 +230,73 @@ async fn connection<H: Handler>(stream: TcpStream, handler: Arc<H>, mut shutdown
     let _ = writer_task.await;
 }
 
+/// An encoded response and its share of the connection's output budget, returned once it is
+/// written.
+struct Output {
+    frame: Vec<u8>,
+    _charged: OwnedSemaphorePermit,
+}
+
+/// What a request's response may take of the output budget before it is handled.
+fn response_charge(request: &Request) -> usize {
+    match request {
+        Request::Get { .. } => GET_RESPONSE_CHARGE_BYTES,
+        _ => RESPONSE_CHARGE_BYTES,
+    }
+}
+
+/// Encodes a response, settling its charge with its real size: the excess goes back at once;
+/// a shortfall is taken if free, else the frame goes out over budget (waiting could deadlock
+/// handlers that all hold part of the budget).
+fn output_frame(
+    id: u64,
+    resp: Response,
+    mut charged: OwnedSemaphorePermit,
+    budget: &Arc<Semaphore>,
+) -> Output {
+    let mut frame = Vec::new();
+    push_response(&mut frame, id, resp);
+    let need = frame.len().min(CONNECTION_OUTPUT_BYTES_MAX);
+    let held = charged.num_permits();
+    if need < held {
+        drop(charged.split(held - need));
+    } else if let Ok(more) = budget.clone().try_acquire_many_owned((need - held) as u32) {
+        charged.merge(more);
+    }
+    Output { frame, _charged: charged }
+}
+
 async fn write_responses(
     mut writer: tokio::net::tcp::OwnedWriteHalf,
-    mut rx: mpsc::Receiver<(u64, Response)>,
+    mut rx: mpsc::Receiver<Output>,
+    write_timeout: Duration,
 ) {
     let mut buf = Vec::new();
-    while let Some((id, resp)) = rx.recv().await {
+    // Held until their frames are written.
+    let mut charges = Vec::new();
+    while let Some(first) = rx.recv().await {
         buf.clear();
-        push_response(&mut buf, id, resp);
-        while buf.len() < 64 * 1024 {
+        buf.extend_from_slice(&first.frame);
+        charges.push(first);
+        while buf.len() < WRITE_BATCH_BYTES {
             match rx.try_recv() {
-                Ok((id, resp)) => push_response(&mut buf, id, resp),
+                Ok(more) => {
+                    buf.extend_from_slice(&more.frame);
+                    charges.push(more);
+                }
                 Err(_) => break,
             }
         }
-        if writer.write_all(&buf).await.is_err() {
-            return;
+        match crate::stall::write_all_or_stall(&mut writer, &buf, write_timeout).await {
+            Ok(()) => {
+                charges.clear();
+                // An idle connection keeps no large buffer from its last big response.
+                buf.shrink_to(WRITE_BATCH_BYTES);
+            }
+            Err(e) => {
+                debug!(error = %e, ?write_timeout, "closing a native connection: writing to it failed or stalled");
+                return;
+            }
         }
     }
 }

@@ -31,7 +31,7 @@ fn spin(rng: &mut impl Rng, max_us: u64) {
 
 #[test]
 fn no_read_goes_backwards_while_fills_race_updates() {
-    let cache = Arc::new(QueryCache::new(1000, CacheTiming { unsettled_hold: Duration::ZERO }));
+    let cache = Arc::new(QueryCache::new(1000, 1 << 20, CacheTiming { unsettled_hold: Duration::ZERO }));
     // The tail's committed version of the key.
     let tail = Arc::new(AtomicU64::new(0));
     // The newest version any finished read returned.

@@ -453,6 +453,12 @@ impl ClusterConfig {
     pub fn backend_addr(&self, node: NodeId) -> Option<&str> {
         self.backends.iter().find(|b| b.node == node).map(|b| b.addr.as_str())
     }
+
+    /// Whether `native_addr` is the native address of a front-end of this configuration (the
+    /// only addresses a tail sends `Committed` notices to).
+    pub fn lists_frontend(&self, native_addr: &str) -> bool {
+        self.frontends.iter().any(|f| f.native_addr == native_addr)
+    }
 }
 
 /// Why a byte stream could not be decoded. Framing is lost: close the connection.

@@ -264,6 +264,7 @@ impl ManagerArgs {
             replicas: self.replicas,
             vnodes: self.vnodes,
         };
+        run::apply_limits(fawn_kv::server::NativeLimits::default(), None);
         run::manager(options, &self.listen, self.metrics.as_deref(), run::shutdown_on_signals()).await
     }
 }
@@ -330,6 +331,8 @@ pub struct BackendArgs {
     /// foreground gets (docs/BENCHMARKS.md, gets during a join).
     #[arg(long, value_name = "MIB", env = "FAWN_JOIN_COPY_RATE_MIB", default_value_t = fawn_kv::backend::JOIN_COPY_BYTES_PER_S_DEFAULT >> 20)]
     join_copy_rate_mib: u64,
+    #[command(flatten)]
+    native: NativeBoundsArgs,
 }
 
 impl BackendArgs {
@@ -346,6 +349,7 @@ impl BackendArgs {
             copy_bytes_per_s: self.copy_rate_mib.saturating_mul(1 << 20),
             join_copy_bytes_per_s: self.join_copy_rate_mib.saturating_mul(1 << 20),
         };
+        run::apply_limits(self.native.limits(), None);
         run::backend(options, &self.listen, self.metrics.as_deref(), run::shutdown_on_signals()).await
     }
 }
@@ -376,6 +380,9 @@ pub struct FrontendArgs {
     /// Query cache capacity in items (0 disables it).
     #[arg(long, default_value_t = 100_000)]
     cache_entries: usize,
+    /// Query cache capacity in bytes of keys, values and per-item overhead (0 disables it).
+    #[arg(long, default_value_t = fawn_kv::frontend::cache::CACHE_BYTES_DEFAULT)]
+    cache_bytes: usize,
     /// Milliseconds a key's cache slot takes no fill after an update of the key ended with its
     /// outcome unknown (it may still commit, after a chain repair); also how long after
     /// start-up the cache takes no fill at all (an earlier process may have left updates in
@@ -395,6 +402,14 @@ pub struct FrontendArgs {
     /// Seconds an idle memcached connection is kept (0 = forever).
     #[arg(long, default_value_t = 0)]
     idle_timeout_secs: u64,
+    /// Milliseconds a memcached client may take to accept pending replies (it stopped
+    /// reading) before its connection is closed.
+    #[arg(long, default_value_t = fawn_kv::memcache::MEMCACHE_WRITE_TIMEOUT.as_millis() as u64)]
+    write_timeout_ms: u64,
+    /// Milliseconds a memcached request may take from its first byte to its last, data
+    /// block included, before its connection is closed.
+    #[arg(long, default_value_t = fawn_kv::memcache::MEMCACHE_REQUEST_READ_TIMEOUT.as_millis() as u64)]
+    request_read_timeout_ms: u64,
     /// Largest value accepted, in bytes.
     #[arg(long, default_value_t = fawn_ds::limits::VALUE_BYTES_MAX)]
     value_bytes_max: usize,
@@ -409,6 +424,8 @@ pub struct FrontendArgs {
     /// `--heartbeat-ms`.
     #[arg(long, default_value_t = 200)]
     heartbeat_ms: u64,
+    #[command(flatten)]
+    native: NativeBoundsArgs,
 }
 
 impl FrontendArgs {
@@ -419,12 +436,18 @@ impl FrontendArgs {
             native_advertise: self.advertise.unwrap_or_else(|| self.listen.clone()),
             memcache_advertise: self.memcached.clone(),
             cache_entries: self.cache_entries,
+            cache_bytes: self.cache_bytes,
             cache_timing: CacheTiming { unsettled_hold: Duration::from_millis(self.cache_unsettled_hold_ms) },
             request_timeout: Duration::from_millis(self.request_timeout_ms),
             fault_outcome_delay: Duration::from_millis(self.fault_outcome_delay_ms),
             heartbeat: Duration::from_millis(self.heartbeat_ms.max(1)),
         };
         let mut mc = memcache_config(self.max_connections, self.idle_timeout_secs, self.value_bytes_max);
+        mc.write_timeout = Duration::from_millis(self.write_timeout_ms.max(1));
+        mc.request_read_timeout = Duration::from_millis(self.request_read_timeout_ms.max(1));
+        if let Some(cap) = run::apply_limits(self.native.limits(), Some(mc.max_connections)) {
+            mc.max_connections = cap;
+        }
         if let Some(path) = &self.memcached_auth_file {
             let users = fawn_kv::memcache::auth::Users::load(path)
                 .map_err(|e| anyhow::anyhow!("--memcached-auth-file {}: {e}", path.display()))?;
@@ -452,6 +475,37 @@ fn memcache_config(
 
 /// The managers `fawn up` starts with its default ports.
 const LOCAL_MANAGERS: &str = "127.0.0.1:7400,127.0.0.1:7651,127.0.0.1:7652";
+
+/// Bounds of a role's native-protocol listener.
+#[derive(Args, Debug)]
+pub struct NativeBoundsArgs {
+    /// Most native-protocol connections at once (lowered to fit the file-descriptor limit);
+    /// one more is told `too many open connections` in an error frame and closed.
+    #[arg(long, default_value_t = fawn_kv::server::NATIVE_CONNECTIONS_MAX)]
+    native_connections_max: usize,
+    /// Milliseconds a native connection with nothing in flight may stay silent.
+    #[arg(long, default_value_t = fawn_kv::server::NATIVE_IDLE_TIMEOUT.as_millis() as u64)]
+    native_idle_timeout_ms: u64,
+    /// Milliseconds a native frame may take from its first byte to its last.
+    #[arg(long, default_value_t = fawn_kv::server::NATIVE_FRAME_TIMEOUT.as_millis() as u64)]
+    native_frame_timeout_ms: u64,
+    /// Milliseconds a native peer may take to accept queued responses before it is closed.
+    #[arg(long, default_value_t = fawn_kv::server::NATIVE_WRITE_TIMEOUT.as_millis() as u64)]
+    native_write_timeout_ms: u64,
+}
+
+impl NativeBoundsArgs {
+    fn limits(&self) -> fawn_kv::server::NativeLimits {
+        fawn_kv::server::NativeLimits {
+            connections_max: self.native_connections_max.max(1),
+            read: fawn_client::framed::ReadTimeouts {
+                idle: Duration::from_millis(self.native_idle_timeout_ms.max(1)),
+                frame: Duration::from_millis(self.native_frame_timeout_ms.max(1)),
+            },
+            write_timeout: Duration::from_millis(self.native_write_timeout_ms.max(1)),
+        }
+    }
+}
 
 #[derive(Args, Debug)]
 pub struct LeaveArgs {

@@ -38,8 +38,12 @@ fn spawn_interval_sync(shared: &Arc<Shared>, every: Duration) -> Result<Backgrou
         let inner = shared.current();
         let end = inner.written_end();
         if end > inner.synced() && !inner.is_poisoned() {
-            // A failure poisons the store; writers see it on their next call.
-            let _ = inner.sync_to(end);
+            // A failure poisons the store; writers see it on their next call. Nobody waits
+            // on this sync, so report it here: the error log and the counter (a metric).
+            if let Err(e) = inner.sync_to(end) {
+                inner.counters().background_sync_errors.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                tracing::error!(dir = %shared.dir.display(), error = %e, "background fsync failed; the datastore is poisoned and refuses writes");
+            }
         }
     })
     .map_err(|e| Error::io("starting the sync thread", e))

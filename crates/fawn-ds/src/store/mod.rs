@@ -62,6 +62,8 @@ pub(crate) struct Counters {
     pub fsyncs: AtomicU64,
     pub checkpoints: AtomicU64,
     pub checkpoint_errors: AtomicU64,
+    /// Background (`SyncPolicy::Interval`) fsyncs that failed (each poisons the store).
+    pub background_sync_errors: AtomicU64,
     pub growth_step_max_us: AtomicU64,
     /// Log bytes read by index growth scans.
     pub growth_scan_bytes: AtomicU64,
@@ -412,6 +414,7 @@ impl Inner {
             fsyncs: c.fsyncs.load(Ordering::Relaxed),
             checkpoints: c.checkpoints.load(Ordering::Relaxed),
             checkpoint_errors: c.checkpoint_errors.load(Ordering::Relaxed),
+            background_sync_errors: c.background_sync_errors.load(Ordering::Relaxed),
             index_migrating: idx.is_migrating(),
             growth_step_max_us: c.growth_step_max_us.load(Ordering::Relaxed),
             growth_scan_bytes: c.growth_scan_bytes.load(Ordering::Relaxed),

@@ -59,6 +59,7 @@ pub(super) fn datastore_maintenance_metrics(out: &mut String, labels: &str, s: &
         ("fawn_datastore_auto_compact_errors_total", s.auto_compact_errors),
         ("fawn_datastore_write_stalls_total", s.write_stalls),
         ("fawn_datastore_poisoned", u64::from(s.poisoned)),
+        ("fawn_datastore_background_sync_errors_total", s.background_sync_errors),
     ] {
         metrics::line(out, name, labels, v);
     }

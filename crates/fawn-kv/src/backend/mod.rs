@@ -583,6 +583,12 @@ impl LinkTo for Linker {
 
     fn committed(&self, reply_to: &str, req: ReqId, outcome: Outcome, key: &[u8]) {
         let Some(b) = self.0.clone() else { return };
+        // Only to a front-end of the configuration: an update's `reply_to` must not make this
+        // node connect to any address a client names.
+        if !b.current().config.lists_frontend(reply_to) {
+            debug!(reply_to, "not a front-end of the configuration; no committed notice sent");
+            return;
+        }
         let addr = reply_to.to_string();
         let key = key.to_vec();
         tokio::spawn(async move {

@@ -30,8 +30,13 @@ use parking_lot::Mutex;
 
 /// Generation slots (keys hash onto them; a collision only costs a skipped cache fill).
 const GENERATION_SLOTS: usize = 4096;
-/// Cache shards (each with its own lock).
+/// Cache shards (each with its own lock and an equal share of the byte budget).
 const SHARDS: usize = 16;
+/// Default byte budget of the cache: keys, values and [`ENTRY_OVERHEAD_BYTES`] per item.
+pub const CACHE_BYTES_DEFAULT: usize = 128 << 20;
+/// What an item costs beyond its key and value: the map slot, the item's fields, the key's
+/// and value's heap headers (an estimate; it keeps many tiny items from escaping the budget).
+pub const ENTRY_OVERHEAD_BYTES: usize = 96;
 /// How long an update whose outcome is unknown keeps its slot from being filled. It covers a
 /// chain repair: failure detection, the new configuration, the head resending what its
 /// successor never acknowledged. A back-end that loses the manager stops serving after its
@@ -61,6 +66,7 @@ pub struct QueryCache {
     shards: Vec<Mutex<Shard>>,
     slots: Vec<Mutex<Slot>>,
     entries_per_shard_max: usize,
+    bytes_per_shard_max: usize,
     timing: CacheTiming,
     /// No fill before this (a previous process's updates may still commit).
     fills_from: Instant,
@@ -90,6 +96,41 @@ impl Slot {
 struct Shard {
     map: HashMap<Vec<u8>, (Item, u64)>,
     clock: u64,
+    /// Sum of [`cost`] over `map`.
+    bytes: usize,
+}
+
+/// Bytes an item is charged against the budget.
+fn cost(key: &[u8], item: &Item) -> usize {
+    key.len() + item.value.len() + ENTRY_OVERHEAD_BYTES
+}
+
+impl Shard {
+    fn remove(&mut self, key: &[u8]) {
+        if let Some((item, _)) = self.map.remove(key) {
+            self.bytes -= cost(key, &item);
+        }
+    }
+
+    fn insert(&mut self, key: &[u8], item: Item, clock: u64) {
+        self.remove(key);
+        self.bytes += cost(key, &item);
+        self.map.insert(key.to_vec(), (item, clock));
+    }
+
+    fn clear(&mut self) {
+        self.map.clear();
+        self.bytes = 0;
+    }
+
+    /// Evicts an approximately least-recently-used entry: the oldest of a small sample.
+    fn evict_one(&mut self) {
+        const SAMPLE: usize = 8;
+        let victim = self.map.iter().take(SAMPLE).min_by_key(|(_, (_, used))| *used).map(|(k, _)| k.clone());
+        if let Some(victim) = victim {
+            self.remove(&victim);
+        }
+    }
 }
 
 /// An update of one key in flight at this front-end (see the module comment). Release it
@@ -139,12 +180,15 @@ impl Drop for UpdateGuard<'_> {
 }
 
 impl QueryCache {
-    /// A cache of at most `entries_max` items (0 disables it).
-    pub fn new(entries_max: usize, timing: CacheTiming) -> QueryCache {
+    /// A cache of at most `entries_max` items costing at most `bytes_max` bytes (see
+    /// [`ENTRY_OVERHEAD_BYTES`]); 0 for either disables it.
+    pub fn new(entries_max: usize, bytes_max: usize, timing: CacheTiming) -> QueryCache {
+        let bytes_per_shard_max = bytes_max / SHARDS;
         QueryCache {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
             slots: (0..GENERATION_SLOTS).map(|_| Mutex::new(Slot::default())).collect(),
-            entries_per_shard_max: entries_max.div_ceil(SHARDS),
+            entries_per_shard_max: if bytes_per_shard_max == 0 { 0 } else { entries_max.div_ceil(SHARDS) },
+            bytes_per_shard_max,
             timing,
             fills_from: Instant::now() + timing.unsettled_hold,
             hasher: Default::default(),
@@ -160,7 +204,7 @@ impl QueryCache {
     }
 
     fn remove(&self, key: &[u8]) {
-        self.shards[self.hash(key) % SHARDS].lock().map.remove(key);
+        self.shards[self.hash(key) % SHARDS].lock().remove(key);
     }
 
     /// The cached item, if any.
@@ -213,12 +257,23 @@ impl QueryCache {
         if shard.map.get(key).is_some_and(|(cached, _)| cached.cas >= item.cas) {
             return;
         }
+        let charge = cost(key, &item);
+        if charge > self.bytes_per_shard_max {
+            // Larger than a shard's budget: never cached (the tail serves it).
+            shard.remove(key);
+            return;
+        }
         shard.clock += 1;
         let clock = shard.clock;
-        if shard.map.len() >= self.entries_per_shard_max && !shard.map.contains_key(key) {
-            evict_oldest(&mut shard.map);
+        shard.remove(key);
+        while shard.map.len() >= self.entries_per_shard_max || shard.bytes + charge > self.bytes_per_shard_max
+        {
+            shard.evict_one();
         }
-        shard.map.insert(key.to_vec(), (item, clock));
+        shard.insert(key, item, clock);
+        debug_assert!(
+            shard.bytes <= self.bytes_per_shard_max && shard.map.len() <= self.entries_per_shard_max
+        );
     }
 
     /// `key` changed without an update in flight here (a read found it absent, a tail
@@ -237,7 +292,7 @@ impl QueryCache {
             s.lock().generation += 1;
         }
         for s in &self.shards {
-            s.lock().map.clear();
+            s.lock().clear();
         }
     }
 
@@ -246,17 +301,14 @@ impl QueryCache {
         self.shards.iter().map(|s| s.lock().map.len()).sum()
     }
 
+    /// Bytes the cached items cost (see [`ENTRY_OVERHEAD_BYTES`]).
+    pub fn bytes(&self) -> usize {
+        self.shards.iter().map(|s| s.lock().bytes).sum()
+    }
+
     /// Whether nothing is cached.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-}
-
-/// Evicts an approximately least-recently-used entry: the oldest of a small sample.
-fn evict_oldest(map: &mut HashMap<Vec<u8>, (Item, u64)>) {
-    const SAMPLE: usize = 8;
-    if let Some(victim) = map.iter().take(SAMPLE).min_by_key(|(_, (_, used))| *used).map(|(k, _)| k.clone()) {
-        map.remove(&victim);
     }
 }
 
@@ -269,7 +321,7 @@ mod tests {
     }
 
     fn cache() -> QueryCache {
-        QueryCache::new(100, CacheTiming { unsettled_hold: Duration::ZERO })
+        QueryCache::new(100, 1 << 20, CacheTiming { unsettled_hold: Duration::ZERO })
     }
 
     #[test]
@@ -301,7 +353,7 @@ mod tests {
 
     #[test]
     fn an_update_dropped_without_outcome_holds_its_slot() {
-        let c = QueryCache::new(100, CacheTiming { unsettled_hold: Duration::from_secs(3600) });
+        let c = QueryCache::new(100, 1 << 20, CacheTiming { unsettled_hold: Duration::from_secs(3600) });
         // Past the start-up hold of a fresh cache is not reachable here: check the slot.
         drop(c.begin_update(b"k"));
         let slot = c.slot(b"k");
@@ -311,7 +363,7 @@ mod tests {
 
     #[test]
     fn an_unsettled_update_holds_until_its_deadline() {
-        let c = QueryCache::new(100, CacheTiming { unsettled_hold: Duration::from_millis(30) });
+        let c = QueryCache::new(100, 1 << 20, CacheTiming { unsettled_hold: Duration::from_millis(30) });
         std::thread::sleep(Duration::from_millis(40));
         c.begin_update(b"k").unsettled();
         let g = c.generation(b"k");
@@ -324,7 +376,7 @@ mod tests {
 
     #[test]
     fn no_fill_in_the_start_up_hold() {
-        let c = QueryCache::new(100, CacheTiming { unsettled_hold: Duration::from_secs(3600) });
+        let c = QueryCache::new(100, 1 << 20, CacheTiming { unsettled_hold: Duration::from_secs(3600) });
         c.fill(b"k", item(b"v", 1), c.generation(b"k"));
         assert!(c.get(b"k").is_none());
     }
@@ -354,8 +406,31 @@ mod tests {
     }
 
     #[test]
+    fn stays_within_its_byte_budget() {
+        let budget = 64 * 1024;
+        let c = QueryCache::new(1_000_000, budget, CacheTiming { unsettled_hold: Duration::ZERO });
+        let value = vec![7u8; 1000];
+        for i in 0..10_000u32 {
+            let key = i.to_le_bytes();
+            c.fill(&key, item(&value, 1), c.generation(&key));
+        }
+        assert!(c.bytes() <= budget, "{} bytes cached", c.bytes());
+        assert!(c.len() * (1000 + ENTRY_OVERHEAD_BYTES) >= budget / 2, "only {} items", c.len());
+        // Refills and removals keep the count exact.
+        for i in 0..10_000u32 {
+            let key = i.to_le_bytes();
+            c.invalidate(&key);
+        }
+        assert_eq!((c.len(), c.bytes()), (0, 0));
+        // An item above a shard's share is not cached at all.
+        let big = vec![0u8; budget];
+        c.fill(b"big", item(&big, 2), c.generation(b"big"));
+        assert!(c.get(b"big").is_none());
+    }
+
+    #[test]
     fn stays_bounded() {
-        let c = QueryCache::new(64, CacheTiming { unsettled_hold: Duration::ZERO });
+        let c = QueryCache::new(64, 1 << 20, CacheTiming { unsettled_hold: Duration::ZERO });
         for i in 0..10_000u32 {
             let key = i.to_le_bytes();
             c.fill(&key, item(b"v", 1), c.generation(&key));

@@ -48,6 +48,8 @@ pub struct FrontendOptions {
     pub memcache_advertise: String,
     /// Query cache capacity in items (0 disables it).
     pub cache_entries: usize,
+    /// Query cache capacity in bytes (0 disables it; see `cache::ENTRY_OVERHEAD_BYTES`).
+    pub cache_bytes: usize,
     /// The query cache's holds after an update of unknown outcome and after start-up.
     pub cache_timing: CacheTiming,
     /// Fault injection for tests (zero in production): an update's outcome is acted on this
@@ -95,7 +97,7 @@ impl Frontend {
         let pool = Pool::new(Duration::from_secs(2));
         let config = register(&pool, &options).await?;
         let frontend = Arc::new(Frontend {
-            cache: QueryCache::new(options.cache_entries, options.cache_timing),
+            cache: QueryCache::new(options.cache_entries, options.cache_bytes, options.cache_timing),
             options,
             view: RwLock::new(Arc::new(View::new(config))),
             pool,
@@ -454,6 +456,7 @@ impl Exposition for Frontend {
         c.get_latency.render(&mut out, "fawn_frontend_get_seconds", &labels);
         c.update_latency.render(&mut out, "fawn_frontend_update_seconds", &labels);
         metrics::line(&mut out, "fawn_frontend_epoch", &labels, self.current().config.epoch);
+        metrics::line(&mut out, "fawn_frontend_cache_bytes", &labels, self.cache.bytes() as u64);
         out
     }
 }

@@ -1,6 +1,8 @@
 //! One client connection's socket and buffers: the leaf that the request handlers write
 //! their replies into (as in mini-redis). It knows nothing of commands.
 
+use std::time::Duration;
+
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -19,12 +21,15 @@ pub(super) struct Connection {
     pub input: BytesMut,
     /// Replies not yet sent.
     pub out: Vec<u8>,
-    /// Writing to the client failed: nothing more is sent and the connection is to be closed.
+    /// Writing to the client failed or timed out: nothing more is sent and the connection is
+    /// to be closed.
     broken: bool,
+    /// Most time a write may wait for the client to take bytes.
+    write_timeout: Duration,
 }
 
 impl Connection {
-    pub fn new(stream: TcpStream) -> Self {
+    pub fn new(stream: TcpStream, write_timeout: Duration) -> Self {
         // Replies are batched per read, so Nagle's delay only adds latency.
         let _ = stream.set_nodelay(true);
         Connection {
@@ -32,6 +37,7 @@ impl Connection {
             input: BytesMut::with_capacity(READ_CHUNK_BYTES),
             out: Vec::with_capacity(READ_CHUNK_BYTES),
             broken: false,
+            write_timeout,
         }
     }
 
@@ -67,7 +73,9 @@ impl Connection {
         if self.out.is_empty() {
             return Ok(());
         }
-        let written = self.stream.write_all(&self.out).await;
+        // A client that stopped reading is closed after the timeout: the pending replies (at
+        // most FLUSH_AT_BYTES plus one value, see `flush_if_full`) are all it holds meanwhile.
+        let written = crate::stall::write_all_or_stall(&mut self.stream, &self.out, self.write_timeout).await;
         if written.is_err() {
             self.broken = true;
         }

@@ -25,6 +25,13 @@ use tokio::sync::{mpsc, watch, Semaphore};
 use crate::service::KvService;
 pub use stats::Stats;
 
+/// A client that takes no byte of its pending replies for this long (it stopped reading) is
+/// closed: what it holds (its replies, a multi-get's values) is freed.
+pub const MEMCACHE_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most time from a request's first byte to its last (its data block included): a client
+/// dripping a request byte by byte is closed. Leaves room for a 1 MiB value over a slow link.
+pub const MEMCACHE_REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Settings of the memcached front-end.
 #[derive(Debug, Clone)]
 pub struct MemcacheConfig {
@@ -35,6 +42,10 @@ pub struct MemcacheConfig {
     pub max_connections: usize,
     /// Close a connection idle this long (`idle_timeout`; `None` = never, memcached's default).
     pub idle_timeout: Option<Duration>,
+    /// Close a connection whose client takes no reply bytes for this long.
+    pub write_timeout: Duration,
+    /// Close a connection whose request takes longer than this to arrive whole.
+    pub request_read_timeout: Duration,
     /// The version reported by `version` and `stats`. Clients parse the leading `x.y.z` to
     /// pick features, so it starts with the memcached release whose protocol we follow.
     pub version: String,
@@ -54,6 +65,8 @@ impl Default for MemcacheConfig {
             limits: Limits::default(),
             max_connections: 1024,
             idle_timeout: None,
+            write_timeout: MEMCACHE_WRITE_TIMEOUT,
+            request_read_timeout: MEMCACHE_REQUEST_READ_TIMEOUT,
             version: format!("1.6.21-fawn-{}", env!("CARGO_PKG_VERSION")),
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             users: None,
@@ -107,7 +120,8 @@ pub async fn serve<S: KvService>(
                     let stop = stop_rx.clone();
                     let done = done_tx.clone();
                     tokio::spawn(async move {
-                        session::Session::new(conn::Connection::new(stream), shared, stop).run().await;
+                        let conn = conn::Connection::new(stream, shared.config.write_timeout);
+                        session::Session::new(conn, shared, stop).run().await;
                         drop(permit);
                         drop(done);
                     });

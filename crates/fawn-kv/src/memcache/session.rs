@@ -2,6 +2,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Buf;
 use fawn_proto::memcache::binary::{self, BinCommand, BinInvalid, BinParse, BinRequest, Status};
@@ -29,6 +30,8 @@ pub(super) struct Session<S> {
     /// Whether requests may run: from the start without a user file, else once the client has
     /// authenticated (see [`super::auth`]).
     authenticated: bool,
+    /// When the partial request now in the input began arriving (`None`: no partial request).
+    partial_since: Option<Instant>,
 }
 
 /// What to run next: a run of pipelined plain gets, or one request.
@@ -40,7 +43,7 @@ enum Next {
 impl<S: KvService> Session<S> {
     pub fn new(conn: Connection, shared: Arc<Shared<S>>, stop: watch::Receiver<bool>) -> Self {
         let authenticated = shared.config.users.is_none();
-        Session { conn, shared, stop, swallow: 0, binary: None, authenticated }
+        Session { conn, shared, stop, swallow: 0, binary: None, authenticated, partial_since: None }
     }
 
     pub async fn run(mut self) {
@@ -58,12 +61,20 @@ impl<S: KvService> Session<S> {
         loop {
             activity.busy.store(true, Relaxed);
             activity.last_cmd_secs.store(self.shared.stats.uptime_secs(), Relaxed);
+            let unparsed = self.conn.input.len();
             let flow = self.process_buffer().await;
             activity.busy.store(false, Relaxed);
             self.conn.flush(&self.shared.stats).await?;
             if matches!(flow, Flow::Close) || *self.stop.borrow() {
                 return Ok(());
             }
+            // The clock of a partial request restarts whenever input was consumed, so a client
+            // that keeps pipelining is never taken for a slow one.
+            self.partial_since = match (self.conn.input.is_empty() && self.swallow == 0, self.partial_since) {
+                (true, _) => None,
+                (false, Some(since)) if self.conn.input.len() >= unparsed => Some(since),
+                (false, _) => Some(Instant::now()),
+            };
             if !self.read().await? {
                 return Ok(());
             }
@@ -241,9 +252,16 @@ impl<S: KvService> Session<S> {
         }
     }
 
-    /// Reads more input; `false` on end of stream, idle timeout or server shutdown.
+    /// Reads more input; `false` on end of stream, idle timeout, a request that takes too
+    /// long to arrive whole (`request_read_timeout`), or server shutdown.
     async fn read(&mut self) -> std::io::Result<bool> {
-        let idle = self.shared.config.idle_timeout;
+        let idle = match self.partial_since {
+            Some(since) => {
+                let limit = self.shared.config.request_read_timeout;
+                Some(limit.saturating_sub(since.elapsed()))
+            }
+            None => self.shared.config.idle_timeout,
+        };
         let stats = &self.shared.stats;
         let read = self.conn.read(stats);
         let timed = async {

@@ -243,6 +243,11 @@ impl Memcached {
         Memcached { stream: std::io::BufReader::new(s) }
     }
 
+    /// How long a reply may take before the client panics (10 s by default).
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.stream.get_ref().set_read_timeout(Some(timeout)).expect("timeout");
+    }
+
     fn line(&mut self) -> String {
         use std::io::BufRead;
         let mut l = String::new();
@@ -264,6 +269,25 @@ impl Memcached {
         self.line()
     }
 
+    /// One `stats` value (e.g. `curr_connections`).
+    pub fn stat(&mut self, name: &str) -> Option<u64> {
+        self.send(b"stats\r\n");
+        let mut found = None;
+        loop {
+            let line = self.line();
+            if line == "END\r\n" || line.is_empty() {
+                return found;
+            }
+            if line.starts_with("SERVER_ERROR") || line.starts_with("ERROR") {
+                return None;
+            }
+            let mut words = line.split_whitespace();
+            if words.nth(1) == Some(name) {
+                found = words.next().and_then(|v| v.parse().ok());
+            }
+        }
+    }
+
     /// `get`; returns the value if any.
     pub fn get(&mut self, key: &str) -> Option<Vec<u8>> {
         use std::io::Read;
@@ -280,6 +304,7 @@ impl Memcached {
         Some(buf)
     }
 }
+pub mod bounds;
 pub mod history;
 pub mod memc;
 pub mod netns;

@@ -327,6 +327,16 @@ impl Procs {
         p.paused = false;
     }
 
+    /// The process id of front-end `i`, if it runs.
+    pub fn frontend_pid(&self, i: usize) -> Option<i32> {
+        self.frontends.get(i).and_then(Proc::pid)
+    }
+
+    /// The process id of back-end `node`, if it runs.
+    pub fn backend_pid(&self, node: u32) -> Option<i32> {
+        self.backends.get(&node).and_then(Proc::pid)
+    }
+
     /// Appends a marker line to a role's log (to line up faults with log lines).
     pub fn mark(&self, name: &str, what: &str) {
         if let Ok(mut log) = OpenOptions::new().append(true).open(self.log_path(name)) {

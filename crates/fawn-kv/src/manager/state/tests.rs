@@ -91,8 +91,7 @@ fn joined_then_leaving_until_a_merge_is_marked() -> ClusterConfig {
     let c = converge(register_backend(&formed(4), 4, 4, "a:4", &none()).unwrap().unwrap());
     let mut c = leave(&c, 4, &none()).unwrap().unwrap();
     while marked_merge(&c).is_none() {
-        let (node, range) =
-            c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range))).unwrap();
+        let (node, range) = c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range))).unwrap();
         c = sync_done(&c, node, range, &none()).unwrap().unwrap();
         c = tail_ready(&c, node, range, &none()).unwrap().unwrap_or(c);
     }
@@ -163,8 +162,7 @@ fn a_join_splits_the_ranges_its_virtual_ids_fall_in() {
     assert!(split_ready(&joined, not_head, rc.range, &none()).unwrap().is_none());
     let split = split_ready(&joined, rc.head().unwrap(), rc.range, &none()).unwrap().unwrap();
     let at = rc.splitting.unwrap();
-    let lower =
-        split.ranges.iter().find(|r| r.range == Range::new(rc.range.start_exclusive, at)).unwrap();
+    let lower = split.ranges.iter().find(|r| r.range == Range::new(rc.range.start_exclusive, at)).unwrap();
     let upper = split.ranges.iter().find(|r| r.range == Range::new(at, rc.range.end_inclusive)).unwrap();
     assert!(lower.chain == rc.chain || !lower.syncing.is_empty(), "{lower:?}");
     assert_eq!(upper.chain, rc.chain);
@@ -225,10 +223,7 @@ fn the_last_replica_of_a_range_stays_in_its_chain_and_serves_when_back() {
     let mut c = c;
     for node in [0, 1, 2, 3] {
         c = fail_node(&c, node, &none()).unwrap().unwrap();
-        assert!(
-            c.ranges.iter().all(|r| !r.chain.is_empty()),
-            "a chain emptied after failing {node}: {c:?}"
-        );
+        assert!(c.ranges.iter().all(|r| !r.chain.is_empty()), "a chain emptied after failing {node}: {c:?}");
     }
     // Every chain is down to the one node that failed last among its replicas.
     assert!(c.ranges.iter().all(|r| r.chain.len() == 1));
@@ -252,8 +247,7 @@ fn a_failure_shortens_chains_and_starts_re_replication() {
     }
     // Finishing every sync restores R in-sync replicas.
     let mut c = c;
-    while let Some((node, range)) = c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range)))
-    {
+    while let Some((node, range)) = c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range))) {
         c = sync_done(&c, node, range, &none()).unwrap().unwrap();
     }
     assert!(c.ranges.iter().all(|r| r.chain.len() == 3));
@@ -276,8 +270,7 @@ fn a_leaver_stays_until_its_replacement_is_in_sync() {
     assert!(!holding.is_empty());
     assert!(holding.iter().all(|r| r.syncing.len() == 1));
     let mut c = c;
-    while let Some((node, range)) = c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range)))
-    {
+    while let Some((node, range)) = c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range))) {
         c = sync_done(&c, node, range, &none()).unwrap().unwrap();
         if let Some(next) = tail_ready(&c, node, range, &none()).unwrap() {
             c = next;
@@ -413,8 +406,7 @@ fn re_replication_cut_off_from_the_tail_takes_another_node_and_hands_back_after_
     // The cut is over: the preferred node comes back, the stand-in goes once s is ready.
     let mut c = settle(&c, &none()).unwrap_or(c);
     let mut steps = 0;
-    while let Some((node, range)) = c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range)))
-    {
+    while let Some((node, range)) = c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range))) {
         c = sync_done(&c, node, range, &none()).unwrap().unwrap();
         if let Some(next) = tail_ready(&c, node, range, &none()).unwrap() {
             c = next;
@@ -477,8 +469,7 @@ fn re_replication_waits_for_the_cut_to_end() {
     // The cut is over: the short chains sync their missing replica again.
     let mut c = settle(&c, &none()).unwrap();
     assert!(c.ranges.iter().any(|r| !r.syncing.is_empty()));
-    while let Some((node, range)) = c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range)))
-    {
+    while let Some((node, range)) = c.ranges.iter().find_map(|r| r.syncing.first().map(|n| (*n, r.range))) {
         c = sync_done(&c, node, range, &none()).unwrap().unwrap();
     }
     assert!(c.ranges.iter().all(|r| r.chain.len() == 3), "{c:?}");
