@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use fawn_client::{Client, ClientOptions};
+use fawn_kv::launch::{BackendCommand, FrontendCommand, ManagerCommand, RingShape};
 use fawn_proto::native::{ClusterConfig, NodeState};
 
 /// How long a cluster may take to form and accept connections.
@@ -138,47 +139,35 @@ impl Cluster {
         std::fs::create_dir_all(&spec.dir).with_context(|| format!("creating {}", spec.dir.display()))?;
         let mut c = Cluster { spec, roles: Vec::new() };
         let s = c.spec.clone();
-        let d = |n: &str| s.dir.join(n).display().to_string();
-        c.spawn(
-            "manager",
-            vec![
-                "manager".into(),
-                "--listen".into(),
-                s.manager_addr().to_string(),
-                "--data-dir".into(),
-                d("manager"),
-                "--backends".into(),
-                s.backends.to_string(),
-                "--frontends".into(),
-                s.frontends.to_string(),
-                "--replicas".into(),
-                s.replicas.to_string(),
-                "--vnodes".into(),
-                s.vnodes.to_string(),
-            ],
-        )?;
+        let ring = RingShape {
+            backends: s.backends,
+            frontends: s.frontends,
+            replicas: s.replicas,
+            vnodes: s.vnodes,
+        };
+        let manager = ManagerCommand {
+            listen: s.manager_addr().to_string(),
+            group: None,
+            data_dir: s.dir.join("manager"),
+            ring,
+        };
+        c.spawn("manager", manager.args())?;
         wait_port(s.manager_addr(), &mut c.roles)?;
         for node in 0..s.backends {
             c.add_backend(node)?;
         }
         for i in 0..s.frontends {
-            let mut args = vec![
-                "frontend".into(),
-                "--id".into(),
-                i.to_string(),
-                "--listen".into(),
-                s.native_addr(i).to_string(),
-                "--memcached".into(),
-                s.memcached_addr(i).to_string(),
-                "--manager".into(),
-                s.manager_addr().to_string(),
-                "--data-dir".into(),
-                d(&format!("frontend-{i}")),
-            ];
-            if let Some(n) = s.cache_entries {
-                args.extend(["--cache-entries".into(), n.to_string()]);
-            }
-            c.spawn(&format!("frontend-{i}"), args)?;
+            let frontend = FrontendCommand {
+                id: i,
+                listen: s.native_addr(i).to_string(),
+                memcached: s.memcached_addr(i).to_string(),
+                managers: s.manager_addr().to_string(),
+                data_dir: s.dir.join(format!("frontend-{i}")),
+                cache_entries: s.cache_entries,
+                request_timeout_ms: None,
+                memcached_auth_file: None,
+            };
+            c.spawn(&format!("frontend-{i}"), frontend.args())?;
         }
         for i in 0..s.frontends {
             wait_port(s.memcached_addr(i), &mut c.roles)?;
@@ -200,22 +189,20 @@ impl Cluster {
     /// Start back-end `node` (after formation it joins as a syncing replica).
     pub fn add_backend(&mut self, node: u32) -> Result<()> {
         let s = self.spec.clone();
-        let mut args = vec![
-            "backend".into(),
-            "--node".into(),
-            node.to_string(),
-            "--listen".into(),
-            s.backend_addr(node).to_string(),
-            "--manager".into(),
-            s.manager_addr().to_string(),
-            "--data-dir".into(),
-            s.dir.join(format!("backend-{node}")).display().to_string(),
-            "--sync".into(),
-            s.sync.clone(),
-        ];
-        if let Some(port) = s.backend_advertise.as_ref().and_then(|a| a.get(node as usize)) {
-            args.extend(["--advertise".into(), loopback(*port).to_string()]);
-        }
+        let backend = BackendCommand {
+            node,
+            listen: s.backend_addr(node).to_string(),
+            advertise: s
+                .backend_advertise
+                .as_ref()
+                .and_then(|a| a.get(node as usize))
+                .map(|port| loopback(*port).to_string()),
+            managers: s.manager_addr().to_string(),
+            data_dir: s.dir.join(format!("backend-{node}")),
+            sync: s.sync.clone(),
+            expected_keys: None,
+        };
+        let args = backend.args();
         self.spawn(&format!("backend-{node}"), args)?;
         wait_port(s.backend_addr(node), &mut self.roles)
     }

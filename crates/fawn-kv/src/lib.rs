@@ -6,6 +6,7 @@
 pub mod backend;
 pub mod clock;
 pub mod frontend;
+pub mod launch;
 pub mod limits;
 pub mod local;
 pub mod lockfile;

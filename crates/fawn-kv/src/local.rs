@@ -10,6 +10,8 @@ use tokio::process::{Child, Command};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
+use crate::launch::{with_metrics, BackendCommand, FrontendCommand, ManagerCommand, RingShape};
+
 /// How long `fawn up` waits for the cluster to accept memcached connections.
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
 /// Pause before an exited role is restarted (also the supervision poll interval).
@@ -121,80 +123,63 @@ impl LocalCluster {
     }
 
     async fn start_all(&self, addrs: &Addresses, roles: &mut Vec<Role>) -> anyhow::Result<()> {
-        let d = |name: &str| self.data_dir.join(name).display().to_string();
+        let ring = RingShape {
+            backends: self.backends,
+            frontends: self.frontends,
+            replicas: self.replicas,
+            vnodes: self.vnodes,
+        };
         for (i, addr) in addrs.managers.iter().enumerate() {
             // Manager 1 keeps the single manager's name and directory of earlier versions.
             let name = if i == 0 { "manager".to_string() } else { format!("manager-{}", i + 1) };
             if i > 0 {
                 share_legacy_config(&self.data_dir.join("manager"), &self.data_dir.join(&name))?;
             }
-            let args = vec![
-                "manager".into(),
-                "--listen".into(),
-                addr.clone(),
-                "--managers".into(),
-                addrs.manager.clone(),
-                "--data-dir".into(),
-                d(&name),
-                "--backends".into(),
-                self.backends.to_string(),
-                "--frontends".into(),
-                self.frontends.to_string(),
-                "--replicas".into(),
-                self.replicas.to_string(),
-                "--vnodes".into(),
-                self.vnodes.to_string(),
-            ];
+            let command = ManagerCommand {
+                listen: addr.clone(),
+                group: Some(addrs.manager.clone()),
+                data_dir: self.data_dir.join(&name),
+                ring,
+            };
             let metrics_at = if i == 0 { 300 } else { 500 + i as u32 };
-            roles.push(self.spawn(&name, self.with_metrics(args, metrics_at))?);
+            roles.push(self.spawn(&name, self.with_metrics(command.args(), metrics_at))?);
         }
         for (i, addr) in addrs.backends.iter().enumerate() {
-            let args = vec![
-                "backend".into(),
-                "--node".into(),
-                i.to_string(),
-                "--listen".into(),
-                addr.clone(),
-                "--manager".into(),
-                addrs.manager.clone(),
-                "--data-dir".into(),
-                d(&format!("backend-{i}")),
-                "--sync".into(),
-                self.sync.clone(),
-                "--expected-keys".into(),
-                self.expected_keys.to_string(),
-            ];
-            roles.push(self.spawn(&format!("backend-{i}"), self.with_metrics(args, 301 + i as u32))?);
+            let command = BackendCommand {
+                node: i as u32,
+                listen: addr.clone(),
+                advertise: None,
+                managers: addrs.manager.clone(),
+                data_dir: self.data_dir.join(format!("backend-{i}")),
+                sync: self.sync.clone(),
+                expected_keys: Some(self.expected_keys),
+            };
+            roles.push(
+                self.spawn(&format!("backend-{i}"), self.with_metrics(command.args(), 301 + i as u32))?,
+            );
         }
         for i in 0..self.frontends as usize {
-            let mut args: Vec<String> = vec![
-                "frontend".into(),
-                "--id".into(),
-                i.to_string(),
-                "--listen".into(),
-                addrs.frontends_native[i].clone(),
-                "--memcached".into(),
-                addrs.frontends_memcached[i].clone(),
-                "--manager".into(),
-                addrs.manager.clone(),
-                "--data-dir".into(),
-                d(&format!("frontend-{i}")),
-            ];
-            if let Some(path) = &self.memcached_auth_file {
-                args.extend(["--memcached-auth-file".into(), path.display().to_string()]);
-            }
-            roles.push(self.spawn(&format!("frontend-{i}"), self.with_metrics(args, 400 + i as u32))?);
+            let command = FrontendCommand {
+                id: i as u32,
+                listen: addrs.frontends_native[i].clone(),
+                memcached: addrs.frontends_memcached[i].clone(),
+                managers: addrs.manager.clone(),
+                data_dir: self.data_dir.join(format!("frontend-{i}")),
+                cache_entries: None,
+                request_timeout_ms: None,
+                memcached_auth_file: self.memcached_auth_file.clone(),
+            };
+            roles.push(
+                self.spawn(&format!("frontend-{i}"), self.with_metrics(command.args(), 400 + i as u32))?,
+            );
         }
         wait_ready(&addrs.frontends_memcached, roles).await
     }
 
     /// Adds `--metrics HOST:BASE+offset` when metrics are on.
-    fn with_metrics(&self, mut args: Vec<String>, offset: u32) -> Vec<String> {
-        if self.metrics {
-            args.push("--metrics".into());
-            args.push(format!("{}:{}", self.host, u32::from(self.base_port) + offset));
-        }
-        args
+    fn with_metrics(&self, args: Vec<String>, offset: u32) -> Vec<String> {
+        let addr = self.metrics.then(|| format!("{}:{}", self.host, u32::from(self.base_port) + offset));
+        with_metrics(args, addr)
     }
 
     fn spawn(&self, name: &str, mut args: Vec<String>) -> anyhow::Result<Role> {

@@ -3,6 +3,8 @@
 mod args;
 #[cfg(test)]
 mod flagdoc;
+#[cfg(test)]
+mod launch_check;
 mod status;
 
 use args::{Cli, Command};

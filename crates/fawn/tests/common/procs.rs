@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fawn_client::{Client, ClientOptions};
+use fawn_kv::launch::{BackendCommand, FrontendCommand, ManagerCommand, RingShape};
 use fawn_kv::manager::client as manager_client;
 use fawn_proto::native::{ClusterConfig, Request, Response};
 
@@ -190,23 +191,18 @@ impl Procs {
             .map(|i| Proc {
                 name: manager_name(m, i),
                 prefix: Vec::new(),
-                args: vec![
-                    "manager".into(),
-                    "--listen".into(),
-                    manager_addrs[i].clone(),
-                    "--managers".into(),
-                    manager_addr.clone(),
-                    "--data-dir".into(),
-                    dir.join(manager_name(m, i)).display().to_string(),
-                    "--backends".into(),
-                    shape.backends.to_string(),
-                    "--frontends".into(),
-                    shape.frontends.to_string(),
-                    "--replicas".into(),
-                    shape.replicas.to_string(),
-                    "--vnodes".into(),
-                    shape.vnodes.to_string(),
-                ]
+                args: ManagerCommand {
+                    listen: manager_addrs[i].clone(),
+                    group: Some(manager_addr.clone()),
+                    data_dir: dir.join(manager_name(m, i)),
+                    ring: RingShape {
+                        backends: shape.backends,
+                        frontends: shape.frontends,
+                        replicas: shape.replicas,
+                        vnodes: shape.vnodes,
+                    },
+                }
+                .args()
                 .into_iter()
                 .chain(shape.manager_args.iter().cloned())
                 .collect(),
@@ -237,21 +233,17 @@ impl Procs {
             procs.add_backend(node, addr);
         }
         for (i, (native, memcached)) in frontend_addrs.iter().enumerate() {
-            let mut args: Vec<String> = vec![
-                "frontend".into(),
-                "--id".into(),
-                i.to_string(),
-                "--listen".into(),
-                native.clone(),
-                "--memcached".into(),
-                memcached.clone(),
-                "--manager".into(),
-                procs.manager_addr.clone(),
-                "--data-dir".into(),
-                procs.dir.join(format!("frontend-{i}")).display().to_string(),
-                "--request-timeout-ms".into(),
-                "1500".into(),
-            ];
+            let mut args = FrontendCommand {
+                id: i as u32,
+                listen: native.clone(),
+                memcached: memcached.clone(),
+                managers: procs.manager_addr.clone(),
+                data_dir: procs.dir.join(format!("frontend-{i}")),
+                cache_entries: None,
+                request_timeout_ms: Some(1500),
+                memcached_auth_file: None,
+            }
+            .args();
             args.extend(shape.frontend_args.iter().cloned());
             let mut p = Proc {
                 name: format!("frontend-{i}"),
@@ -273,19 +265,16 @@ impl Procs {
         let mut p = Proc {
             name: format!("backend-{node}"),
             prefix,
-            args: vec![
-                "backend".into(),
-                "--node".into(),
-                node.to_string(),
-                "--listen".into(),
-                addr.clone(),
-                "--manager".into(),
-                self.manager_addr.clone(),
-                "--data-dir".into(),
-                self.dir.join(format!("backend-{node}")).display().to_string(),
-                "--sync".into(),
-                self.shape.sync.clone(),
-            ],
+            args: BackendCommand {
+                node,
+                listen: addr.clone(),
+                advertise: None,
+                managers: self.manager_addr.clone(),
+                data_dir: self.dir.join(format!("backend-{node}")),
+                sync: self.shape.sync.clone(),
+                expected_keys: None,
+            }
+            .args(),
             env: Vec::new(),
             child: None,
             paused: false,
