@@ -73,15 +73,5 @@ pub fn run_seed(seed: u64, cfg: &Config) -> SeedResult {
 /// A fault by its name as printed by `{:?}` (`ForgetDedupOnPromotion`, ...).
 #[cfg(feature = "faults")]
 pub fn fault_named(name: &str) -> Option<Fault> {
-    use Fault::*;
-    [
-        ForgetDedupOnPromotion,
-        NoUnackedToNewSuccessor,
-        TailReadsBeforeCaughtUp,
-        ApplyAcrossGap,
-        CaughtUpFromOldTail,
-        NoOutcomesWithResend,
-    ]
-    .into_iter()
-    .find(|f| format!("{f:?}") == name)
+    Fault::ALL.into_iter().find(|f| format!("{f:?}") == name)
 }

@@ -12,7 +12,7 @@ use common::{Cluster, Memcached, Shape};
 
 #[test]
 fn every_exposed_metric_is_documented() {
-    let cluster = Cluster::start(Shape { metrics: true, ..Shape::default() });
+    let cluster = Cluster::start_with(Shape::default(), &["--metrics".to_string()]);
     let mut client = Memcached::connect(&format!("127.0.0.1:{}", cluster.memcached_port));
     assert_eq!(client.set("documented", b"value").trim(), "STORED");
     assert_eq!(client.get("documented").as_deref(), Some(&b"value"[..]));

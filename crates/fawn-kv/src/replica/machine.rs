@@ -48,6 +48,18 @@ pub enum Fault {
     NoOutcomesWithResend,
 }
 
+impl Fault {
+    /// Every fault, for tools that pick one by name.
+    pub const ALL: [Fault; 6] = [
+        Fault::ForgetDedupOnPromotion,
+        Fault::NoUnackedToNewSuccessor,
+        Fault::TailReadsBeforeCaughtUp,
+        Fault::ApplyAcrossGap,
+        Fault::CaughtUpFromOldTail,
+        Fault::NoOutcomesWithResend,
+    ];
+}
+
 /// Request outcomes per `Outcomes` message (each entry is a few dozen bytes: far below a frame).
 pub const OUTCOMES_PER_MESSAGE_MAX: usize = 4096;
 

@@ -29,13 +29,11 @@ pub struct Shape {
     pub frontends: u32,
     pub replicas: u32,
     pub vnodes: u32,
-    /// Serve `/metrics` on every role (`fawn up --metrics`).
-    pub metrics: bool,
 }
 
 impl Default for Shape {
     fn default() -> Self {
-        Shape { backends: 3, frontends: 1, replicas: 3, vnodes: 2, metrics: false }
+        Shape { backends: 3, frontends: 1, replicas: 3, vnodes: 2 }
     }
 }
 
@@ -104,9 +102,6 @@ impl Cluster {
             "--vnodes".into(),
             shape.vnodes.to_string(),
         ];
-        if shape.metrics {
-            args.push("--metrics".into());
-        }
         args.extend_from_slice(extra_args);
         let mut cluster = Cluster {
             child: None,
