@@ -12,6 +12,11 @@ cd "$(dirname "$0")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# A clean clone builds once: incremental caches would only take disk.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+step "disk space"
+df -h . | tail -1
+
 step "installing system packages (if missing)"
 need=()
 command -v memcached >/dev/null || need+=(memcached)
@@ -44,4 +49,5 @@ cargo build --release -p fawn
 scripts/memcached-compat.sh --against fawn
 
 step "summary"
+df -h . | tail -1
 echo "cargo: $summary"
