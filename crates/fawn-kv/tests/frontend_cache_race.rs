@@ -15,7 +15,12 @@ use rand::{Rng, SeedableRng};
 
 const WRITERS: u64 = 2;
 const READERS: u64 = 4;
+/// The race runs at least this long and until the readers have seen `HITS_MIN` hits (a loaded
+/// machine can preempt writers inside their window, so time alone may not exercise hits), but no
+/// longer than `RUN_MAX`.
 const RUN: Duration = Duration::from_millis(1500);
+const RUN_MAX: Duration = Duration::from_secs(30);
+const HITS_MIN: u64 = 100;
 const KEY: &[u8] = b"hot";
 
 fn item(version: u64) -> Item {
@@ -51,7 +56,8 @@ fn no_read_goes_backwards_while_fills_race_updates() {
                 // The commit notice on its way back to the front-end.
                 spin(&mut rng, 400);
                 guard.settled();
-                spin(&mut rng, 100);
+                // Time with no update of this writer in flight, when reads may fill.
+                spin(&mut rng, 600);
             }
             None
         }));
@@ -88,7 +94,11 @@ fn no_read_goes_backwards_while_fills_race_updates() {
             None
         }));
     }
+    let started = Instant::now();
     std::thread::sleep(RUN);
+    while hits.load(Ordering::Relaxed) < HITS_MIN && started.elapsed() < RUN_MAX {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     stop.store(true, Ordering::Relaxed);
     let mut problems = Vec::new();
     for t in threads {
