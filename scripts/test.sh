@@ -39,9 +39,9 @@ step "cargo clippy --all-targets -- -D warnings"
 cargo clippy --workspace --all-targets -- -D warnings
 
 step "cargo test --workspace"
-cargo test --workspace 2>&1 | tee target/cargo-test.log
+cargo test --workspace --no-fail-fast 2>&1 | tee target/cargo-test.log
 # The simulator's fault tests need the replica's test-only faults compiled in.
-cargo test -p fawn-sim --features faults 2>&1 | tee -a target/cargo-test.log
+cargo test -p fawn-sim --features faults --no-fail-fast 2>&1 | tee -a target/cargo-test.log
 summary=$(grep -E '^test result:' target/cargo-test.log | awk '{p+=$4; f+=$6} END {print p" passed, "f" failed"}')
 
 step "memcached compatibility (memccapable, pymemcache) against fawn up"

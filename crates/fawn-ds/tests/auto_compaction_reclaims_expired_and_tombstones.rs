@@ -27,10 +27,13 @@ fn now() -> u32 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as u32).unwrap_or(0)
 }
 
-/// Waits until the store's logs shrink below `bytes`, or panics after a while.
+/// Waits until a compaction has finished and the store's logs shrank below `bytes`, or panics
+/// after a while. The new log is visible before the compaction's last steps (directory sync,
+/// counters), so a shrunk log alone does not mean the counters are final.
 fn wait_for_log_below(ds: &DataStore, bytes: u64, what: &str) {
     let deadline = Instant::now() + Duration::from_secs(20);
-    while ds.stats().log_bytes >= bytes {
+    let done = |s: &fawn_ds::Stats| s.log_bytes < bytes && s.maintenance_ops >= 1;
+    while !done(&ds.stats()) {
         assert!(Instant::now() < deadline, "{what}: no automatic compaction: {:?}", ds.stats());
         std::thread::sleep(Duration::from_millis(20));
     }
