@@ -41,7 +41,10 @@ fn frontend_killed_for_good_lends_its_wedge() {
             c.wedge_server(DEAD as u32) == 0
         });
         moved_after.push(start.elapsed());
-        f.note(format!("wedge {DEAD} served by frontend-0 ({} ms after the kill)", start.elapsed().as_millis()));
+        f.note(format!(
+            "wedge {DEAD} served by frontend-0 ({} ms after the kill)",
+            start.elapsed().as_millis()
+        ));
         f.pause_ms(3000, 4000);
     });
     let mut late_failures = Vec::new();
@@ -50,8 +53,10 @@ fn frontend_killed_for_good_lends_its_wedge() {
         let (from, to) = r.fault_window;
         let (gap, errors) = gap_and_errors(&ours, from, to);
         let settled = from + (*moved + SETTLE_AFTER_MOVE).as_nanos() as u64;
-        let late: Vec<&Entry> =
-            ours.iter().filter(|e| e.call >= settled && e.call <= to && !matches!(e.outcome, Outcome::Ok(_))).collect();
+        let late: Vec<&Entry> = ours
+            .iter()
+            .filter(|e| e.call >= settled && e.call <= to && !matches!(e.outcome, Outcome::Ok(_)))
+            .collect();
         eprintln!(
             "seed {}: wedge moved {} ms after the kill; survivor's clients: longest gap {} ms, {errors} operations failed from the kill on, {} from {} ms after the move on",
             r.seed,

@@ -73,7 +73,10 @@ impl Frontend {
         if !view.config.formed || self.ownership.serves(&view.config, self.options.id) {
             return;
         }
-        info!(epoch = view.config.epoch, "this front-end's wedge was lent while it was declared dead; taking it back");
+        info!(
+            epoch = view.config.epoch,
+            "this front-end's wedge was lent while it was declared dead; taking it back"
+        );
         match register_once(&self.pool, &self.options).await {
             Ok(Response::Config(c)) => self.install(c),
             other => warn!(result = ?other, "cannot register again to take the wedge back"),

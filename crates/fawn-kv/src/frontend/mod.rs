@@ -171,12 +171,11 @@ impl Frontend {
         self.refresh().await;
     }
 
-    /// The front-end serving `key`'s wedge, if not this one.
-    fn owner_elsewhere(&self, view: &View, key: &[u8]) -> Option<String> {
-        if self.ownership.serves(&view.config, view.config.wedge_of(key_id(key))) {
-            return None;
-        }
-        server_addr(view, key)
+    /// Whether another registered front-end serves `key`'s wedge (a key of a wedge whose
+    /// front-end never registered is routed here).
+    fn served_elsewhere(&self, view: &View, key: &[u8]) -> bool {
+        !self.ownership.serves(&view.config, view.config.wedge_of(key_id(key)))
+            && server_addr(view, key).is_some()
     }
 
     /// A request another front-end forwarded here must be for a wedge this one serves: the
@@ -198,21 +197,23 @@ impl Frontend {
         if view.config.epoch > epoch {
             return Err(WireError::StaleEpoch { current: view.config.epoch });
         }
-        Err(WireError::WrongNode(format!("front-end {} does not serve wedge {}", self.options.id, wedge(&view))))
+        Err(WireError::WrongNode(format!(
+            "front-end {} does not serve wedge {}",
+            self.options.id,
+            wedge(&view)
+        )))
     }
 
     /// Reads `key` as the cluster's linearizable view (cache, or the chain's tail).
     pub async fn route_get(&self, key: &[u8], forwarded: bool) -> Result<Option<Item>, WireError> {
         self.counters.gets.fetch_add(1, Ordering::Relaxed);
-        if !forwarded {
-            if self.owner_elsewhere(&self.current(), key).is_some() {
-                self.counters.forwarded.fetch_add(1, Ordering::Relaxed);
-                let make = |epoch| Request::Get { epoch, key: key.to_vec(), forwarded: true };
-                return match self.call_with_retries(|v| server_addr(v, key), make).await? {
-                    Response::Get(item) => Ok(item),
-                    other => Err(unexpected(other)),
-                };
-            }
+        if !forwarded && self.served_elsewhere(&self.current(), key) {
+            self.counters.forwarded.fetch_add(1, Ordering::Relaxed);
+            let make = |epoch| Request::Get { epoch, key: key.to_vec(), forwarded: true };
+            return match self.call_with_retries(|v| server_addr(v, key), make).await? {
+                Response::Get(item) => Ok(item),
+                other => Err(unexpected(other)),
+            };
         }
         let now = unix_now();
         let wedge = |v: &View| v.config.wedge_of(key_id(key));
@@ -264,22 +265,20 @@ impl Frontend {
         forwarded: bool,
     ) -> Result<Outcome, WireError> {
         self.counters.updates.fetch_add(1, Ordering::Relaxed);
-        if !forwarded {
-            if self.owner_elsewhere(&self.current(), &update.key).is_some() {
-                self.counters.forwarded.fetch_add(1, Ordering::Relaxed);
-                let key = update.key.clone();
-                let make = |epoch| Request::Update {
-                    epoch,
-                    req,
-                    update: update.clone(),
-                    forwarded: true,
-                    reply_to: None,
-                };
-                return match self.call_with_retries(|v| server_addr(v, &key), make).await? {
-                    Response::Update(outcome) => Ok(outcome),
-                    other => Err(unexpected(other)),
-                };
-            }
+        if !forwarded && self.served_elsewhere(&self.current(), &update.key) {
+            self.counters.forwarded.fetch_add(1, Ordering::Relaxed);
+            let key = update.key.clone();
+            let make = |epoch| Request::Update {
+                epoch,
+                req,
+                update: update.clone(),
+                forwarded: true,
+                reply_to: None,
+            };
+            return match self.call_with_retries(|v| server_addr(v, &key), make).await? {
+                Response::Update(outcome) => Ok(outcome),
+                other => Err(unexpected(other)),
+            };
         }
         let key = update.key.clone();
         // Held until the outcome is known: no get fills the key's cache slot meanwhile.
@@ -550,10 +549,12 @@ impl KvService for Frontend {
 impl Handler for Frontend {
     async fn request(self: Arc<Self>, request: Request) -> Response {
         let result = match request {
-            Request::Get { epoch, key, forwarded } => match self.check_forwarded(forwarded, epoch, &key).await {
-                Ok(()) => self.route_get(&key, forwarded).await.map(Response::Get),
-                Err(e) => Err(e),
-            },
+            Request::Get { epoch, key, forwarded } => {
+                match self.check_forwarded(forwarded, epoch, &key).await {
+                    Ok(()) => self.route_get(&key, forwarded).await.map(Response::Get),
+                    Err(e) => Err(e),
+                }
+            }
             Request::Update { epoch, req, update, forwarded, .. } => {
                 match self.check_forwarded(forwarded, epoch, &update.key).await {
                     Ok(()) => self.route_update(req, update, forwarded).await.map(Response::Update),
