@@ -99,6 +99,15 @@ pub struct Frontend {
 impl Frontend {
     /// Registers with the manager and waits until the ring is formed.
     pub async fn start(options: FrontendOptions) -> anyhow::Result<Arc<Frontend>> {
+        // A round is the wait, the pings (each up to the interval) and the report: three of
+        // them must fit in the lease they renew.
+        anyhow::ensure!(
+            options.heartbeat * 3 <= crate::manager::FRONTEND_LEASE,
+            "--heartbeat-ms {} is too long: a front-end's heartbeat reports renew its {} ms lease (at most {} ms)",
+            options.heartbeat.as_millis(),
+            crate::manager::FRONTEND_LEASE.as_millis(),
+            (crate::manager::FRONTEND_LEASE / 3).as_millis()
+        );
         let pool = Pool::new(Duration::from_secs(2));
         let (config, registered) = register(&pool, &options).await?;
         let frontend = Arc::new(Frontend {
