@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use fawn_proto::native::{ClusterConfig, ReqId, Request, Response, WireError};
 use fawn_proto::op::{Item, Mutation, Outcome, Update};
-use fawn_ring::{key_id, wedge_of};
+use fawn_ring::key_id;
 use parking_lot::RwLock;
 
 use crate::pool::Pool;
@@ -97,8 +97,9 @@ impl Client {
 
     fn frontend_for(&self, key: &[u8]) -> Result<(String, u64), ClientError> {
         let config = self.config.read();
-        let wedge = wedge_of(key_id(key), config.frontends_expected.max(1)) as u32;
-        let frontend = config.frontends.iter().find(|f| f.id == wedge).ok_or(ClientError::NoFrontend)?;
+        // The front-end serving the key's wedge: its own, or the one it is lent to while its
+        // own is declared dead.
+        let frontend = config.frontend_for(key_id(key)).ok_or(ClientError::NoFrontend)?;
         Ok((frontend.native_addr.clone(), config.epoch))
     }
 

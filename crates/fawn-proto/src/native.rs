@@ -25,7 +25,9 @@ use fawn_ring::{KeyId, NodeId, Range};
 /// 6: `Request::Committed` names the key; `Request::RegisterBackend` says whether the
 /// back-end's logs are complete.
 /// 7: `ChainMsg::Outcomes` carries request outcomes with resent and copied updates.
-pub const PROTOCOL_VERSION: u8 = 7;
+/// 8: `ClusterConfig::wedges` maps each wedge to the front-end serving it (front-end
+/// failover); the manager answers a front-end's `Heartbeats` with the configuration.
+pub const PROTOCOL_VERSION: u8 = 8;
 /// Largest frame body accepted (a 1 MiB value plus key and headers fits many times over).
 pub const FRAME_BYTES_MAX: usize = 8 << 20;
 /// Bytes before the body: length (4) + version (1) + request id (8).
@@ -405,7 +407,7 @@ pub struct ClusterConfig {
     /// Back-ends the ring is formed from, sorted by node id.
     pub backends: Vec<BackendInfo>,
     /// Front-ends registered so far, sorted by id; front-end `i` owns wedge `i` of
-    /// `frontends_expected` wedges.
+    /// `frontends_expected` wedges unless `wedges` lends it to another.
     pub frontends: Vec<FrontendInfo>,
     /// How many front-ends (wedges) the cluster has.
     pub frontends_expected: u32,
@@ -416,6 +418,12 @@ pub struct ClusterConfig {
     pub formed: bool,
     /// Every range with its chain, sorted by `range.end_inclusive`; empty until formed.
     pub ranges: Vec<RangeConfig>,
+    /// The front-end serving each wedge (index = wedge): its own front-end, or a live one
+    /// while its own is declared dead. Empty (a configuration from before failover) or short:
+    /// every wedge missing from it is served by its own front-end. Read it through
+    /// [`ClusterConfig::wedge_server`].
+    #[serde(default)]
+    pub wedges: Vec<u32>,
 }
 
 /// Health and counters of one process.
@@ -447,6 +455,22 @@ impl ClusterConfig {
         let i = self.ranges.partition_point(|r| r.range.end_inclusive < id);
         // Past the last end: wraps to the first range.
         self.ranges.get(i).or_else(|| self.ranges.first())
+    }
+
+    /// The id of the front-end serving `wedge`.
+    pub fn wedge_server(&self, wedge: u32) -> u32 {
+        self.wedges.get(wedge as usize).copied().unwrap_or(wedge)
+    }
+
+    /// The wedge of key id `id` among `frontends_expected` wedges.
+    pub fn wedge_of(&self, id: KeyId) -> u32 {
+        fawn_ring::wedge_of(id, self.frontends_expected.max(1)) as u32
+    }
+
+    /// The registered front-end serving key id `id`'s wedge.
+    pub fn frontend_for(&self, id: KeyId) -> Option<&FrontendInfo> {
+        let server = self.wedge_server(self.wedge_of(id));
+        self.frontends.iter().find(|f| f.id == server)
     }
 
     /// The back-end's address.

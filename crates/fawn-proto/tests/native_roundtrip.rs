@@ -48,6 +48,7 @@ fn config() -> ClusterConfig {
         flush_at_micros: 1_700_000_000_000_000,
         formed: true,
         ranges: vec![split, merge],
+        wedges: vec![0],
     }
 }
 

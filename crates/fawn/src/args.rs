@@ -421,7 +421,7 @@ pub struct FrontendArgs {
     /// Milliseconds between this front-end's heartbeats to each back-end (t_hb). Each round
     /// is reported to the manager, which declares a back-end failed after the manager's
     /// `--fd-threshold` heartbeat intervals of silence; keep it equal to the manager's
-    /// `--heartbeat-ms`.
+    /// `--heartbeat-ms`. The reports also renew the front-end's 1.5 s lease: at most 500.
     #[arg(long, default_value_t = 200)]
     heartbeat_ms: u64,
     #[command(flatten)]

@@ -37,12 +37,17 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
         println!("  backend-{:<3} {:<22} {:?}: {}", b.node, b.addr, b.state, health(&pool, &b.addr).await);
     }
     for f in &config.frontends {
+        let wedges: Vec<String> = (0..config.frontends_expected)
+            .filter(|w| config.wedge_server(*w) == f.id)
+            .map(|w| w.to_string())
+            .collect();
         println!(
-            "  frontend-{:<2} {:<22} {} (memcached {})",
+            "  frontend-{:<2} {:<22} {} (memcached {}) serves wedges [{}]",
             f.id,
             f.native_addr,
             health(&pool, &f.native_addr).await,
-            f.memcache_addr
+            f.memcache_addr,
+            wedges.join(", ")
         );
     }
     print_chains(&config);

@@ -3,18 +3,27 @@
 //! since that back-end last answered. The manager decides (see `manager::Manager::heartbeats`):
 //! one front-end's silence alone does not remove a back-end that others, or the manager,
 //! still reach.
+//!
+//! The report is also this front-end's own heartbeat to the manager group: the leader answers
+//! it with the configuration after confirming a majority still follows it, which renews the
+//! front-end's lease (`ownership`). A front-end that finds its wedge lent to another (it was
+//! declared dead while slow or cut off) registers again to take it back.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use fawn_client::pool::Pool;
-use fawn_proto::native::{Request, Response};
+use fawn_proto::native::{ClusterConfig, Request, Response};
 use fawn_ring::NodeId;
-use tracing::warn;
+use tracing::{info, warn};
 
-use super::Frontend;
+use super::{register_once, Frontend};
 use crate::view::{ping_all, watched_backends};
+
+/// The shortest wait for the answer to a report: the leader answers after a round of Raft
+/// heartbeats, and a report that times out does not renew the lease.
+const REPORT_TIMEOUT_MIN: Duration = Duration::from_millis(500);
 
 /// Runs until the front-end is dropped.
 pub(super) async fn heartbeat_backends(frontend: Weak<Frontend>, interval: Duration) {
@@ -38,14 +47,39 @@ pub(super) async fn heartbeat_backends(frontend: Weak<Frontend>, interval: Durat
             .collect();
         let silent_ms = silences(&mut last_answer, &watched, &answered);
         let report = Request::Heartbeats { frontend: id, silent_ms };
-        match crate::manager::client::call(&pool, &manager, report, interval).await {
-            Ok(Response::Ok) => manager_unreachable = false,
+        let sent = Instant::now();
+        match crate::manager::client::call(&pool, &manager, report, interval.max(REPORT_TIMEOUT_MIN)).await {
+            Ok(Response::Config(config)) => {
+                manager_unreachable = false;
+                let Some(f) = frontend.upgrade() else { return };
+                f.report_answered(sent, config).await;
+            }
             other => {
                 // Logged once per outage: the manager's own detector takes over meanwhile.
                 if !std::mem::replace(&mut manager_unreachable, true) {
                     warn!(result = ?other, "cannot report heartbeats to the manager");
                 }
             }
+        }
+    }
+}
+
+impl Frontend {
+    /// The leader answered a report sent at `sent` with `config`.
+    async fn report_answered(&self, sent: Instant, config: ClusterConfig) {
+        self.install(config);
+        self.ownership.renew(sent, &self.cache);
+        let view = self.current();
+        if !view.config.formed || self.ownership.serves(&view.config, self.options.id) {
+            return;
+        }
+        info!(
+            epoch = view.config.epoch,
+            "this front-end's wedge was lent while it was declared dead; taking it back"
+        );
+        match register_once(&self.pool, &self.options).await {
+            Ok(Response::Config(c)) => self.install(c),
+            other => warn!(result = ?other, "cannot register again to take the wedge back"),
         }
     }
 }

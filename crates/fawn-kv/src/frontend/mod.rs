@@ -4,6 +4,7 @@
 
 pub mod cache;
 mod heartbeat;
+mod ownership;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -13,7 +14,7 @@ use fawn_client::pool::Pool;
 use fawn_client::retry::{Attempt, Next, Retry, RetryPolicy};
 use fawn_proto::native::{ClusterConfig, Epoch, NodeStatus, ReqId, Request, Response, WireError};
 use fawn_proto::op::{is_expired, Item, Outcome, Update};
-use fawn_ring::{key_id, wedge_of};
+use fawn_ring::key_id;
 use parking_lot::RwLock;
 use tokio::sync::{oneshot, watch};
 use tracing::{debug, info, warn};
@@ -24,6 +25,7 @@ use crate::server::{self, Handler};
 use crate::service::{ItemStats, KvService, ServiceError};
 use crate::view::{fetch_config, View};
 use cache::{CacheTiming, QueryCache};
+use ownership::Ownership;
 
 /// How often a front-end polls the manager for a newer configuration.
 pub const CONFIG_POLL_INTERVAL: Duration = Duration::from_millis(500);
@@ -38,7 +40,8 @@ pub const ROUTE_RETRY: RetryPolicy = RetryPolicy {
 /// Front-end settings.
 #[derive(Clone, Debug)]
 pub struct FrontendOptions {
-    /// Front-end id = wedge index; ids are 0..F.
+    /// Front-end id = the index of its own wedge; ids are 0..F. It serves other wedges too
+    /// while their front-ends are declared dead (`ClusterConfig::wedges`).
     pub id: u32,
     /// Native addresses of the manager group, comma-separated (`manager::client`).
     pub manager: String,
@@ -80,6 +83,8 @@ pub struct Frontend {
     view: RwLock<Arc<View>>,
     pool: Pool,
     cache: QueryCache,
+    /// Which wedges it serves, its lease, and when the cache may be used for them.
+    ownership: Ownership,
     client_id: u64,
     next_req: AtomicU64,
     started: Instant,
@@ -94,10 +99,20 @@ pub struct Frontend {
 impl Frontend {
     /// Registers with the manager and waits until the ring is formed.
     pub async fn start(options: FrontendOptions) -> anyhow::Result<Arc<Frontend>> {
+        // A round is the wait, the pings (each up to the interval) and the report: three of
+        // them must fit in the lease they renew.
+        anyhow::ensure!(
+            options.heartbeat * 3 <= crate::manager::FRONTEND_LEASE,
+            "--heartbeat-ms {} is too long: a front-end's heartbeat reports renew its {} ms lease (at most {} ms)",
+            options.heartbeat.as_millis(),
+            crate::manager::FRONTEND_LEASE.as_millis(),
+            (crate::manager::FRONTEND_LEASE / 3).as_millis()
+        );
         let pool = Pool::new(Duration::from_secs(2));
-        let config = register(&pool, &options).await?;
+        let (config, registered) = register(&pool, &options).await?;
         let frontend = Arc::new(Frontend {
             cache: QueryCache::new(options.cache_entries, options.cache_bytes, options.cache_timing),
+            ownership: Ownership::new(options.id, options.cache_timing.unsettled_hold, registered),
             options,
             view: RwLock::new(Arc::new(View::new(config))),
             pool,
@@ -133,15 +148,19 @@ impl Frontend {
     }
 
     fn install(&self, config: ClusterConfig) {
-        let old = self.current();
-        if config.epoch <= old.config.epoch {
+        // Checked and replaced under the lock: a push and a poll installing at once must not
+        // leave the older of the two.
+        let mut view = self.view.write();
+        let old = &view.config;
+        if config.epoch <= old.epoch {
             return;
         }
-        if config.flush_at_micros != old.config.flush_at_micros || config.backends != old.config.backends {
+        if config.flush_at_micros != old.flush_at_micros || config.backends != old.backends {
             self.cache.clear();
         }
+        self.ownership.moving(old, &config, &self.cache);
         info!(epoch = config.epoch, "configuration installed");
-        *self.view.write() = Arc::new(View::new(config));
+        *view = Arc::new(View::new(config));
     }
 
     async fn refresh(&self) {
@@ -161,33 +180,56 @@ impl Frontend {
         self.refresh().await;
     }
 
-    /// The front-end owning `key`'s wedge, if not this one.
-    fn owner_elsewhere(&self, view: &View, key: &[u8]) -> Option<String> {
-        let n = view.config.frontends_expected;
-        if n <= 1 {
-            return None;
+    /// Whether another registered front-end serves `key`'s wedge (a key of a wedge whose
+    /// front-end never registered is routed here).
+    fn served_elsewhere(&self, view: &View, key: &[u8]) -> bool {
+        !self.ownership.serves(&view.config, view.config.wedge_of(key_id(key)))
+            && server_addr(view, key).is_some()
+    }
+
+    /// A request another front-end forwarded here must be for a wedge this one serves: the
+    /// updates of a key pass one front-end. If not, the sender or this front-end routes by an
+    /// old configuration; the refusal makes the sender fetch the newest and route again.
+    async fn check_forwarded(&self, forwarded: bool, epoch: Epoch, key: &[u8]) -> Result<(), WireError> {
+        if !forwarded {
+            return Ok(());
         }
-        let w = wedge_of(key_id(key), n) as u32;
-        if w == self.options.id {
-            return None;
+        let wedge = |v: &View| v.config.wedge_of(key_id(key));
+        let mut view = self.current();
+        if !self.ownership.serves(&view.config, wedge(&view)) && view.config.epoch <= epoch {
+            self.refresh_after(view.config.epoch).await;
+            view = self.current();
         }
-        view.config.frontends.iter().find(|f| f.id == w).map(|f| f.native_addr.clone())
+        if self.ownership.serves(&view.config, wedge(&view)) {
+            return Ok(());
+        }
+        if view.config.epoch > epoch {
+            return Err(WireError::StaleEpoch { current: view.config.epoch });
+        }
+        Err(WireError::WrongNode(format!(
+            "front-end {} does not serve wedge {}",
+            self.options.id,
+            wedge(&view)
+        )))
     }
 
     /// Reads `key` as the cluster's linearizable view (cache, or the chain's tail).
     pub async fn route_get(&self, key: &[u8], forwarded: bool) -> Result<Option<Item>, WireError> {
         self.counters.gets.fetch_add(1, Ordering::Relaxed);
-        if !forwarded {
-            if let Some(addr) = self.owner_elsewhere(&self.current(), key) {
-                self.counters.forwarded.fetch_add(1, Ordering::Relaxed);
-                let make = |epoch| Request::Get { epoch, key: key.to_vec(), forwarded: true };
-                return match self.call_with_retries(|_| Some(addr.clone()), make).await? {
-                    Response::Get(item) => Ok(item),
-                    other => Err(unexpected(other)),
-                };
-            }
+        if !forwarded && self.served_elsewhere(&self.current(), key) {
+            self.counters.forwarded.fetch_add(1, Ordering::Relaxed);
+            let make = |epoch| Request::Get { epoch, key: key.to_vec(), forwarded: true };
+            return match self.call_with_retries(|v| server_addr(v, key), make).await? {
+                Response::Get(item) => Ok(item),
+                other => Err(unexpected(other)),
+            };
         }
         let now = unix_now();
+        let wedge = |v: &View| v.config.wedge_of(key_id(key));
+        let view = self.current();
+        if !self.ownership.caches(&view.config, wedge(&view)) {
+            return self.read_tail(key, now).await;
+        }
         if let Some(item) = self.cache.get(key) {
             if self.visible(&item, now) {
                 self.counters.cache_hits.fetch_add(1, Ordering::Relaxed);
@@ -197,22 +239,29 @@ impl Frontend {
             return Ok(None);
         }
         let generation = self.cache.generation(key);
+        let item = self.read_tail(key, now).await?;
+        let view = self.current();
+        match &item {
+            Some(item) if self.ownership.fills(&view.config, wedge(&view)) => {
+                self.cache.fill(key, item.clone(), generation)
+            }
+            Some(_) => {}
+            // The key is absent now: no read that started earlier may cache a value.
+            None => self.cache.invalidate(key),
+        }
+        Ok(item)
+    }
+
+    /// Reads `key` at its chain's tail, as visible at `now` (unix seconds).
+    async fn read_tail(&self, key: &[u8], now: u32) -> Result<Option<Item>, WireError> {
         let id = key_id(key);
         let tail =
             |v: &View| v.config.range_of(id).and_then(|rc| v.backend_addr(rc.tail()?).map(str::to_string));
         let make = |epoch| Request::Get { epoch, key: key.to_vec(), forwarded: true };
         match self.call_with_retries(tail, make).await? {
-            Response::Get(item) => {
-                // The tail filters too; this covers a tail that has not yet installed the
-                // configuration with the latest flush_all.
-                let item = item.filter(|i| self.visible(i, now));
-                match &item {
-                    Some(item) => self.cache.fill(key, item.clone(), generation),
-                    // The key is absent now: no read that started earlier may cache a value.
-                    None => self.cache.invalidate(key),
-                }
-                Ok(item)
-            }
+            // The tail filters too; this covers a tail that has not yet installed the
+            // configuration with the latest flush_all.
+            Response::Get(item) => Ok(item.filter(|i| self.visible(i, now))),
             other => Err(unexpected(other)),
         }
     }
@@ -225,28 +274,33 @@ impl Frontend {
         forwarded: bool,
     ) -> Result<Outcome, WireError> {
         self.counters.updates.fetch_add(1, Ordering::Relaxed);
-        if !forwarded {
-            if let Some(addr) = self.owner_elsewhere(&self.current(), &update.key) {
-                self.counters.forwarded.fetch_add(1, Ordering::Relaxed);
-                let make = |epoch| Request::Update {
-                    epoch,
-                    req,
-                    update: update.clone(),
-                    forwarded: true,
-                    reply_to: None,
-                };
-                return match self.call_with_retries(|_| Some(addr.clone()), make).await? {
-                    Response::Update(outcome) => Ok(outcome),
-                    other => Err(unexpected(other)),
-                };
-            }
+        if !forwarded && self.served_elsewhere(&self.current(), &update.key) {
+            self.counters.forwarded.fetch_add(1, Ordering::Relaxed);
+            let key = update.key.clone();
+            let make = |epoch| Request::Update {
+                epoch,
+                req,
+                update: update.clone(),
+                forwarded: true,
+                reply_to: None,
+            };
+            return match self.call_with_retries(|v| server_addr(v, &key), make).await? {
+                Response::Update(outcome) => Ok(outcome),
+                other => Err(unexpected(other)),
+            };
         }
         let key = update.key.clone();
         // Held until the outcome is known: no get fills the key's cache slot meanwhile.
         let guard = self.cache.begin_update(&key);
         let id = key_id(&key);
-        let head =
-            |v: &View| v.config.range_of(id).and_then(|rc| v.backend_addr(rc.head()?).map(str::to_string));
+        // Only under the lease: once it lapses the wedge may be lent to another front-end, which
+        // would not know of this update (`ownership`).
+        let head = |v: &View| {
+            if !self.ownership.leased() {
+                return None;
+            }
+            v.config.range_of(id).and_then(|rc| v.backend_addr(rc.head()?).map(str::to_string))
+        };
         // The tail tells us `Committed` as soon as it stores the update (paper §3.4.3); the
         // head's answer, which waits for the ack to travel back up the chain, is the fallback.
         // Removed when this request ends, also if its future is dropped mid-flight.
@@ -426,6 +480,11 @@ impl Drop for CommitWait<'_> {
     }
 }
 
+/// The native address of the front-end serving `key`'s wedge in `view`.
+fn server_addr(view: &View, key: &[u8]) -> Option<String> {
+    view.config.frontend_for(key_id(key)).map(|f| f.native_addr.clone())
+}
+
 fn unexpected(resp: Response) -> WireError {
     WireError::Invalid(format!("unexpected response {resp:?}"))
 }
@@ -457,6 +516,9 @@ impl Exposition for Frontend {
         c.update_latency.render(&mut out, "fawn_frontend_update_seconds", &labels);
         metrics::line(&mut out, "fawn_frontend_epoch", &labels, self.current().config.epoch);
         metrics::line(&mut out, "fawn_frontend_cache_bytes", &labels, self.cache.bytes() as u64);
+        let wedges = self.ownership.wedges_served(&self.current().config);
+        metrics::line(&mut out, "fawn_frontend_wedges_served", &labels, wedges);
+        metrics::line(&mut out, "fawn_frontend_lease_lapses_total", &labels, self.ownership.lapses());
         out
     }
 }
@@ -496,9 +558,17 @@ impl KvService for Frontend {
 impl Handler for Frontend {
     async fn request(self: Arc<Self>, request: Request) -> Response {
         let result = match request {
-            Request::Get { key, forwarded, .. } => self.route_get(&key, forwarded).await.map(Response::Get),
-            Request::Update { req, update, forwarded, .. } => {
-                self.route_update(req, update, forwarded).await.map(Response::Update)
+            Request::Get { epoch, key, forwarded } => {
+                match self.check_forwarded(forwarded, epoch, &key).await {
+                    Ok(()) => self.route_get(&key, forwarded).await.map(Response::Get),
+                    Err(e) => Err(e),
+                }
+            }
+            Request::Update { epoch, req, update, forwarded, .. } => {
+                match self.check_forwarded(forwarded, epoch, &update.key).await {
+                    Ok(()) => self.route_update(req, update, forwarded).await.map(Response::Update),
+                    Err(e) => Err(e),
+                }
             }
             Request::GetConfig => Ok(Response::Config(self.config())),
             Request::Committed { req, outcome, key } => {
@@ -533,19 +603,15 @@ impl Handler for Frontend {
     }
 }
 
-async fn register(pool: &Pool, options: &FrontendOptions) -> anyhow::Result<ClusterConfig> {
-    let request = Request::RegisterFrontend {
-        id: options.id,
-        native_addr: options.native_advertise.clone(),
-        memcache_addr: options.memcache_advertise.clone(),
-    };
+/// Registers with the manager group until the ring is formed; returns the configuration and
+/// when the answered registration was sent (the start of the front-end's lease).
+async fn register(pool: &Pool, options: &FrontendOptions) -> anyhow::Result<(ClusterConfig, Instant)> {
     let mut logged = false;
     loop {
-        match crate::manager::client::call(pool, &options.manager, request.clone(), Duration::from_secs(5))
-            .await
-        {
+        let sent = Instant::now();
+        match register_once(pool, options).await {
             Ok(Response::Config(c)) if c.formed && c.frontends.len() as u32 == c.frontends_expected => {
-                return Ok(c)
+                return Ok((c, sent))
             }
             Ok(Response::Config(_)) => {}
             Ok(Response::Error(e)) => anyhow::bail!("the manager refused front-end {}: {e}", options.id),
@@ -558,6 +624,19 @@ async fn register(pool: &Pool, options: &FrontendOptions) -> anyhow::Result<Clus
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// One registration: the front-end's addresses, and a claim on its own wedge.
+async fn register_once(
+    pool: &Pool,
+    options: &FrontendOptions,
+) -> Result<Response, fawn_client::rpc::RpcError> {
+    let request = Request::RegisterFrontend {
+        id: options.id,
+        native_addr: options.native_advertise.clone(),
+        memcache_addr: options.memcache_advertise.clone(),
+    };
+    crate::manager::client::call(pool, &options.manager, request, Duration::from_secs(5)).await
 }
 
 async fn poll_config(frontend: std::sync::Weak<Frontend>) {

@@ -65,6 +65,10 @@ pub enum Command {
     Settle {
         cuts: Cuts,
     },
+    /// A front-end stopped reporting heartbeats: its wedges move to live front-ends.
+    FailFrontend {
+        id: u32,
+    },
 }
 
 /// The cut links a transition is computed with, as carried in the log.
@@ -130,6 +134,7 @@ pub fn transition(config: &ClusterConfig, command: &Command) -> Result<Option<Cl
             state::fail_node(config, *node, &link_cuts(cuts)).map_err(refused)
         }
         Command::Settle { cuts } => Ok(state::settle(config, &link_cuts(cuts))),
+        Command::FailFrontend { id } => state::fail_frontend(config, *id).map_err(refused),
     }
 }
 

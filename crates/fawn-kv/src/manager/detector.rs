@@ -5,6 +5,12 @@
 //! The confirmation keeps one front-end cut off from a healthy back-end from having it
 //! removed from every chain. While no front-end reports (all of them down, or a cluster run
 //! without any), the manager heartbeats the back-ends itself, so failures are still found.
+//!
+//! The reports are also the front-ends' own heartbeats: a front-end that has not reported for
+//! [`super::FRONTEND_SILENCE_MIN`] (or `heartbeat × fd_threshold`, if longer) is declared dead and
+//! its wedges move to live front-ends (`state::fail_frontend`). The limit is longer than the
+//! front-end's own lease ([`super::FRONTEND_LEASE`]), so a front-end cut off from the group stops
+//! using its cache and sending updates before anyone else takes its wedge.
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -36,6 +42,51 @@ impl Manager {
     /// Whether `node` was heard within the failure limit.
     fn heard_recently(&self, node: NodeId) -> bool {
         self.heartbeat_ok.lock().get(&node).is_some_and(|t| t.elapsed() < self.failure_limit())
+    }
+
+    /// Silence after which a front-end is declared dead.
+    fn frontend_limit(&self) -> Duration {
+        self.failure_limit().max(super::FRONTEND_SILENCE_MIN)
+    }
+
+    /// A new leader starts every front-end's silence now: it cannot know when a front-end last
+    /// reported to the leader before it, but no report answered by that one was sent after
+    /// this leader was elected.
+    pub(super) fn restart_frontend_clocks(&self) {
+        let now = Instant::now();
+        let mut reports = self.frontend_reports.lock();
+        reports.clear();
+        for f in &self.config().frontends {
+            reports.insert(f.id, now);
+        }
+    }
+
+    /// Declares dead every front-end that serves wedges and has been silent past the limit,
+    /// if another front-end is live to take them.
+    async fn fail_silent_frontends(&self) {
+        let config = self.config();
+        let limit = self.frontend_limit();
+        let silent: Vec<(u32, Duration)> = {
+            let now = Instant::now();
+            let mut reports = self.frontend_reports.lock();
+            config
+                .frontends
+                .iter()
+                .map(|f| (f.id, now.duration_since(*reports.entry(f.id).or_insert(now))))
+                .filter(|(_, quiet)| *quiet >= limit)
+                .collect()
+        };
+        for (id, quiet) in silent {
+            if !matches!(super::state::fail_frontend(&config, id), Ok(Some(_))) {
+                continue;
+            }
+            warn!(
+                frontend = id,
+                silent_ms = quiet.as_millis() as u64,
+                "front-end stopped reporting heartbeats; lending its wedges to live front-ends"
+            );
+            let _ = self.propose(Command::FailFrontend { id }).await;
+        }
     }
 
     /// Front-ends that reported a heartbeat round within the failure limit.
@@ -133,10 +184,15 @@ pub(super) async fn detect_failures(manager: Weak<Manager>, mut shutdown: watch:
         // Only the leader detects failures: its proposals are the only ones that commit.
         if !m.is_leader() {
             probing = false;
+            // A later term of this replica as leader starts the front-ends' silences afresh.
+            m.frontend_reports.lock().clear();
             continue;
         }
         m.expire_cuts().await;
         let config = m.config();
+        if config.formed {
+            m.fail_silent_frontends().await;
+        }
         let own = config.formed && m.frontends_reporting() == 0;
         if own != probing {
             probing = own;

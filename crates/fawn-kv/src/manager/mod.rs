@@ -63,6 +63,16 @@ pub const LINK_CUT_FORGET_AFTER: Duration = Duration::from_secs(3);
 /// Before acting on a link-cut report the manager pings the reported peer itself; it must
 /// answer within this (a dead or stopped peer is a failure, not a cut).
 pub const LINK_CUT_CONFIRM_TIMEOUT: Duration = Duration::from_millis(500);
+/// A front-end uses its query cache and sends updates to heads only within this of sending its
+/// last heartbeat report that the group's leader answered (`frontend::ownership`).
+pub const FRONTEND_LEASE: Duration = Duration::from_millis(1500);
+/// The shortest silence after which a front-end is declared dead and its wedges lent, whatever
+/// the heartbeat flags say: longer than [`FRONTEND_LEASE`], so that a front-end cut off from
+/// the group has stopped acting on its wedges before another front-end takes them.
+pub const FRONTEND_SILENCE_MIN: Duration = Duration::from_millis(2000);
+
+const _: () = assert!(FRONTEND_SILENCE_MIN.as_millis() > FRONTEND_LEASE.as_millis());
+
 /// How long a request waits for a new group's first configuration to be committed.
 const FIRST_CONFIG_WAIT: Duration = Duration::from_secs(2);
 
@@ -343,6 +353,8 @@ impl crate::metrics::Exposition for Manager {
         crate::metrics::line(&mut out, "fawn_manager_epoch", "", c.epoch);
         crate::metrics::line(&mut out, "fawn_manager_backends", "", c.backends.len() as u64);
         crate::metrics::line(&mut out, "fawn_manager_frontends", "", c.frontends.len() as u64);
+        let lent = (0..c.frontends_expected).filter(|w| c.wedge_server(*w) != *w).count();
+        crate::metrics::line(&mut out, "fawn_manager_wedges_lent", "", lent as u64);
         for (name, value) in self.group_counters() {
             crate::metrics::line(&mut out, &format!("fawn_manager_{name}"), "", value);
         }
@@ -361,6 +373,8 @@ impl Handler for Manager {
                 self.propose(Command::RegisterBackend { expected, node, addr, logs_complete, cuts }).await
             }
             Request::RegisterFrontend { id, native_addr, memcache_addr } => {
+                // Its silence counts from now, not from before it was last declared dead.
+                self.frontend_reports.lock().insert(id, Instant::now());
                 self.propose(Command::RegisterFrontend { id, native_addr, memcache_addr }).await
             }
             Request::SyncDone { node, range } => {
@@ -395,7 +409,10 @@ impl Handler for Manager {
                     return self.not_leader();
                 }
                 self.heartbeats(frontend, silent_ms);
-                Response::Ok
+                // Answered like `GetConfig`, by a leader a majority still follows: the answer
+                // renews the front-end's lease (`frontend::ownership`) and tells it which
+                // wedges it serves.
+                self.linearizable_config().await
             }
             Request::ChangeManagers { id, addr, add } => self.change_managers(id, addr, add).await,
             Request::Ping => Response::Pong,
@@ -421,7 +438,7 @@ async fn lead(manager: std::sync::Weak<Manager>, mut shutdown: watch::Receiver<b
             info!(id = m.options.id, term, "this manager leads the group");
             m.cuts.lock().clear();
             m.heartbeat_ok.lock().clear();
-            m.frontend_reports.lock().clear();
+            m.restart_frontend_clocks();
         }
         leading = now_leading;
         if leading && m.published.current().is_none() {

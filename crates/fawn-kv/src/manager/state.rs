@@ -8,7 +8,7 @@
 
 use std::collections::BTreeSet;
 
-use fawn_proto::native::{BackendInfo, ClusterConfig, FrontendInfo, NodeState, RangeConfig};
+use fawn_proto::native::{BackendInfo, ClusterConfig, NodeState, RangeConfig};
 use fawn_ring::{KeyId, NodeId, Range, Ring};
 
 /// Largest replication factor accepted.
@@ -585,31 +585,6 @@ pub fn settle(config: &ClusterConfig, cuts: &LinkCuts) -> Option<ClusterConfig> 
     Some(next)
 }
 
-/// A front-end announces its addresses. Returns `None` when nothing changed.
-pub fn register_frontend(
-    config: &ClusterConfig,
-    id: u32,
-    native_addr: &str,
-    memcache_addr: &str,
-) -> Result<Option<ClusterConfig>, Refused> {
-    let info =
-        FrontendInfo { id, native_addr: native_addr.to_string(), memcache_addr: memcache_addr.to_string() };
-    if id >= config.frontends_expected {
-        return Err(Refused::FrontendId { expected: config.frontends_expected, got: id });
-    }
-    let mut next = config.clone();
-    match next.frontends.iter_mut().find(|f| f.id == id) {
-        Some(f) if *f == info => return Ok(None),
-        Some(f) => *f = info,
-        None => {
-            next.frontends.push(info);
-            next.frontends.sort_by_key(|f| f.id);
-        }
-    }
-    next.epoch += 1;
-    Ok(Some(next))
-}
-
 /// `flush_all`: everything stored before `at_micros` becomes invisible at `at_micros`.
 pub fn set_flush(config: &ClusterConfig, at_micros: u64) -> ClusterConfig {
     let mut next = config.clone();
@@ -617,6 +592,9 @@ pub fn set_flush(config: &ClusterConfig, at_micros: u64) -> ClusterConfig {
     next.epoch += 1;
     next
 }
+
+mod frontends;
+pub use frontends::{fail_frontend, live_frontends, register_frontend};
 
 #[cfg(test)]
 mod tests;

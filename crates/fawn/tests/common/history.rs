@@ -631,6 +631,10 @@ pub struct RunReport {
     pub problems: Vec<String>,
     /// Where the history and logs were saved (on failure, or when `FAWN_KEEP` is set).
     pub evidence: Option<PathBuf>,
+    /// Every recorded operation, for a scenario's own measures (e.g. one group of clients).
+    pub history: Vec<Entry>,
+    /// From the first fault to the end of the load, in recorder nanoseconds.
+    pub fault_window: (u64, u64),
 }
 
 /// Faults are injected from the test thread, which owns the cluster; `log` records what was
@@ -803,6 +807,8 @@ pub fn run_seed(sc: &Scenario, seed: u64, faults: &mut dyn FnMut(&mut FaultCtx))
         errors_in_faults,
         problems,
         evidence,
+        history: entries,
+        fault_window: (faults_start, load_end),
     }
 }
 

@@ -62,8 +62,10 @@ fn frame(record: &Record, out: &mut Vec<u8>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The records of `bytes` up to the first torn or corrupt one, and the length they cover.
-fn parse(bytes: &[u8]) -> (Vec<Record>, usize) {
+/// The records of `bytes` up to the first torn or corrupt one, and the length they cover. A
+/// record whose checksum holds but which does not decode was written whole by another version
+/// of the format: an error, since cutting it off would drop committed entries.
+fn parse(bytes: &[u8]) -> std::io::Result<(Vec<Record>, usize)> {
     let (mut records, mut at) = (Vec::new(), 0);
     while bytes.len() - at >= 8 {
         let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default()) as usize;
@@ -72,11 +74,16 @@ fn parse(bytes: &[u8]) -> (Vec<Record>, usize) {
         if len > RECORD_BYTES_MAX || crc32c::crc32c(body) != crc {
             break;
         }
-        let Ok(record) = codec().deserialize::<Record>(body) else { break };
+        let record = codec().deserialize::<Record>(body).map_err(|e| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("Raft log record at byte {at} is whole but does not decode ({e}): written by another version?"),
+            )
+        })?;
         records.push(record);
         at += 8 + len;
     }
-    (records, at)
+    Ok((records, at))
 }
 
 impl LogStore {
@@ -86,7 +93,7 @@ impl LogStore {
         let mut file = OpenOptions::new().create(true).truncate(false).read(true).append(true).open(&path)?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
-        let (records, good) = parse(&bytes);
+        let (records, good) = parse(&bytes)?;
         if good < bytes.len() {
             tracing::warn!(dropped_bytes = bytes.len() - good, "cutting a torn record off the Raft log");
             file.set_len(good as u64)?;
@@ -257,7 +264,7 @@ mod tests {
         let store = LogStore::open(dir.path()).expect("open");
         assert_eq!(indexes(&store), vec![1, 2]);
         drop(store);
-        let (_, good) = parse(&std::fs::read(dir.path().join(LOG_FILE)).expect("read"));
+        let (_, good) = parse(&std::fs::read(dir.path().join(LOG_FILE)).expect("read")).expect("parse");
         assert_eq!(good as u64, std::fs::metadata(dir.path().join(LOG_FILE)).expect("meta").len());
     }
 
@@ -291,5 +298,21 @@ mod tests {
         bytes[last] ^= 0xFF;
         std::fs::write(&path, bytes).expect("write");
         assert_eq!(indexes(&LogStore::open(dir.path()).expect("open")), vec![1]);
+    }
+
+    /// A whole record that does not decode (another format version) is refused, not cut off.
+    #[test]
+    fn a_whole_record_of_another_format_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let body = [0xFFu8; 5];
+        let mut alien = Vec::new();
+        alien.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        alien.extend_from_slice(&crc32c::crc32c(&body).to_le_bytes());
+        alien.extend_from_slice(&body);
+        write_file(dir.path(), &[Record::Append(entry(1))], &alien);
+        let err = LogStore::open(dir.path()).err().expect("refused");
+        assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+        let len = std::fs::metadata(dir.path().join(LOG_FILE)).expect("meta").len() as usize;
+        assert!(len > alien.len(), "nothing was cut");
     }
 }
