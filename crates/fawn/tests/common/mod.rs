@@ -403,3 +403,23 @@ pub fn padded_value(tag: &str, i: u32, len: usize) -> Vec<u8> {
     v.resize(len, b'.');
     v
 }
+
+/// Checks a timing goal of a fault scenario (for example "no back-end's lease lapsed while the
+/// manager group elected a leader"). Timing depends on the machine: on one so overloaded that
+/// runnable threads wait seconds for a core (1-minute load average above twice the cores),
+/// a miss is printed, not failed; correctness checks never get this allowance.
+pub fn timing_goal(met: bool, goal: &str) {
+    if met {
+        return;
+    }
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) as f64;
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|l| l.parse::<f64>().ok()));
+    match load {
+        Some(load) if load > 2.0 * cores => {
+            eprintln!("TIMING GOAL MISSED on an overloaded machine (load {load} on {cores} cores), not failing: {goal}")
+        }
+        _ => panic!("timing goal missed: {goal}"),
+    }
+}
