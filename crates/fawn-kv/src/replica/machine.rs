@@ -46,17 +46,21 @@ pub enum Fault {
     CaughtUpFromOldTail,
     /// Resent updates travel without the request outcomes of the updates they carry.
     NoOutcomesWithResend,
+    /// A range's unproven tail reports `TailReady` as soon as it is promoted, before its
+    /// predecessor said `CaughtUp`: the manager takes it for a copy of the range too early.
+    TailReadyBeforeCaughtUp,
 }
 
 impl Fault {
     /// Every fault, for tools that pick one by name.
-    pub const ALL: [Fault; 6] = [
+    pub const ALL: [Fault; 7] = [
         Fault::ForgetDedupOnPromotion,
         Fault::NoUnackedToNewSuccessor,
         Fault::TailReadsBeforeCaughtUp,
         Fault::ApplyAcrossGap,
         Fault::CaughtUpFromOldTail,
         Fault::NoOutcomesWithResend,
+        Fault::TailReadyBeforeCaughtUp,
     ];
 }
 
@@ -278,6 +282,16 @@ impl<S: ReplicaStore> Replica<S> {
 
     pub fn readable(&self) -> bool {
         self.readable
+    }
+
+    /// Whether to report `TailReady` to the manager (repeated while it holds): this replica is
+    /// its range's unproven tail (`RangeConfig::unproven_tail`) and holds every update the
+    /// range acknowledged, which it knows once its predecessor, stepped down from tail,
+    /// confirmed the catch-up (`CaughtUp`, which made it readable). Until the manager hears
+    /// this, it keeps the chain's last other member however it fails (`manager::state`).
+    pub fn reports_tail_ready(&self) -> bool {
+        let unproven = self.route.is_tail() && self.route.rc.unproven_tail == Some(self.route.me);
+        unproven && (self.readable || self.faulty(Fault::TailReadyBeforeCaughtUp))
     }
 
     /// Handles one event; returns what to do, in order.
