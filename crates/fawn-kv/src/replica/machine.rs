@@ -633,6 +633,9 @@ impl<S: ReplicaStore> Replica<S> {
                 self.recent = Dedup::default();
             }
         }
+        if old.is_head() && !self.route.is_head() {
+            self.release_waiting(out);
+        }
         let promoted_from_syncing = self.route.is_tail() && old.is_syncing();
         if promoted_from_syncing {
             self.readable = self.faulty(Fault::TailReadsBeforeCaughtUp);
@@ -658,6 +661,18 @@ impl<S: ReplicaStore> Replica<S> {
             // Everything this replica holds is now committed.
             self.commit(have, out);
             self.ack_upstream(have, out);
+        }
+    }
+
+    /// No longer the head: no ack will answer the requests waiting here (this replica left
+    /// the chain, or will hear of no later commit). Each is told to retry by the new
+    /// configuration, where the new head answers it from its dedup table if the update
+    /// reached it, or orders it (the update then never committed: it is on no replica of the
+    /// new chain), instead of waiting for the client's timeout.
+    fn release_waiting(&mut self, out: &mut Vec<Action>) {
+        let current = self.route.epoch;
+        for (req, _) in std::mem::take(&mut self.waiting).into_values().flatten() {
+            out.push(Action::Reply { req, result: Err(WireError::StaleEpoch { current }) });
         }
     }
 
@@ -870,6 +885,17 @@ mod tests {
         assert!(r.readable());
         let get = r.step(Event::Get { token: 1, key: b"k".to_vec(), now: 0 });
         assert_eq!(get, vec![Action::GetReply { token: 1, result: Ok(None) }]);
+    }
+
+    #[test]
+    fn a_head_removed_from_the_chain_tells_its_waiting_clients_to_retry() {
+        let mut head = Replica::new(MemStore::default(), route(1, 1, &[1, 2]));
+        let out = head.step(update(1, set("k", "v")));
+        assert!(matches!(&out[..], [Action::Send { to: 2, .. }]), "answered before the ack: {out:?}");
+        let out = head.step(Event::Install(route(2, 1, &[2])));
+        let req = ReqId { client: 1, seq: 1 };
+        assert_eq!(out, vec![Action::Reply { req, result: Err(WireError::StaleEpoch { current: 2 }) }]);
+        assert!(head.step(Event::Install(route(3, 1, &[2]))).is_empty(), "told twice");
     }
 
     #[test]
