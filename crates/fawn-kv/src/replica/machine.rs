@@ -15,7 +15,7 @@
 //! reported back (`Event::Dropped`) together with everything after it to the same peer, and
 //! retried from `unacked` (updates) or the latest ack (acks) on `Tick` or `Room`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use fawn_proto::native::{ChainMsg, Origin, OutcomeEntry, ReplEffect, ReqId, WireError};
 use fawn_proto::op::{decide, is_expired, Effect, Item, Mutation, Outcome, UnixSeconds, Update};
@@ -568,6 +568,8 @@ impl<S: ReplicaStore> Replica<S> {
             }
         };
         let epoch = self.route.epoch;
+        let upto_seq = self.store.max_seq();
+        let mut origins = self.resent_origins(after_seq, upto_seq);
         let mut prev = after_seq;
         for u in updates {
             let msg = ChainMsg::Replicate {
@@ -577,12 +579,11 @@ impl<S: ReplicaStore> Replica<S> {
                 prev_seq: prev,
                 key: u.key,
                 effect: u.effect,
-                origin: None,
+                origin: origins.remove(&u.seq),
             };
             prev = u.seq;
             out.push(Action::Send { to, msg });
         }
-        let upto_seq = self.store.max_seq();
         if !self.faulty(Fault::NoOutcomesWithResend) {
             for msg in self.outcomes_after(after_seq, upto_seq) {
                 out.push(Action::Send { to, msg });
@@ -599,6 +600,31 @@ impl<S: ReplicaStore> Replica<S> {
                 msg: ChainMsg::CaughtUp { epoch, range: self.range, seq: upto_seq },
             });
         }
+    }
+
+    /// The origins of the updates with seqs in `after+1..=upto` that this replica remembers,
+    /// by seq, for resent updates to carry: the `Outcomes` after them may be lost with the
+    /// connection (the sender crashed in between), and a replica holding an update without
+    /// its request's outcome would, as head, decide a retry of it again. Only outcomes of
+    /// updates that wrote something: a failed condition is remembered at the seq before it,
+    /// which belongs to another update (it travels in `Outcomes` only; it stored nothing, so
+    /// a retry of it decided again is as if decided first then).
+    fn resent_origins(&self, after: u64, upto: u64) -> HashMap<u64, Origin> {
+        if self.faulty(Fault::NoOutcomesWithResend) {
+            return HashMap::new();
+        }
+        let wrote = |o: &Outcome| {
+            matches!(
+                o,
+                Outcome::Stored { .. } | Outcome::Deleted | Outcome::Counter { .. } | Outcome::Touched { .. }
+            )
+        };
+        let entries = self.recent.entries_in(after + 1..=upto);
+        entries
+            .into_iter()
+            .filter(|e| wrote(&e.outcome))
+            .map(|e| (e.seq, Origin { req: e.req, outcome: e.outcome, reply_to: None }))
+            .collect()
     }
 
     /// The source sent a syncing replica everything it held.
@@ -867,6 +893,38 @@ mod tests {
         assert!(
             matches!(&other[..], [Action::Reply { result: Ok(Outcome::Stored { cas }), .. }] if *cas > 5)
         );
+    }
+
+    #[test]
+    fn a_resent_update_carries_its_requests_outcome() {
+        let mut c = Chain::new(&[1, 2]);
+        let out = c.run(1, update(1, set("k", "v")));
+        let [Action::Reply { result: Ok(outcome), .. }] = out.as_slice() else { panic!("{out:?}") };
+        let (outcome, mut tail) = (outcome.clone(), c.0.remove(&2).expect("tail"));
+        // A failed condition is remembered at the seq of the update before it: not an origin.
+        let cas = Update { mutation: Mutation::Cas { unique: 99 }, ..set("k", "w") };
+        c.0.get_mut(&1).expect("head").step(update(2, cas));
+        let resend = ChainMsg::Resend { epoch: 1, range: Range::full(), after_seq: 0 };
+        let out = c.0.get_mut(&1).expect("head").step(Event::Chain { from: 2, msg: resend });
+        let origins: Vec<_> = out
+            .iter()
+            .filter_map(|a| match a {
+                Action::Send { msg: ChainMsg::Replicate { origin, .. }, .. } => Some(origin.clone()),
+                _ => None,
+            })
+            .collect();
+        let req = ReqId { client: 1, seq: 1 };
+        assert_eq!(origins, vec![Some(Origin { req, outcome: outcome.clone(), reply_to: None })]);
+        // The receiver, its copy emptied, takes the update with its outcome alone.
+        tail = Replica::new(MemStore::default(), tail.route().clone());
+        for a in out {
+            if let Action::Send { msg: msg @ ChainMsg::Replicate { .. }, .. } = a {
+                tail.step(Event::Chain { from: 1, msg });
+            }
+        }
+        tail.step(Event::Install(route(2, 2, &[2])));
+        let retry = tail.step(update(1, set("k", "v")));
+        assert_eq!(retry, vec![Action::Reply { req, result: Ok(outcome) }]);
     }
 
     #[test]
