@@ -26,7 +26,8 @@ use fawn_ring::{KeyId, NodeId, Range};
 /// back-end's logs are complete.
 /// 7: `ChainMsg::Outcomes` carries request outcomes with resent and copied updates.
 /// 8: `ClusterConfig::wedges` maps each wedge to the front-end serving it (front-end
-/// failover); the manager answers a front-end's `Heartbeats` with the configuration.
+/// failover); the manager answers a front-end's `Heartbeats` with the configuration;
+/// `RangeConfig::unproven_tail` (a new tail is a copy only once it reports `TailReady`).
 pub const PROTOCOL_VERSION: u8 = 8;
 /// Largest frame body accepted (a 1 MiB value plus key and headers fits many times over).
 pub const FRAME_BYTES_MAX: usize = 8 << 20;
@@ -341,6 +342,12 @@ pub struct RangeConfig {
     /// The head of this range (marked `merging`) reported it drained (`MergeReady`).
     #[serde(default)]
     pub merge_drained: bool,
+    /// The tail that `SyncDone` appended to the chain, until it reports `TailReady`. Until
+    /// its predecessor, no longer a tail itself, confirmed it caught up, it may miss updates
+    /// the old tail acknowledged alone by its older configuration: it is not yet a copy of
+    /// the range, and the manager never lets the chain depend on it alone.
+    #[serde(default)]
+    pub unproven_tail: Option<NodeId>,
 }
 
 impl RangeConfig {
@@ -353,6 +360,7 @@ impl RangeConfig {
             splitting: None,
             merging: None,
             merge_drained: false,
+            unproven_tail: None,
         }
     }
 

@@ -101,6 +101,9 @@ enum Ev {
     SyncDone {
         node: NodeId,
     },
+    TailReady {
+        node: NodeId,
+    },
     Fault,
 }
 
@@ -214,6 +217,11 @@ fn parse_value(bytes: &[u8]) -> Option<Value> {
     let s = std::str::from_utf8(bytes).ok()?;
     let (c, n) = s.split_once(':')?;
     Some((c.parse().ok()?, n.parse().ok()?))
+}
+
+/// The chain members known to hold every acknowledged update.
+fn proven(rc: &RangeConfig) -> impl Iterator<Item = NodeId> + '_ {
+    rc.chain.iter().copied().filter(|m| Some(*m) != rc.unproven_tail)
 }
 
 impl World {
@@ -354,6 +362,7 @@ impl World {
             Ev::Tick { node, life } => {
                 if self.nodes.get(&node).is_some_and(|n| n.alive && n.life == life) {
                     self.step(node, Event::Tick);
+                    self.report_tail_ready(node);
                     self.at(TICK_INTERVAL, Ev::Tick { node, life });
                 }
             }
@@ -367,6 +376,7 @@ impl World {
             Ev::Failed { node } => self.manager_failed(node),
             Ev::Restarted { node } => self.manager_restarted(node),
             Ev::SyncDone { node } => self.manager_sync_done(node),
+            Ev::TailReady { node } => self.manager_tail_ready(node),
             Ev::Fault => self.fault(),
         }
     }
@@ -499,7 +509,11 @@ impl World {
     fn publish(&mut self, rc: RangeConfig) {
         let epoch = self.config().0 + 1;
         if self.cfg.trace {
-            eprintln!("{:>9} config {epoch}: chain {:?} syncing {:?}", self.now, rc.chain, rc.syncing);
+            let (chain, syncing, unproven) = (&rc.chain, &rc.syncing, rc.unproven_tail);
+            eprintln!(
+                "{:>9} config {epoch}: chain {chain:?} syncing {syncing:?} unproven tail {unproven:?}",
+                self.now
+            );
         }
         self.configs.insert(epoch, rc);
         let nodes: Vec<NodeId> = self.nodes.keys().copied().collect();
@@ -511,14 +525,44 @@ impl World {
         }
     }
 
+    /// As the back-end's tick: the range's unproven tail that caught up says so, each tick.
+    fn report_tail_ready(&mut self, node: NodeId) {
+        let ready =
+            self.nodes.get(&node).and_then(|n| n.replica.as_ref()).is_some_and(|r| r.reports_tail_ready());
+        if ready {
+            let d = self.delay();
+            self.at(d, Ev::TailReady { node });
+        }
+    }
+
+    /// The manager drops a failed node from the chain — never the last proven one (as
+    /// `manager::state::fail_node`), which `crash` never picks: the simulator's crashes lose
+    /// the node's data, which no chain survives for its last copy.
     fn manager_failed(&mut self, node: NodeId) {
         let mut rc = self.config().1.clone();
         if !rc.path().any(|m| m == node) {
             return;
         }
+        assert!(
+            proven(&rc).any(|m| m != node),
+            "the simulator never fails a range's last proven replica: {rc:?}"
+        );
         rc.chain.retain(|m| *m != node);
         rc.syncing.retain(|m| *m != node);
-        assert!(!rc.chain.is_empty(), "the simulator never fails a range's last replica");
+        if rc.unproven_tail == Some(node) {
+            rc.unproven_tail = None;
+        }
+        self.publish(rc);
+    }
+
+    /// The range's unproven tail holds everything acknowledged: it is a copy from now on (as
+    /// `manager::state::tail_ready`). A report may repeat or predate a newer configuration.
+    fn manager_tail_ready(&mut self, node: NodeId) {
+        let mut rc = self.config().1.clone();
+        if rc.unproven_tail != Some(node) || rc.tail() != Some(node) {
+            return;
+        }
+        rc.unproven_tail = None;
         self.publish(rc);
     }
 
@@ -527,8 +571,9 @@ impl World {
         if rc.path().any(|m| m == node) || !self.nodes[&node].alive {
             return;
         }
-        // One replica syncs at a time (its source is the tail); the others wait their turn.
-        if !rc.syncing.is_empty() {
+        // One replica syncs at a time (its source is the tail), and not from an unproven tail
+        // (as `manager::state`): the others wait their turn.
+        if !rc.syncing.is_empty() || rc.unproven_tail.is_some() {
             self.at(200 * MS, Ev::Restarted { node });
             return;
         }
@@ -537,8 +582,9 @@ impl World {
     }
 
     /// A syncing replica has everything its source had: it joins the chain as tail (it serves
-    /// gets only once its predecessor confirms, `CaughtUp`). Its report may predate a newer
-    /// configuration; it is not repeated, so it counts while the node is still syncing.
+    /// gets only once its predecessor confirms, `CaughtUp`), unproven until it reports
+    /// `TailReady`. Its report may predate a newer configuration; it is not repeated, so it
+    /// counts while the node is still syncing.
     fn manager_sync_done(&mut self, node: NodeId) {
         let mut rc = self.config().1.clone();
         if !rc.syncing.contains(&node) {
@@ -546,6 +592,7 @@ impl World {
         }
         rc.syncing.retain(|m| *m != node);
         rc.chain.push(node);
+        rc.unproven_tail = Some(node);
         self.publish(rc);
     }
 
@@ -570,10 +617,11 @@ impl World {
         self.at(gap, Ev::Fault);
     }
 
-    /// Crashes `node` if the range keeps a live in-sync replica without it.
+    /// Crashes `node` if the range keeps a live proven replica without it (one known to hold
+    /// every acknowledged update: not an unproven tail).
     fn crash(&mut self, node: NodeId) {
         let (_, rc) = self.config();
-        let others = rc.chain.iter().filter(|m| **m != node && self.nodes[m].alive).count();
+        let others = proven(rc).filter(|m| *m != node && self.nodes[m].alive).count();
         if !self.nodes[&node].alive || others == 0 {
             return;
         }

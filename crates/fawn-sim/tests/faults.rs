@@ -58,3 +58,10 @@ fn resent_updates_without_their_request_outcomes_are_found() {
     // later: two failures or more.
     found_with(Fault::NoOutcomesWithResend, 3);
 }
+
+#[test]
+fn a_new_tail_taken_for_a_copy_before_it_caught_up_is_found() {
+    // An acknowledged write lost needs a chain shrunk to one node, a restarted node synced
+    // behind it, and that node's failure: two crashes or more.
+    found_with(Fault::TailReadyBeforeCaughtUp, 3);
+}

@@ -472,13 +472,13 @@ impl Backend {
         let links = self.linker();
         let view = self.current();
         for r in replicas {
-            // A readable tail of a chain longer than R: the old tail stayed in it until this
-            // node serves gets (`manager::state::tail_ready`); tell the manager it does.
+            // The range's unproven tail caught up, or a readable tail of a chain longer than R
+            // (the old tail stayed in it): tell the manager (`manager::state::tail_ready`).
             let rc = view.config.ranges.iter().find(|rc| rc.range == r.range);
             let surplus = rc.is_some_and(|rc| {
                 rc.tail() == Some(self.options.node) && rc.chain.len() > view.config.replicas as usize
             });
-            if surplus && r.readable() {
+            if (surplus && r.readable()) || r.reports_tail_ready().await {
                 self.report_tail_ready(r.range).await;
             }
             if r.ready_to_split().await {

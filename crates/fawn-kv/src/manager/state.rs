@@ -112,7 +112,8 @@ pub fn register_backend(
 /// wait there). It must not resume its chain positions from those datastores: it is failed
 /// first, so that registering adds it back as a syncing replica of its ranges, which asks
 /// the tail for the suffix after its last record and serves only once it caught up. A node in
-/// no chain, leaving, or the sole replica of a range registers as usual.
+/// no chain, leaving, or the last proven replica of a range ([`last_proven`]) registers as
+/// usual.
 pub fn register_backend_unproven(
     config: &ClusterConfig,
     expected_backends: usize,
@@ -121,7 +122,7 @@ pub fn register_backend_unproven(
     cuts: &LinkCuts,
 ) -> Result<Option<ClusterConfig>, Refused> {
     let alive = config.backends.iter().any(|b| b.node == node && b.state == NodeState::Alive);
-    let in_a_chain = config.ranges.iter().any(|rc| rc.chain.contains(&node) && rc.chain != [node]);
+    let in_a_chain = config.ranges.iter().any(|rc| rc.chain.contains(&node) && !last_proven(rc, node));
     let failed = if alive && in_a_chain { fail_node(config, node, cuts)? } else { None };
     let base = failed.as_ref().unwrap_or(config);
     Ok(register_backend(base, expected_backends, node, addr, cuts)?.or(failed))
@@ -164,7 +165,8 @@ fn shed_unpreferred(rc: &mut RangeConfig, ring: &Ring, replicas: u32, keep: Opti
 }
 
 /// Starts one sync per range whose chain is short or holds a node the ring no longer prefers.
-/// Ranges already syncing wait: one membership change per range at a time. A node whose link
+/// Ranges already syncing, or whose new tail is not yet proven ([`tail_ready`]), wait: one
+/// membership change per range at a time. A node whose link
 /// to the range's tail (the sync source) is cut is not a candidate (a sync across it could
 /// never finish). A short chain (re-replication) whose preferred nodes are all cut off from
 /// its tail takes the next alive node in the ring's order beyond R; once the cut is over, the
@@ -179,7 +181,8 @@ fn rebalance(config: &mut ClusterConfig, cuts: &LinkCuts) {
     let everyone = Ring::new(ring.nodes(), config.vnodes, ring.nodes().len() as u32);
     let fallback = |range: &Range| preferred(&everyone, range);
     for rc in &mut config.ranges {
-        if !rc.syncing.is_empty() || rc.chain.is_empty() || rc.splitting.is_some() || rc.merging.is_some() {
+        let busy = !rc.syncing.is_empty() || rc.unproven_tail.is_some();
+        if busy || rc.chain.is_empty() || rc.splitting.is_some() || rc.merging.is_some() {
             continue;
         }
         let preferred = preferred(&ring, &rc.range);
@@ -219,9 +222,27 @@ fn plan_splits(config: &mut ClusterConfig) {
     }
 }
 
-/// No replica syncing, the chain at R (`want`) and every member alive.
+/// No replica syncing, no unproven tail, the chain at R (`want`) and every member alive.
 fn quiet_and_whole(rc: &RangeConfig, ring: &Ring, want: usize) -> bool {
-    rc.syncing.is_empty() && rc.chain.len() >= want && rc.chain.iter().all(|n| ring.nodes().contains(n))
+    rc.syncing.is_empty()
+        && rc.unproven_tail.is_none()
+        && rc.chain.len() >= want
+        && rc.chain.iter().all(|n| ring.nodes().contains(n))
+}
+
+/// **Architecture invariant: an acknowledged update is on every proven replica of its range,
+/// and a range always keeps one.** A chain member is *proven* — known to hold every update
+/// the range acknowledged — unless it is the [`RangeConfig::unproven_tail`]: a tail appended
+/// by [`sync_done`] holds what its source had when the copy ended, but the old tail goes on
+/// acknowledging updates alone (by its older configuration, as the chain's tail) until it
+/// installs the new one, and what it forwarded meanwhile may be lost. Only once the old tail,
+/// stepped down, has re-sent its log after the new tail's last update and confirmed it
+/// (`CaughtUp`) does the new tail hold everything: it then reports [`tail_ready`]. Until then
+/// no transition removes the chain's last proven member: when it fails it stays in the chain
+/// (failed), and the range waits for it — unavailable — rather than be served by a node that
+/// may miss acknowledged updates.
+fn last_proven(rc: &RangeConfig, node: NodeId) -> bool {
+    rc.chain.contains(&node) && rc.chain.iter().all(|n| *n == node || Some(*n) == rc.unproven_tail)
 }
 
 /// Merges the ranges back where a boundary is no longer a virtual id (paper §3.4.4: a leaving
@@ -412,11 +433,13 @@ fn settle_leavers(config: &mut ClusterConfig) {
 }
 
 /// The failure detector declared `node` failed: drop it from every chain (the chain repairs
-/// itself: its neighbours become adjacent) and start re-replication. The last in-sync replica
-/// of a range stays in its chain: it holds every committed update, so the range serves again
-/// as soon as that node is back (an emptied chain could never be refilled; found by the
-/// link-cut fault test when an overloaded machine made the manager miss three back-ends at
-/// once).
+/// itself: its neighbours become adjacent) and start re-replication. The last proven replica
+/// of a range ([`last_proven`]) stays in its chain: it holds every committed update, so the
+/// range serves again as soon as that node is back (an emptied chain could never be refilled;
+/// found by the link-cut fault test when an overloaded machine made the manager miss three
+/// back-ends at once; a chain left to an unproven tail could serve without updates the failed
+/// node acknowledged, found by the simulator). A failed unproven tail is dropped like any
+/// other member.
 pub fn fail_node(
     config: &ClusterConfig,
     node: NodeId,
@@ -433,8 +456,11 @@ pub fn fail_node(
             // A split waits for a whole chain again (`plan_splits`).
             rc.splitting = None;
         }
-        if rc.chain != [node] {
+        if !last_proven(rc, node) {
             rc.chain.retain(|n| *n != node);
+        }
+        if rc.unproven_tail == Some(node) {
+            rc.unproven_tail = None;
         }
         rc.syncing.retain(|n| *n != node);
     }
@@ -462,7 +488,8 @@ pub fn leave(
 /// old tail in the same change would leave it acting as tail by its older configuration
 /// (committing updates on its own ack, answering gets) until it installs the new one, while
 /// the new chain already commits updates it never sees: a stale read. As the new tail's
-/// predecessor it confirms the catch-up only once it has stepped down.
+/// predecessor it confirms the catch-up only once it has stepped down. The new tail is the
+/// range's [`RangeConfig::unproven_tail`] until then (see [`last_proven`]).
 pub fn sync_done(
     config: &ClusterConfig,
     node: NodeId,
@@ -481,13 +508,16 @@ pub fn sync_done(
     rc.syncing.retain(|n| *n != node);
     rc.chain.push(node);
     shed_unpreferred(rc, &ring, replicas, old_tail);
+    // Unless the ring no longer prefers it either (shed at once).
+    rc.unproven_tail = rc.chain.contains(&node).then_some(node);
     Ok(Some(rebalanced(next, cuts)))
 }
 
 /// The tail `node` of `range` serves gets: its predecessor confirmed it caught up, which a
-/// predecessor that still acts as tail by an older configuration never does. The chain now
-/// sheds the nodes the ring no longer prefers beyond R that [`sync_done`] kept (the old tail).
-/// `None` when there is nothing to shed.
+/// predecessor that still acts as tail by an older configuration never does. It is proven
+/// now (no longer the [`RangeConfig::unproven_tail`]), and the chain sheds the nodes the ring
+/// no longer prefers beyond R that [`sync_done`] kept (the old tail). `None` when it was
+/// proven already and there is nothing to shed.
 pub fn tail_ready(
     config: &ClusterConfig,
     node: NodeId,
@@ -500,7 +530,11 @@ pub fn tail_ready(
     let Some(rc) = next.ranges.iter_mut().find(|r| r.range == range && r.tail() == Some(node)) else {
         return Ok(None);
     };
-    if !shed_unpreferred(rc, &ring, replicas, Some(node)) {
+    let proven = rc.unproven_tail == Some(node);
+    if proven {
+        rc.unproven_tail = None;
+    }
+    if !shed_unpreferred(rc, &ring, replicas, Some(node)) && !proven {
         return Ok(None);
     }
     Ok(Some(rebalanced(next, cuts)))
@@ -529,6 +563,9 @@ pub fn tail_ready(
 /// fence: the old tail keeps answering gets at the old epoch until it installs the new
 /// configuration or its lease runs out, while the new tail would already commit updates it
 /// never saw.
+///
+/// The victim is never a range's last proven replica ([`last_proven`]): cut off from an
+/// unproven tail, it stays, and that range waits for the cut to end (or for a failure).
 pub fn cut_link(
     config: &ClusterConfig,
     node: NodeId,
@@ -545,6 +582,10 @@ pub fn cut_link(
     let mut changed = false;
     for rc in &mut next.ranges {
         let Some(victim) = cut_victim(rc, node, peer) else { continue };
+        if last_proven(rc, victim) {
+            // Its only successor is an unproven tail: the range waits for the cut to end.
+            continue;
+        }
         rc.splitting = None;
         rc.chain.retain(|n| *n != victim);
         rc.syncing.retain(|n| *n != victim);

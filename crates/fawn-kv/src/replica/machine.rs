@@ -15,7 +15,7 @@
 //! reported back (`Event::Dropped`) together with everything after it to the same peer, and
 //! retried from `unacked` (updates) or the latest ack (acks) on `Tick` or `Room`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use fawn_proto::native::{ChainMsg, Origin, OutcomeEntry, ReplEffect, ReqId, WireError};
 use fawn_proto::op::{decide, is_expired, Effect, Item, Mutation, Outcome, UnixSeconds, Update};
@@ -46,17 +46,21 @@ pub enum Fault {
     CaughtUpFromOldTail,
     /// Resent updates travel without the request outcomes of the updates they carry.
     NoOutcomesWithResend,
+    /// A range's unproven tail reports `TailReady` as soon as it is promoted, before its
+    /// predecessor said `CaughtUp`: the manager takes it for a copy of the range too early.
+    TailReadyBeforeCaughtUp,
 }
 
 impl Fault {
     /// Every fault, for tools that pick one by name.
-    pub const ALL: [Fault; 6] = [
+    pub const ALL: [Fault; 7] = [
         Fault::ForgetDedupOnPromotion,
         Fault::NoUnackedToNewSuccessor,
         Fault::TailReadsBeforeCaughtUp,
         Fault::ApplyAcrossGap,
         Fault::CaughtUpFromOldTail,
         Fault::NoOutcomesWithResend,
+        Fault::TailReadyBeforeCaughtUp,
     ];
 }
 
@@ -278,6 +282,16 @@ impl<S: ReplicaStore> Replica<S> {
 
     pub fn readable(&self) -> bool {
         self.readable
+    }
+
+    /// Whether to report `TailReady` to the manager (repeated while it holds): this replica is
+    /// its range's unproven tail (`RangeConfig::unproven_tail`) and holds every update the
+    /// range acknowledged, which it knows once its predecessor, stepped down from tail,
+    /// confirmed the catch-up (`CaughtUp`, which made it readable). Until the manager hears
+    /// this, it keeps the chain's last other member however it fails (`manager::state`).
+    pub fn reports_tail_ready(&self) -> bool {
+        let unproven = self.route.is_tail() && self.route.rc.unproven_tail == Some(self.route.me);
+        unproven && (self.readable || self.faulty(Fault::TailReadyBeforeCaughtUp))
     }
 
     /// Handles one event; returns what to do, in order.
@@ -554,6 +568,8 @@ impl<S: ReplicaStore> Replica<S> {
             }
         };
         let epoch = self.route.epoch;
+        let upto_seq = self.store.max_seq();
+        let mut origins = self.resent_origins(after_seq, upto_seq);
         let mut prev = after_seq;
         for u in updates {
             let msg = ChainMsg::Replicate {
@@ -563,12 +579,11 @@ impl<S: ReplicaStore> Replica<S> {
                 prev_seq: prev,
                 key: u.key,
                 effect: u.effect,
-                origin: None,
+                origin: origins.remove(&u.seq),
             };
             prev = u.seq;
             out.push(Action::Send { to, msg });
         }
-        let upto_seq = self.store.max_seq();
         if !self.faulty(Fault::NoOutcomesWithResend) {
             for msg in self.outcomes_after(after_seq, upto_seq) {
                 out.push(Action::Send { to, msg });
@@ -585,6 +600,31 @@ impl<S: ReplicaStore> Replica<S> {
                 msg: ChainMsg::CaughtUp { epoch, range: self.range, seq: upto_seq },
             });
         }
+    }
+
+    /// The origins of the updates with seqs in `after+1..=upto` that this replica remembers,
+    /// by seq, for resent updates to carry: the `Outcomes` after them may be lost with the
+    /// connection (the sender crashed in between), and a replica holding an update without
+    /// its request's outcome would, as head, decide a retry of it again. Only outcomes of
+    /// updates that wrote something: a failed condition is remembered at the seq before it,
+    /// which belongs to another update (it travels in `Outcomes` only; it stored nothing, so
+    /// a retry of it decided again is as if decided first then).
+    fn resent_origins(&self, after: u64, upto: u64) -> HashMap<u64, Origin> {
+        if self.faulty(Fault::NoOutcomesWithResend) {
+            return HashMap::new();
+        }
+        let wrote = |o: &Outcome| {
+            matches!(
+                o,
+                Outcome::Stored { .. } | Outcome::Deleted | Outcome::Counter { .. } | Outcome::Touched { .. }
+            )
+        };
+        let entries = self.recent.entries_in(after + 1..=upto);
+        entries
+            .into_iter()
+            .filter(|e| wrote(&e.outcome))
+            .map(|e| (e.seq, Origin { req: e.req, outcome: e.outcome, reply_to: None }))
+            .collect()
     }
 
     /// The source sent a syncing replica everything it held.
@@ -619,6 +659,9 @@ impl<S: ReplicaStore> Replica<S> {
                 self.recent = Dedup::default();
             }
         }
+        if old.is_head() && !self.route.is_head() {
+            self.release_waiting(out);
+        }
         let promoted_from_syncing = self.route.is_tail() && old.is_syncing();
         if promoted_from_syncing {
             self.readable = self.faulty(Fault::TailReadsBeforeCaughtUp);
@@ -644,6 +687,18 @@ impl<S: ReplicaStore> Replica<S> {
             // Everything this replica holds is now committed.
             self.commit(have, out);
             self.ack_upstream(have, out);
+        }
+    }
+
+    /// No longer the head: no ack will answer the requests waiting here (this replica left
+    /// the chain, or will hear of no later commit). Each is told to retry by the new
+    /// configuration, where the new head answers it from its dedup table if the update
+    /// reached it, or orders it (the update then never committed: it is on no replica of the
+    /// new chain), instead of waiting for the client's timeout.
+    fn release_waiting(&mut self, out: &mut Vec<Action>) {
+        let current = self.route.epoch;
+        for (req, _) in std::mem::take(&mut self.waiting).into_values().flatten() {
+            out.push(Action::Reply { req, result: Err(WireError::StaleEpoch { current }) });
         }
     }
 
@@ -841,6 +896,38 @@ mod tests {
     }
 
     #[test]
+    fn a_resent_update_carries_its_requests_outcome() {
+        let mut c = Chain::new(&[1, 2]);
+        let out = c.run(1, update(1, set("k", "v")));
+        let [Action::Reply { result: Ok(outcome), .. }] = out.as_slice() else { panic!("{out:?}") };
+        let (outcome, mut tail) = (outcome.clone(), c.0.remove(&2).expect("tail"));
+        // A failed condition is remembered at the seq of the update before it: not an origin.
+        let cas = Update { mutation: Mutation::Cas { unique: 99 }, ..set("k", "w") };
+        c.0.get_mut(&1).expect("head").step(update(2, cas));
+        let resend = ChainMsg::Resend { epoch: 1, range: Range::full(), after_seq: 0 };
+        let out = c.0.get_mut(&1).expect("head").step(Event::Chain { from: 2, msg: resend });
+        let origins: Vec<_> = out
+            .iter()
+            .filter_map(|a| match a {
+                Action::Send { msg: ChainMsg::Replicate { origin, .. }, .. } => Some(origin.clone()),
+                _ => None,
+            })
+            .collect();
+        let req = ReqId { client: 1, seq: 1 };
+        assert_eq!(origins, vec![Some(Origin { req, outcome: outcome.clone(), reply_to: None })]);
+        // The receiver, its copy emptied, takes the update with its outcome alone.
+        tail = Replica::new(MemStore::default(), tail.route().clone());
+        for a in out {
+            if let Action::Send { msg: msg @ ChainMsg::Replicate { .. }, .. } = a {
+                tail.step(Event::Chain { from: 1, msg });
+            }
+        }
+        tail.step(Event::Install(route(2, 2, &[2])));
+        let retry = tail.step(update(1, set("k", "v")));
+        assert_eq!(retry, vec![Action::Reply { req, result: Ok(outcome) }]);
+    }
+
+    #[test]
     fn a_promoted_tail_left_alone_in_the_chain_serves_gets() {
         // Promoted from syncing, it waits for its predecessor's `CaughtUp`; if that
         // predecessor fails first, no one is left to send it, and it must not refuse for ever.
@@ -856,6 +943,17 @@ mod tests {
         assert!(r.readable());
         let get = r.step(Event::Get { token: 1, key: b"k".to_vec(), now: 0 });
         assert_eq!(get, vec![Action::GetReply { token: 1, result: Ok(None) }]);
+    }
+
+    #[test]
+    fn a_head_removed_from_the_chain_tells_its_waiting_clients_to_retry() {
+        let mut head = Replica::new(MemStore::default(), route(1, 1, &[1, 2]));
+        let out = head.step(update(1, set("k", "v")));
+        assert!(matches!(&out[..], [Action::Send { to: 2, .. }]), "answered before the ack: {out:?}");
+        let out = head.step(Event::Install(route(2, 1, &[2])));
+        let req = ReqId { client: 1, seq: 1 };
+        assert_eq!(out, vec![Action::Reply { req, result: Err(WireError::StaleEpoch { current: 2 }) }]);
+        assert!(head.step(Event::Install(route(3, 1, &[2]))).is_empty(), "told twice");
     }
 
     #[test]

@@ -122,6 +122,12 @@ impl RangeReplica {
         self.state.lock().await.sync.as_ref().map(|s| (s.source, s.started, s.done))
     }
 
+    /// The end of a sync, on the new tail's side: whether to report `TailReady` now
+    /// (`Replica::reports_tail_ready`).
+    pub async fn reports_tail_ready(&self) -> bool {
+        self.state.lock().await.machine.reports_tail_ready()
+    }
+
     /// A syncing replica still waiting for its copy: its source and when it last heard from
     /// it. `None` once the copy is complete (nothing more is needed from the source before
     /// the promotion) or refused, or when not syncing.

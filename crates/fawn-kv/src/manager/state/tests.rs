@@ -236,6 +236,62 @@ fn the_last_replica_of_a_range_stays_in_its_chain_and_serves_when_back() {
     assert!(c.ranges.iter().any(|r| r.syncing.contains(&0)));
 }
 
+/// Three nodes, R = 3, after nodes 1 and 2 failed and 1 came back and synced: every range's
+/// chain is `[0, 1]` with 1 its unproven tail (node 0 acknowledged updates alone until it
+/// installed that configuration, and 1 may miss some of them).
+fn a_new_tail_behind_a_lone_node() -> ClusterConfig {
+    let mut c = formed(3);
+    for node in [1, 2] {
+        c = fail_node(&c, node, &none()).unwrap().unwrap();
+    }
+    assert!(c.ranges.iter().all(|r| r.chain == [0]), "{c:?}");
+    c = register_backend(&c, 3, 1, "a:1", &none()).unwrap().unwrap();
+    let ranges: Vec<Range> = c.ranges.iter().map(|r| r.range).collect();
+    for range in ranges {
+        c = sync_done(&c, 1, range, &none()).unwrap().unwrap();
+    }
+    for rc in &c.ranges {
+        assert_eq!((rc.chain.as_slice(), rc.unproven_tail), (&[0, 1][..], Some(1)), "{rc:?}");
+    }
+    c
+}
+
+#[test]
+fn a_range_waits_for_its_last_proven_replica_rather_than_serve_from_an_unproven_tail() {
+    let c = a_new_tail_behind_a_lone_node();
+    // Node 0 fails before node 1 reported `TailReady`: it stays, failed, in every chain.
+    let failed = fail_node(&c, 0, &none()).unwrap().unwrap();
+    assert_eq!(failed.backends[0].state, NodeState::Failed);
+    for rc in &failed.ranges {
+        assert_eq!((rc.chain.as_slice(), rc.unproven_tail), (&[0, 1][..], Some(1)), "{rc:?}");
+        assert!(rc.syncing.is_empty(), "a sync started from the unproven tail: {rc:?}");
+    }
+    // A cut between them, or a restart that may have lost acknowledged writes, does not
+    // remove it either.
+    assert_eq!(cut_link(&c, 0, 1, &cuts(&[(0, 1)])).unwrap(), None);
+    let unproven_restart = register_backend_unproven(&c, 3, 0, "a:0", &none()).unwrap();
+    assert!(unproven_restart.is_none_or(|n| n.ranges.iter().all(|r| r.chain == [0, 1])));
+    // Back, node 0 heads the chains again; node 1, caught up, is proven, and only then may
+    // node 0 go.
+    let back = register_backend(&failed, 3, 0, "a:0", &none()).unwrap().unwrap();
+    let mut c = back;
+    let ranges: Vec<Range> = c.ranges.iter().map(|r| r.range).collect();
+    for range in ranges {
+        assert_eq!(tail_ready(&c, 0, range, &none()).unwrap(), None, "not the tail");
+        c = tail_ready(&c, 1, range, &none()).unwrap().unwrap();
+        assert_eq!(tail_ready(&c, 1, range, &none()).unwrap(), None, "said twice");
+    }
+    assert!(c.ranges.iter().all(|r| r.unproven_tail.is_none()));
+    let c = fail_node(&c, 0, &none()).unwrap().unwrap();
+    assert!(c.ranges.iter().all(|r| r.chain == [1]), "{c:?}");
+}
+
+#[test]
+fn a_failed_unproven_tail_leaves_the_chain_and_its_mark() {
+    let c = fail_node(&a_new_tail_behind_a_lone_node(), 1, &none()).unwrap().unwrap();
+    assert!(c.ranges.iter().all(|r| r.chain == [0] && r.unproven_tail.is_none()), "{c:?}");
+}
+
 #[test]
 fn a_failure_shortens_chains_and_starts_re_replication() {
     let c = formed(4);
@@ -403,6 +459,7 @@ fn re_replication_cut_off_from_the_tail_takes_another_node_and_hands_back_after_
     let after = c.ranges.iter().find(|r| r.range == rc.range).unwrap().clone();
     assert_eq!(after.chain.len(), 3, "{after:?}");
     assert_eq!(after.tail(), Some(x));
+    let c = tail_ready(&c, x, rc.range, &cut).unwrap().unwrap();
     // The cut is over: the preferred node comes back, the stand-in goes once s is ready.
     let mut c = settle(&c, &none()).unwrap_or(c);
     let mut steps = 0;
@@ -504,7 +561,9 @@ fn link_cut_repairs_interleaved_with_failures_and_syncs_never_move_a_tail() {
                     let Some(next) = cut_link(&c, b, a, &cut).unwrap() else { continue };
                     for (old, new) in c.ranges.iter().zip(&next.ranges) {
                         assert_eq!(old.tail(), new.tail(), "{ctx}: tail moved {old:?} -> {new:?}");
-                        assert!(!adjacent(new, a, b), "{ctx}: {new:?} still links {a}<->{b}");
+                        // Only a range's last proven member and its unproven tail stay linked.
+                        let waits = new.chain.len() == 2 && new.unproven_tail.is_some();
+                        assert!(waits || !adjacent(new, a, b), "{ctx}: {new:?} still links {a}<->{b}");
                     }
                     c = next;
                 }
@@ -549,9 +608,18 @@ fn link_cut_repairs_interleaved_with_failures_and_syncs_never_move_a_tail() {
                     if let Some((node, range)) = synced {
                         c = sync_done(&c, node, range, &cut).unwrap().unwrap();
                     }
+                    let unproven = c.ranges.iter().find_map(|r| Some((r.unproven_tail?, r.range)));
+                    if let Some((node, range)) = unproven.filter(|_| rng.gen_bool(0.5)) {
+                        c = tail_ready(&c, node, range, &cut).unwrap().unwrap();
+                    }
                 }
             }
             assert!(c.ranges.iter().all(|r| !r.chain.is_empty()), "{ctx}: empty chain {c:?}");
+            // Every range keeps a proven replica; an unproven one is the tail.
+            for r in &c.ranges {
+                assert!(r.chain.iter().any(|n| Some(*n) != r.unproven_tail), "{ctx}: none proven {r:?}");
+                assert!(r.unproven_tail.is_none_or(|u| r.tail() == Some(u)), "{ctx}: {r:?}");
+            }
             // The ranges stay sorted and tile the ring, however they were split.
             let tiled = c.ranges.windows(2).all(|w| {
                 w[0].range.end_inclusive < w[1].range.end_inclusive
