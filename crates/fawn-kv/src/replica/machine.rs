@@ -365,8 +365,8 @@ impl<S: ReplicaStore> Replica<S> {
         if !self.route.is_head() {
             return Err(WireError::WrongNode(format!("node {} is not the head", self.route.me)));
         }
-        if let Some((seq, outcome)) = self.recent.get(&req) {
-            return Ok((*seq, outcome.clone()));
+        if let Some(remembered) = self.recent.get(&req) {
+            return Ok(remembered);
         }
         // Until the bulk of a split-off or merged part is copied, updates go on; the copy then
         // only has to catch up with them once they stop.
@@ -394,6 +394,7 @@ impl<S: ReplicaStore> Replica<S> {
             // A failed condition was judged against state that may hold uncommitted updates:
             // reply once they commit, and remember the answer so a retry is not decided again.
             Effect::None => {
+                self.recent.advance(now_micros);
                 self.recent.remember(req, prev_seq, outcome.clone());
                 return Ok((prev_seq, outcome));
             }
