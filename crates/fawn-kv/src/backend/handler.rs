@@ -155,7 +155,7 @@ impl Backend {
             let at = runs.iter().position(|(r, _)| *r == range);
             match msg {
                 ChainMsg::Replicate { .. } | ChainMsg::Ack { .. } => {
-                    let same_kind = at.map_or(true, |i| {
+                    let same_kind = at.is_none_or(|i| {
                         matches!(
                             (&runs[i].1, &msg),
                             (Run::Replicates(_), ChainMsg::Replicate { .. })
