@@ -82,6 +82,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
     }
 
+    /// The next frame if it is already read in whole, without reading more.
+    pub fn buffered(&mut self) -> Result<Option<(u64, Message)>, ReadError> {
+        self.decode()
+    }
+
     fn decode(&mut self) -> Result<Option<(u64, Message)>, ReadError> {
         match decode_frame(&self.buf[self.pos..])? {
             Some((id, msg, used)) => {

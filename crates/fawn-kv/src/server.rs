@@ -48,6 +48,9 @@ const _: () = assert!(
     "a connection must fit many gets in flight"
 );
 const _: () = assert!(CONNECTION_OUTPUT_BYTES_MAX <= u32::MAX as usize);
+/// Chain messages of one connection handled as one batch (`Handler::chain_batch`): those
+/// already read, up to this many.
+pub const CHAIN_BATCH_MESSAGES_MAX: usize = 4096;
 /// A refused connection is given this long to take its error frame.
 const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Most bytes of queued responses coalesced into one write.
@@ -95,6 +98,16 @@ pub trait Handler: Send + Sync + 'static {
     fn chain(self: Arc<Self>, from: NodeId, msg: ChainMsg) -> impl Future<Output = ()> + Send {
         let _ = (from, msg);
         async {}
+    }
+
+    /// Handles chain messages from `from` that arrived together, in order (a handler may
+    /// batch their work); by default one at a time.
+    fn chain_batch(self: Arc<Self>, from: NodeId, msgs: Vec<ChainMsg>) -> impl Future<Output = ()> + Send {
+        async move {
+            for msg in msgs {
+                self.clone().chain(from, msg).await;
+            }
+        }
     }
 }
 
@@ -173,12 +186,17 @@ async fn connection<H: Handler>(
     let in_flight = Arc::new(Semaphore::new(CONNECTION_REQUESTS_IN_FLIGHT_MAX));
     let mut frames = FrameReader::new(reader);
     let mut from: Option<NodeId> = None;
+    // A frame read while gathering a batch of chain messages that is not one of them.
+    let mut held: Option<Result<(u64, Message), ReadError>> = None;
     loop {
-        let next = tokio::select! {
-            n = frames.next_within(limits.read) => n,
-            _ = shutdown.changed() => break,
-            // The writer gave up (the peer does not read): stop reading its requests.
-            _ = tx.closed() => break,
+        let next = match held.take() {
+            Some(frame) => frame.map(Some),
+            None => tokio::select! {
+                n = frames.next_within(limits.read) => n,
+                _ = shutdown.changed() => break,
+                // The writer gave up (the peer does not read): stop reading its requests.
+                _ = tx.closed() => break,
+            },
         };
         match next {
             Ok(Some((id, Message::Request(req)))) => {
@@ -199,7 +217,23 @@ async fn connection<H: Handler>(
             }
             Ok(Some((_, Message::Chain(ChainMsg::Hello { from: node })))) => from = Some(node),
             Ok(Some((_, Message::Chain(msg)))) => match from {
-                Some(node) => handler.clone().chain(node, msg).await,
+                Some(node) => {
+                    // Every chain message already read is handled as one batch.
+                    let mut batch = vec![msg];
+                    while batch.len() < CHAIN_BATCH_MESSAGES_MAX {
+                        match frames.buffered() {
+                            Ok(Some((_, Message::Chain(m)))) if !matches!(m, ChainMsg::Hello { .. }) => {
+                                batch.push(m)
+                            }
+                            Ok(None) => break,
+                            other => {
+                                held = other.transpose();
+                                break;
+                            }
+                        }
+                    }
+                    handler.clone().chain_batch(node, batch).await
+                }
                 None => {
                     debug!("chain message before Hello; closing");
                     break;

@@ -143,10 +143,80 @@ impl Backend {
         }
     }
 
-    pub(super) async fn on_chain(&self, from: NodeId, msg: ChainMsg) -> Result<(), WireError> {
+    /// Chain messages that arrived together from `from`, in order. Replicated updates and
+    /// acks are gathered per range (each range's own order kept; ranges are independent) and
+    /// handled as one step each: a range's updates with one append and their sends queued
+    /// together, its acks as the highest one (acks are cumulative). Any other message first
+    /// has everything before it handled.
+    pub(super) async fn on_chain_batch(&self, from: NodeId, msgs: Vec<ChainMsg>) {
+        let mut runs: Vec<(Range, Run)> = Vec::new();
+        for msg in msgs {
+            let Some(range) = chain_range(&msg) else { continue };
+            let at = runs.iter().position(|(r, _)| *r == range);
+            match msg {
+                ChainMsg::Replicate { .. } | ChainMsg::Ack { .. } => {
+                    let same_kind = at.is_none_or(|i| {
+                        matches!(
+                            (&runs[i].1, &msg),
+                            (Run::Replicates(_), ChainMsg::Replicate { .. })
+                                | (Run::Ack(_), ChainMsg::Ack { .. })
+                        )
+                    });
+                    if !same_kind {
+                        self.run_chain(from, std::mem::take(&mut runs)).await;
+                    }
+                    self.check_chain_epoch(from, range, &msg).await;
+                    if let ChainMsg::Ack { .. } = msg {
+                        self.counters.acks.fetch_add(1, Ordering::Relaxed);
+                    }
+                    let at = runs.iter().position(|(r, _)| *r == range);
+                    match (at, msg) {
+                        (Some(i), ChainMsg::Ack { seq, .. }) => {
+                            if let Run::Ack(top) = &mut runs[i].1 {
+                                *top = (*top).max(seq);
+                            }
+                        }
+                        (Some(i), m) => {
+                            if let Run::Replicates(v) = &mut runs[i].1 {
+                                v.push(m);
+                            }
+                        }
+                        (None, ChainMsg::Ack { seq, .. }) => runs.push((range, Run::Ack(seq))),
+                        (None, m) => runs.push((range, Run::Replicates(vec![m]))),
+                    }
+                }
+                other => {
+                    self.run_chain(from, std::mem::take(&mut runs)).await;
+                    if let Err(e) = self.on_chain(from, other).await {
+                        error!(from, error = %e, "chain message failed");
+                    }
+                }
+            }
+        }
+        self.run_chain(from, runs).await
+    }
+
+    /// Hands each range's gathered updates or ack to its replica.
+    async fn run_chain(&self, from: NodeId, runs: Vec<(Range, Run)>) {
         let links = self.linker();
-        let Some(range) = chain_range(&msg) else { return Ok(()) };
-        if let Some(epoch) = chain_epoch(&msg) {
+        for (range, run) in runs {
+            let Some(replica) = self.replica(&range) else { continue };
+            match run {
+                Run::Replicates(msgs) => {
+                    self.counters.replicated.fetch_add(msgs.len() as u64, Ordering::Relaxed);
+                    if let Err(e) = replica.on_replicates(from, msgs, &links).await {
+                        error!(from, error = %e, "chain message failed");
+                    }
+                }
+                Run::Ack(seq) => replica.on_ack(from, seq, &links).await,
+            }
+        }
+    }
+
+    /// A chain message of an epoch ahead of this node's: fetch the newer configuration (and
+    /// for an update, ask for it again once installed).
+    async fn check_chain_epoch(&self, from: NodeId, range: Range, msg: &ChainMsg) {
+        if let Some(epoch) = chain_epoch(msg) {
             let ahead = epoch > self.current().config.epoch;
             match msg {
                 ChainMsg::Replicate { .. } if ahead => self.resend_after_catch_up(from, range, epoch),
@@ -158,11 +228,17 @@ impl Backend {
                 _ => self.maybe_behind(epoch),
             }
         }
+    }
+
+    pub(super) async fn on_chain(&self, from: NodeId, msg: ChainMsg) -> Result<(), WireError> {
+        let links = self.linker();
+        let Some(range) = chain_range(&msg) else { return Ok(()) };
+        self.check_chain_epoch(from, range, &msg).await;
         let Some(replica) = self.replica(&range) else { return Ok(()) };
         match msg {
             m @ ChainMsg::Replicate { .. } => {
                 self.counters.replicated.fetch_add(1, Ordering::Relaxed);
-                replica.on_replicate(from, m, &links).await?;
+                replica.on_replicates(from, vec![m], &links).await?;
             }
             ChainMsg::Ack { seq, .. } => {
                 self.counters.acks.fetch_add(1, Ordering::Relaxed);
@@ -227,6 +303,14 @@ impl Backend {
         }
         Ok(())
     }
+}
+
+/// One range's part of a batch of chain messages.
+enum Run {
+    /// Replicated updates, in order.
+    Replicates(Vec<ChainMsg>),
+    /// The highest ack.
+    Ack(u64),
 }
 
 /// A role refusal to a sender that routed by an older configuration says so, so that it fetches
@@ -310,5 +394,9 @@ impl Handler for Backend {
         if let Err(e) = self.on_chain(from, msg).await {
             error!(from, error = %e, "chain message failed");
         }
+    }
+
+    async fn chain_batch(self: Arc<Self>, from: NodeId, msgs: Vec<ChainMsg>) {
+        self.on_chain_batch(from, msgs).await
     }
 }

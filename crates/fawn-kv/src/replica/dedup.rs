@@ -6,22 +6,56 @@ use std::sync::Arc;
 use fawn_proto::native::{OutcomeEntry, ReqId};
 use fawn_proto::op::Outcome;
 
-/// Request ids remembered per range for retried-update deduplication.
-pub const DEDUP_ENTRIES_MAX: usize = 65_536;
+/// Most request ids remembered per range for retried-update deduplication (the bound under a
+/// sustained high update rate; below it, `DEDUP_WINDOW_MICROS` decides). Half the usable
+/// capacity of a hash table of 2^17 buckets: a table that drops its oldest entry for each new
+/// one then rehashes in place when deletion markers fill it, instead of doubling (hashbrown
+/// grows a table more than half full).
+pub const DEDUP_ENTRIES_MAX: usize = (1 << 17) / 8 * 7 / 2;
+/// How long an outcome is remembered, in microseconds of seq (seqs are microsecond
+/// timestamps): longer than any client retries one request (a front-end: 6 attempts of 3 s;
+/// the native client: 9 attempts of 5 s with backoff, under a minute). Older entries are
+/// dropped as newer requests are remembered.
+pub const DEDUP_WINDOW_MICROS: u64 = 60_000_000;
 /// Most parent tables a replica keeps for deduplication after splits and merges (each holds up
 /// to `DEDUP_ENTRIES_MAX` entries).
 pub const DEDUP_INHERITED_TABLES_MAX: usize = 4;
-/// One table of request outcomes: sequence number and outcome by request id.
-pub type OutcomeTable = HashMap<ReqId, (u64, Outcome)>;
+
+/// One remembered outcome: the seq of the request's update and its outcome, kept compact for
+/// the common one (`Stored` with the update's own seq as cas): 32 bytes a table entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Remembered {
+    seq: u64,
+    /// `None`: `Outcome::Stored { cas: seq }`.
+    other: Option<Box<Outcome>>,
+}
+
+impl Remembered {
+    fn new(seq: u64, outcome: Outcome) -> Remembered {
+        let other = (outcome != Outcome::Stored { cas: seq }).then(|| Box::new(outcome));
+        Remembered { seq, other }
+    }
+
+    fn outcome(&self) -> Outcome {
+        self.other.as_deref().cloned().unwrap_or(Outcome::Stored { cas: self.seq })
+    }
+}
+
+/// One table of request outcomes, by request id.
+pub type OutcomeTable = HashMap<ReqId, Remembered>;
 
 /// Outcomes of recently ordered requests, so that a retried update is applied once: the
-/// replica's own (first in, first out, at most `DEDUP_ENTRIES_MAX`) and, read-only and
-/// shared, those of the ranges it was split or merged from. Shared rather than copied: a copy
-/// would be made while the range's puts wait for the split or merge to finish.
+/// replica's own (first in, first out, for `DEDUP_WINDOW_MICROS` and at most
+/// `DEDUP_ENTRIES_MAX`) and, read-only and shared, those of the ranges it was split or merged
+/// from. Shared rather than copied: a copy would be made while the range's puts wait for the
+/// split or merge to finish.
 #[derive(Default)]
 pub struct Dedup {
     own: OutcomeTable,
-    order: VecDeque<ReqId>,
+    /// Own entries in the order remembered, with the clock when they were.
+    order: VecDeque<(ReqId, u64)>,
+    /// The highest seq remembered: the time of this table (no clock in the state machine).
+    clock: u64,
     /// Tables of parent ranges, oldest first.
     inherited: Vec<Arc<OutcomeTable>>,
     /// Requests remembered since the latest inheritance. Once it reaches
@@ -31,22 +65,42 @@ pub struct Dedup {
 }
 
 impl Dedup {
-    pub fn get(&self, req: &ReqId) -> Option<&(u64, Outcome)> {
-        self.own.get(req).or_else(|| self.inherited.iter().rev().find_map(|t| t.get(req)))
+    /// The seq and outcome remembered for `req`.
+    pub fn get(&self, req: &ReqId) -> Option<(u64, Outcome)> {
+        let found = self.own.get(req).or_else(|| self.inherited.iter().rev().find_map(|t| t.get(req)));
+        found.map(|r| (r.seq, r.outcome()))
     }
 
+    /// Moves this table's clock to `now_micros` (the head's time): what is remembered next
+    /// is dated at least this late, also when its seq is an older one.
+    pub fn advance(&mut self, now_micros: u64) {
+        self.clock = self.clock.max(now_micros);
+    }
+
+    /// Remembers `req`'s outcome; `seq` is its update's (or, for an outcome that wrote
+    /// nothing, the seq it was decided after), and dates the entry unless the clock is later.
     pub fn remember(&mut self, req: ReqId, seq: u64, outcome: Outcome) {
-        if self.own.insert(req, (seq, outcome)).is_none() {
-            self.order.push_back(req);
+        self.clock = self.clock.max(seq);
+        // Room first: the table never holds more than `DEDUP_ENTRIES_MAX`, even for a moment.
+        let expired = |at: u64| at.saturating_add(DEDUP_WINDOW_MICROS) < self.clock;
+        while let Some(&(old, at)) = self.order.front() {
+            if self.order.len() < DEDUP_ENTRIES_MAX && !expired(at) {
+                break;
+            }
+            self.order.pop_front();
+            self.own.remove(&old);
+        }
+        if self.own.insert(req, Remembered::new(seq, outcome)).is_none() {
+            self.order.push_back((req, self.clock));
             self.since_inherited += 1;
             if self.since_inherited >= DEDUP_ENTRIES_MAX {
                 self.inherited.clear();
             }
         }
-        while self.order.len() > DEDUP_ENTRIES_MAX {
-            if let Some(old) = self.order.pop_front() {
-                self.own.remove(&old);
-            }
+        // A table that emptied after a burst gives its memory back.
+        if self.own.capacity() > 1024 && self.own.len() < self.own.capacity() / 4 {
+            self.own.shrink_to(self.own.len() * 2);
+            self.order.shrink_to(self.order.len() * 2);
         }
     }
 
@@ -56,8 +110,8 @@ impl Dedup {
         let tables = std::iter::once(&self.own).chain(self.inherited.iter().map(|t| &**t));
         let mut out: Vec<OutcomeEntry> = tables
             .flat_map(|t| t.iter())
-            .filter(|(_, (seq, _))| seqs.contains(seq))
-            .map(|(req, (seq, outcome))| OutcomeEntry { req: *req, seq: *seq, outcome: outcome.clone() })
+            .filter(|(_, r)| seqs.contains(&r.seq))
+            .map(|(req, r)| OutcomeEntry { req: *req, seq: r.seq, outcome: r.outcome() })
             .collect();
         out.sort_by_key(|e| (e.seq, e.req.client, e.req.seq));
         out.dedup_by_key(|e| e.req);
@@ -102,7 +156,7 @@ mod tests {
         right.inherit(parent.share());
         // Both parts and the retired parent answer from the one shared table.
         for d in [&parent, &left, &right] {
-            assert_eq!(d.get(&req(1)), Some(&(10, stored(1))));
+            assert_eq!(d.get(&req(1)), Some((10, stored(1))));
         }
         assert_eq!(left.inherited.len(), 1);
         assert!(Arc::ptr_eq(&left.inherited[0], &right.inherited[0]));
@@ -136,6 +190,73 @@ mod tests {
         assert_eq!(heir.inherited.len(), DEDUP_INHERITED_TABLES_MAX);
         assert_eq!(heir.get(&req(0)), None, "the oldest table went first");
         assert!(heir.get(&req(DEDUP_INHERITED_TABLES_MAX as u64 + 1)).is_some());
+    }
+
+    #[test]
+    fn dedup_forgets_outcomes_older_than_its_window_and_gives_the_memory_back() {
+        let mut d = Dedup::default();
+        let start = 1_000_000;
+        for n in 0..10_000u64 {
+            d.remember(req(n), start + n, Outcome::Stored { cas: start + n });
+        }
+        d.remember(req(10_000), start + 10_000, Outcome::NotStored);
+        assert_eq!(d.get(&req(7)), Some((start + 7, Outcome::Stored { cas: start + 7 })));
+        assert_eq!(d.get(&req(10_000)), Some((start + 10_000, Outcome::NotStored)));
+        let grown = d.own.capacity();
+        // One request a window later pushes all the others out.
+        let later = start + 10_000 + DEDUP_WINDOW_MICROS + 1;
+        d.remember(req(20_000), later, Outcome::Deleted);
+        assert_eq!(d.get(&req(10_000)), None);
+        d.remember(req(20_000), later, Outcome::Deleted);
+        assert_eq!(d.get(&req(20_000)), Some((later, Outcome::Deleted)));
+        assert_eq!(d.own.len(), 1);
+        assert!(d.own.capacity() < grown / 4, "{} of {grown}", d.own.capacity());
+        // Within the window, nothing goes but past the count bound.
+        d.remember(req(20_001), later + DEDUP_WINDOW_MICROS, Outcome::Deleted);
+        assert!(d.get(&req(20_000)).is_some());
+    }
+
+    #[test]
+    fn a_full_table_keeps_its_size_while_old_entries_make_room_for_new_ones() {
+        let mut d = Dedup::default();
+        for n in 0..DEDUP_ENTRIES_MAX as u64 {
+            d.remember(req(n), n, Outcome::Stored { cas: n });
+        }
+        // Deletion markers make it grow once, to 2^17 buckets, where it rehashes in place.
+        let churn = |d: &mut Dedup, from: u64| {
+            for n in from..from + 2 * DEDUP_ENTRIES_MAX as u64 {
+                d.remember(req(n), n, Outcome::Stored { cas: n });
+                assert!(d.own.len() <= DEDUP_ENTRIES_MAX);
+            }
+        };
+        let most = (1usize << 17) / 8 * 7;
+        let mut grown = 0;
+        for round in 0..4u64 {
+            churn(&mut d, (1 + 2 * round) * DEDUP_ENTRIES_MAX as u64);
+            assert!(d.own.capacity() <= most, "{} buckets' worth", d.own.capacity());
+            grown = grown.max(d.own.capacity());
+        }
+        assert!(grown <= most);
+        assert_eq!(d.get(&req(0)), None);
+        assert!(d.get(&req(9 * DEDUP_ENTRIES_MAX as u64 - 1)).is_some());
+    }
+
+    #[test]
+    fn an_outcome_decided_after_an_old_seq_is_dated_by_the_clock() {
+        let mut d = Dedup::default();
+        let now = 5 * DEDUP_WINDOW_MICROS;
+        d.advance(now);
+        d.remember(req(1), 0, Outcome::NotFound);
+        d.remember(req(2), now + 1, Outcome::Stored { cas: now + 1 });
+        assert_eq!(d.get(&req(1)), Some((0, Outcome::NotFound)));
+    }
+
+    #[test]
+    fn a_stored_outcome_with_another_cas_is_kept_as_it_is() {
+        let mut d = Dedup::default();
+        d.remember(req(1), 10, Outcome::Stored { cas: 9 });
+        assert_eq!(d.get(&req(1)), Some((10, Outcome::Stored { cas: 9 })));
+        assert_eq!(std::mem::size_of::<Remembered>(), 16);
     }
 
     fn req(n: u64) -> ReqId {

@@ -76,6 +76,9 @@ pub enum Event {
     Get { token: u64, key: Vec<u8>, now: UnixSeconds },
     /// A chain message from a neighbour.
     Chain { from: NodeId, msg: ChainMsg },
+    /// Replicated updates that arrived together from `from`, in order: handled as one
+    /// `Chain` event each would be, but appended with one `ReplicaStore::append_batch`.
+    Replicates { from: NodeId, msgs: Vec<ChainMsg> },
     /// This replica's route in a new epoch.
     Install(Route),
     /// A fresh connection to `peer` (what was in flight on the old one is lost).
@@ -303,6 +306,11 @@ impl<S: ReplicaStore> Replica<S> {
                 out.push(Action::GetReply { token, result: self.get(&key, now) })
             }
             Event::Chain { from, msg } => self.on_chain(from, msg, &mut out),
+            Event::Replicates { from, msgs } => {
+                if self.route.predecessor() == Some(from) {
+                    self.apply_batch(msgs, &mut out)
+                }
+            }
             Event::Install(route) => self.install(route, &mut out),
             Event::Connected { peer } => self.on_connected(peer, &mut out),
             Event::Tick => self.tick(&mut out),
@@ -371,8 +379,8 @@ impl<S: ReplicaStore> Replica<S> {
         if !self.route.is_head() {
             return Err(WireError::WrongNode(format!("node {} is not the head", self.route.me)));
         }
-        if let Some((seq, outcome)) = self.recent.get(&req) {
-            return Ok((*seq, outcome.clone()));
+        if let Some(remembered) = self.recent.get(&req) {
+            return Ok(remembered);
         }
         // Until the bulk of a split-off or merged part is copied, updates go on; the copy then
         // only has to catch up with them once they stop.
@@ -400,6 +408,7 @@ impl<S: ReplicaStore> Replica<S> {
             // A failed condition was judged against state that may hold uncommitted updates:
             // reply once they commit, and remember the answer so a retry is not decided again.
             Effect::None => {
+                self.recent.advance(now_micros);
                 self.recent.remember(req, prev_seq, outcome.clone());
                 return Ok((prev_seq, outcome));
             }
@@ -467,12 +476,12 @@ impl<S: ReplicaStore> Replica<S> {
     }
 
     fn ask_resend(&self, out: &mut Vec<Action>) {
+        self.ask_resend_after(self.store.max_seq(), out)
+    }
+
+    fn ask_resend_after(&self, after_seq: u64, out: &mut Vec<Action>) {
         if let Some(pred) = self.route.predecessor() {
-            let msg = ChainMsg::Resend {
-                epoch: self.route.epoch,
-                range: self.range,
-                after_seq: self.store.max_seq(),
-            };
+            let msg = ChainMsg::Resend { epoch: self.route.epoch, range: self.range, after_seq };
             out.push(Action::Send { to: pred, msg });
         }
     }
@@ -517,27 +526,68 @@ impl<S: ReplicaStore> Replica<S> {
 
     /// A replicated update from the predecessor.
     fn apply(&mut self, msg: ChainMsg, out: &mut Vec<Action>) {
-        let ChainMsg::Replicate { seq, prev_seq, ref key, ref effect, ref origin, .. } = msg else { return };
-        let have = self.store.max_seq();
-        let verdict = match incoming(seq, prev_seq, have) {
-            Incoming::Gap if self.faulty(Fault::ApplyAcrossGap) => Incoming::Next,
-            v => v,
-        };
-        match verdict {
-            Incoming::Duplicate => {
-                if self.route.is_tail() {
-                    self.ack_upstream(have, out);
-                }
-                return;
+        self.apply_batch(vec![msg], out)
+    }
+
+    /// Replicated updates from the predecessor, in order: each is judged (`incoming`) against
+    /// what the ones before it leave held, those to apply are appended with one call, then
+    /// forwarded, committed and acknowledged one by one as if each had come alone. If the
+    /// append fails nothing is applied: the predecessor resends on the next connection.
+    fn apply_batch(&mut self, msgs: Vec<ChainMsg>, out: &mut Vec<Action>) {
+        let mut have = self.store.max_seq();
+        let mut judged = Vec::with_capacity(msgs.len());
+        for msg in msgs {
+            let ChainMsg::Replicate { seq, prev_seq, .. } = msg else { continue };
+            let verdict = match incoming(seq, prev_seq, have) {
+                Incoming::Gap if self.faulty(Fault::ApplyAcrossGap) => Incoming::Next,
+                v => v,
+            };
+            judged.push((verdict, have, msg));
+            if verdict == Incoming::Next {
+                have = seq;
             }
-            Incoming::Gap => return self.ask_resend(out),
-            Incoming::Next => {}
         }
-        if let Err(e) = self.store.append(key, effect, seq) {
-            // Nothing applied: the predecessor resends it on the next connection.
-            tracing::warn!(range = %self.range.id_string(), seq, error = %e, "apply failed");
-            return;
+        let (appended, batch_len) = {
+            let records: Vec<(&[u8], &ReplEffect, u64)> = judged
+                .iter()
+                .filter(|(v, _, _)| *v == Incoming::Next)
+                .filter_map(|(_, _, m)| match m {
+                    ChainMsg::Replicate { seq, key, effect, .. } => Some((key.as_slice(), effect, *seq)),
+                    _ => None,
+                })
+                .collect();
+            let ok = records.is_empty() || {
+                let r = self.store.append_batch(&records);
+                if let Err(e) = &r {
+                    let (first, last) = (records[0].2, records[records.len() - 1].2);
+                    tracing::warn!(range = %self.range.id_string(), first, last, error = %e, "apply failed");
+                }
+                r.is_ok()
+            };
+            (ok, records.len())
+        };
+        for (verdict, have, msg) in judged {
+            match verdict {
+                Incoming::Duplicate if self.route.is_tail() => self.ack_upstream(have, out),
+                Incoming::Duplicate => {}
+                Incoming::Gap => self.ask_resend_after(have, out),
+                Incoming::Next if appended => self.applied(msg, out),
+                Incoming::Next => {
+                    // Applied one by one, the updates after the first would each have found a
+                    // gap: ask for them again now.
+                    if batch_len > 1 {
+                        self.ask_resend(out);
+                    }
+                    return;
+                }
+            }
         }
+    }
+
+    /// Bookkeeping after a replicated update was appended: remember its outcome, forward it,
+    /// and at the tail commit it, tell its front-end and acknowledge it.
+    fn applied(&mut self, msg: ChainMsg, out: &mut Vec<Action>) {
+        let ChainMsg::Replicate { seq, ref key, ref origin, .. } = msg else { return };
         self.last_seq = self.last_seq.max(seq);
         if let Some(origin) = origin {
             self.recent.remember(origin.req, seq, origin.outcome.clone());
@@ -954,6 +1004,36 @@ mod tests {
         let req = ReqId { client: 1, seq: 1 };
         assert_eq!(out, vec![Action::Reply { req, result: Err(WireError::StaleEpoch { current: 2 }) }]);
         assert!(head.step(Event::Install(route(3, 1, &[2]))).is_empty(), "told twice");
+    }
+
+    #[test]
+    fn updates_applied_as_one_batch_act_as_applied_one_by_one() {
+        let msg = |seq, prev_seq| ChainMsg::Replicate {
+            epoch: 1,
+            range: Range::full(),
+            seq,
+            prev_seq,
+            key: format!("k{seq}").into_bytes(),
+            effect: ReplEffect::Put { value: b"v".to_vec(), flags: 0, expiry: 0 },
+            origin: Some(Origin {
+                req: ReqId { client: 1, seq },
+                outcome: Outcome::Stored { cas: seq },
+                reply_to: Some("fe".into()),
+            }),
+        };
+        // New, new, a duplicate, a gap, then one that follows what is held again.
+        let msgs = vec![msg(5, 0), msg(7, 5), msg(7, 5), msg(11, 9), msg(12, 7)];
+        for me in [2, 3] {
+            let mut one = Replica::new(MemStore::default(), route(1, me, &[1, 2, 3]));
+            let mut batch = Replica::new(MemStore::default(), route(1, me, &[1, 2, 3]));
+            let from = me - 1;
+            let singly: Vec<Action> =
+                msgs.iter().flat_map(|m| one.step(Event::Chain { from, msg: m.clone() })).collect();
+            let together = batch.step(Event::Replicates { from, msgs: msgs.clone() });
+            assert_eq!(together, singly, "node {me}");
+            assert_eq!(batch.store().applied_after(0).collect::<Vec<_>>(), vec![5, 7, 12]);
+            assert_eq!((batch.acked(), batch.unacked_len()), (one.acked(), one.unacked_len()));
+        }
     }
 
     #[test]

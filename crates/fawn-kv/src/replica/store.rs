@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use fawn_ds::{DataStore, Meta, RecordKind};
+use fawn_ds::{BatchOp, DataStore, Meta, RecordKind};
 use fawn_proto::native::{ReplEffect, WireError};
 use fawn_proto::op::Item;
 
@@ -46,6 +46,11 @@ pub struct StoredUpdate {
 pub trait ReplicaStore {
     /// Appends the update of sequence number `seq` (above every seq held).
     fn append(&mut self, key: &[u8], effect: &ReplEffect, seq: u64) -> Result<(), StoreError>;
+    /// Appends updates in order (seqs increasing, above every seq held), as `append` one by
+    /// one would; a store that can writes them with one append, all or none.
+    fn append_batch(&mut self, records: &[(&[u8], &ReplEffect, u64)]) -> Result<(), StoreError> {
+        records.iter().try_for_each(|(key, effect, seq)| self.append(key, effect, *seq))
+    }
     /// The highest sequence number held (0 when empty).
     fn max_seq(&self) -> u64;
     /// The live item of `key` (its cas is the seq of the put that wrote it), expired or not.
@@ -137,6 +142,20 @@ impl ReplicaStore for Arc<DataStore> {
             ReplEffect::Delete => self.delete(key, Meta { seq, ..Meta::default() }),
         }
         .map_err(storage)
+    }
+
+    /// One `write_batch`: one `pwrite` (and one group commit), all records or none.
+    fn append_batch(&mut self, records: &[(&[u8], &ReplEffect, u64)]) -> Result<(), StoreError> {
+        let ops: Vec<BatchOp<'_>> = records
+            .iter()
+            .map(|(key, effect, seq)| match effect {
+                ReplEffect::Put { value, flags, expiry } => {
+                    BatchOp::put(key, value, Meta { seq: *seq, flags: *flags, expiry: *expiry })
+                }
+                ReplEffect::Delete => BatchOp::delete(key, Meta { seq: *seq, ..Meta::default() }),
+            })
+            .collect();
+        self.write_batch(&ops).map_err(storage)
     }
 
     fn max_seq(&self) -> u64 {

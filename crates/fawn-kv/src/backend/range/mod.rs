@@ -69,6 +69,11 @@ impl ReplicaStore for ShellStore {
         blocking(self.writes_block, || ds.append(key, effect, seq))
     }
 
+    fn append_batch(&mut self, records: &[(&[u8], &ReplEffect, u64)]) -> Result<(), StoreError> {
+        let ds = &mut self.ds;
+        blocking(self.writes_block, || ds.append_batch(records))
+    }
+
     fn max_seq(&self) -> u64 {
         self.ds.max_seq()
     }
@@ -335,10 +340,11 @@ impl RangeReplica {
         // At most one `Room` retry: a link that fills again waits for the tick.
         for _ in 0..2 {
             let mut full: Vec<NodeId> = Vec::new();
-            for action in actions {
+            let superseded = superseded_acks(&actions);
+            for (i, action) in actions.into_iter().enumerate() {
                 match action {
                     Action::Send { to, msg } => {
-                        if full.contains(&to) {
+                        if full.contains(&to) || superseded[i] {
                             continue;
                         }
                         if let Err(TrySendError::Full(msg)) = links.link(to).try_send(msg) {
@@ -404,11 +410,13 @@ impl RangeReplica {
         self.run(Event::Chain { from, msg: ChainMsg::Ack { epoch, range, seq } }, links).await;
     }
 
-    /// A replicated update from upstream (buffered while a snapshot streams in).
-    pub async fn on_replicate(
+    /// Replicated updates from upstream that arrived together, in order (buffered while a
+    /// snapshot streams in): one step of the machine, so one append, and their sends and
+    /// acks queued together.
+    pub async fn on_replicates(
         &self,
         from: NodeId,
-        msg: ChainMsg,
+        msgs: Vec<ChainMsg>,
         links: &dyn LinkTo,
     ) -> Result<(), WireError> {
         let mut st = self.state.lock().await;
@@ -417,9 +425,9 @@ impl RangeReplica {
         }
         st.heard(from);
         if let Some(sync) = st.sync.as_mut().filter(|s| !s.done) {
-            return sync.buffer(msg);
+            return msgs.into_iter().try_for_each(|msg| sync.buffer(msg));
         }
-        let actions = st.machine.step(Event::Chain { from, msg });
+        let actions = st.machine.step(Event::Replicates { from, msgs });
         self.execute(&mut st, actions, links, None);
         Ok(())
     }
@@ -495,6 +503,28 @@ impl RangeReplica {
             })
             .collect()
     }
+}
+
+/// Which of `actions` are acks another ack of the same range to the same peer makes
+/// needless: acks are cumulative, so of a batch's acks only the highest of each is sent.
+fn superseded_acks(actions: &[Action]) -> Vec<bool> {
+    let mut best: HashMap<(NodeId, Range), (u64, usize)> = HashMap::new();
+    let mut superseded = vec![false; actions.len()];
+    for (i, action) in actions.iter().enumerate() {
+        if let Action::Send { to, msg: ChainMsg::Ack { range, seq, .. } } = action {
+            match best.get_mut(&(*to, *range)) {
+                Some((top, at)) if *seq >= *top => {
+                    superseded[*at] = true;
+                    (*top, *at) = (*seq, i);
+                }
+                Some(_) => superseded[i] = true,
+                None => {
+                    best.insert((*to, *range), (*seq, i));
+                }
+            }
+        }
+    }
+    superseded
 }
 
 /// Queues `msg` on the link to `peer` without waiting for room: whether it was queued (a
