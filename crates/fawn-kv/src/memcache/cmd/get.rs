@@ -8,6 +8,7 @@ use fawn_proto::memcache::{absolute_expiry, reply, GetCommand};
 use fawn_proto::op::{is_expired, Item, Mutation, Outcome, Update};
 
 use super::{bare_update, now, Ctx, Flow};
+use crate::memcache::access::Marks;
 use crate::memcache::stats::Stats;
 use crate::service::{KvService, ServiceError};
 
@@ -34,6 +35,7 @@ pub(super) async fn run<S: KvService>(ctx: &mut Ctx<'_, S>, get: GetCommand) {
         for (key, item) in batch.iter().zip(items) {
             match item {
                 Ok(Some(item)) => {
+                    seen(ctx, key, &item);
                     let cas = get.cas.then_some(item.cas);
                     reply::value(ctx.out(), key, item.flags, &item.value, cas);
                 }
@@ -59,6 +61,7 @@ pub(in crate::memcache) async fn run_pipelined<S: KvService>(
         for key in &get.keys {
             match results.next() {
                 Some(Ok(Some(item))) if failed.is_none() => {
+                    seen(ctx, key, &item);
                     let cas = get.cas.then_some(item.cas);
                     reply::value(ctx.out(), key, item.flags, &item.value, cas);
                 }
@@ -109,6 +112,11 @@ async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
     .await;
     // Every slot is filled once the poll above is ready.
     outputs.into_iter().flatten().collect()
+}
+
+/// A hit was read: its marks before this read (`mg h l`), then the read is recorded.
+pub(super) fn seen<S>(ctx: &Ctx<'_, S>, key: &[u8], item: &Item) -> Marks {
+    ctx.shared.access.fetched(key, item.cas, now())
 }
 
 /// Reads a key, counting a hit or miss.
