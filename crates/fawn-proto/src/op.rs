@@ -95,6 +95,7 @@ pub enum Guarded {
     Incr { delta: u64 },
     Decr { delta: u64 },
     Invalidate { new_expiry: bool },
+    Touch,
 }
 
 impl From<Guarded> for Mutation {
@@ -106,6 +107,7 @@ impl From<Guarded> for Mutation {
             Guarded::Incr { delta } => Mutation::Incr { delta },
             Guarded::Decr { delta } => Mutation::Decr { delta },
             Guarded::Invalidate { new_expiry } => Mutation::Invalidate { new_expiry },
+            Guarded::Touch => Mutation::Touch,
         }
     }
 }
@@ -614,6 +616,17 @@ mod decide_tests {
             decide(&due(NOW + 101), Some(&live()), NOW, NEW).0,
             Outcome::Claimed { won: false, .. }
         ));
+    }
+
+    #[test]
+    fn guarded_touch_keeps_marks() {
+        let marked = with_state(item(b"v", 3, 0, 9), state::STALE | state::TOKEN_SENT);
+        let guard = |unique| upd(Mutation::IfCas { unique, then: Guarded::Touch }, b"", 0, NOW + 5);
+        let all = state::STALE | state::TOKEN_SENT;
+        let want = Effect::Put { value: b"v".to_vec(), flags: 3, expiry: NOW + 5, state: all };
+        assert_eq!(decide(&guard(9), Some(&marked), NOW, NEW), (Outcome::Touched { cas: NEW }, want));
+        assert_eq!(decide(&guard(8), Some(&marked), NOW, NEW), (Outcome::Exists, Effect::None));
+        assert_eq!(decide(&guard(9), None, NOW, NEW), (Outcome::NotFound, Effect::None));
     }
 
     #[test]

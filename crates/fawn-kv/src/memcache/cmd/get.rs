@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::task::Poll;
 
 use fawn_proto::memcache::{absolute_expiry, reply, GetCommand};
-use fawn_proto::op::{is_expired, Item, Mutation, Outcome, Update};
+use fawn_proto::op::{is_expired, Guarded, Item, Mutation, Outcome};
 
 use super::{bare_update, now, Ctx, Flow};
 use crate::memcache::access::Marks;
@@ -147,8 +147,8 @@ fn count_read(stats: &Stats, item: Option<Item>) -> Option<Item> {
 /// Attempts of an atomic `gat` before falling back to a plain touch.
 const GAT_ATTEMPTS: usize = 3;
 
-/// `gat`: read the item, then write it back with the new expiry as a compare-and-set against
-/// the version read, so the reply's value and cas unique belong together even if another
+/// `gat`: read the item, then touch it with the new expiry, guarded by the version read (its
+/// cas), so the reply's value and cas unique belong together even if another
 /// client updates the key in between (then it is re-read). Like memcached, the item read is
 /// returned even if the new exptime expires it at once (`gat -1`).
 pub(super) async fn touch_and_fetch<S: KvService>(
@@ -164,15 +164,10 @@ pub(super) async fn touch_and_fetch<S: KvService>(
             Stats::incr(&counters.touch_misses);
             return Ok(None);
         };
-        let update = Update {
-            key: key.to_vec(),
-            mutation: Mutation::Cas { unique: item.cas },
-            value: item.value.clone(),
-            flags: item.flags,
-            expiry,
-        };
-        match ctx.service().update(update).await? {
-            Outcome::Stored { cas } => {
+        // A touch guarded by the version read: it keeps the value, flags and access marks.
+        let mutation = Mutation::IfCas { unique: item.cas, then: Guarded::Touch };
+        match ctx.service().update(bare_update(key.to_vec(), mutation, expiry)).await? {
+            Outcome::Touched { cas } => {
                 Stats::incr(&counters.touch_hits);
                 item.expiry = expiry;
                 item.cas = cas;
