@@ -71,6 +71,8 @@ const _: () = assert!(LOG_HEADER_BYTES >= OFFSET_UNIT);
 const _: () = assert!((RECORD_HEADER_BYTES as u64).is_multiple_of(OFFSET_UNIT));
 // Key length is stored in a u16, value length in a u32.
 const _: () = assert!(KEY_BYTES_MAX <= u16::MAX as usize);
+// Record format 2 keeps the key length in one byte (the other holds the item state).
+const _: () = assert!(KEY_BYTES_MAX <= u8::MAX as usize);
 const _: () = assert!(VALUE_BYTES_MAX <= u32::MAX as usize);
 // A maximal record fits far inside the addressable log.
 const _: () = assert!((RECORD_BYTES_MAX as u64) < DATASTORE_BYTES_MAX / 1024);

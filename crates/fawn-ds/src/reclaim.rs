@@ -76,7 +76,7 @@ mod tests {
     #[test]
     fn buckets_count_only_once_wholly_past() {
         let mut r = Reclaim::default();
-        let put = |expiry| Meta { seq: 1, flags: 0, expiry };
+        let put = |expiry| Meta { seq: 1, flags: 0, expiry, state: 0 };
         r.note(RecordKind::Put, &put(0), 100); // never expires: not noted
         r.note(RecordKind::Put, &put(640), 10); // bucket [640, 703]
         r.note(RecordKind::Put, &put(700), 20); // same bucket
@@ -87,7 +87,7 @@ mod tests {
         assert_eq!(r.expired_bytes(767), 70);
         assert_eq!(r.expired_bytes(u32::MAX), 70);
 
-        let del = |seq| Meta { seq, flags: 0, expiry: 0 };
+        let del = |seq| Meta { seq, flags: 0, expiry: 0, state: 0 };
         r.note(RecordKind::Delete, &del(5), 7); // bucket 0: seqs [0, 2^20 - 1]
         r.note(RecordKind::Delete, &del(1 << 20), 9); // bucket 1
         assert_eq!(r.droppable_tombstone_bytes(0), 0);

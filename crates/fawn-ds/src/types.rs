@@ -123,6 +123,9 @@ pub struct Meta {
     pub flags: u32,
     /// Absolute expiry in Unix seconds, 0 = never. Stored, not enforced by this crate.
     pub expiry: u32,
+    /// The caller's item state bits (memcached's stale and token-sent marks), opaque to this
+    /// crate; 0 for an item without state (record formats in docs/FORMAT.md).
+    pub state: u8,
 }
 
 /// A stored value with its metadata.

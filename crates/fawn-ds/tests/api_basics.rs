@@ -5,7 +5,7 @@
 use fawn_ds::{limits, DataStore, Error, Meta, Options, RecordKind, SyncPolicy};
 
 fn meta(seq: u64) -> Meta {
-    Meta { seq, flags: seq as u32 ^ 0xabcd, expiry: 7 }
+    Meta { seq, flags: seq as u32 ^ 0xabcd, expiry: 7, state: 0 }
 }
 
 #[test]

@@ -49,7 +49,7 @@ fn expired_puts_trigger_an_automatic_compaction() {
         ds.store(
             format!("kept-{k}").as_bytes(),
             &value,
-            Meta { seq: k + 1, flags: 0, expiry: now() + 86_400 },
+            Meta { seq: k + 1, flags: 0, expiry: now() + 86_400, state: 0 },
         )
         .expect("store");
     }
@@ -59,7 +59,7 @@ fn expired_puts_trigger_an_automatic_compaction() {
         ds.store(
             format!("session-{k}").as_bytes(),
             &value,
-            Meta { seq: KEYS + k + 1, flags: 0, expiry: past },
+            Meta { seq: KEYS + k + 1, flags: 0, expiry: past, state: 0 },
         )
         .expect("store");
     }
@@ -86,7 +86,8 @@ fn tombstones_under_the_watermark_trigger_an_automatic_compaction() {
     // the watermark makes droppable.
     let wide_key = |k: u64| format!("gone-{k:0>200}");
     for k in 0..KEYS {
-        ds.delete(wide_key(k).as_bytes(), Meta { seq: k + 1, flags: 0, expiry: 0 }).expect("delete");
+        ds.delete(wide_key(k).as_bytes(), Meta { seq: k + 1, flags: 0, expiry: 0, state: 0 })
+            .expect("delete");
     }
     let before = ds.stats();
     assert_eq!(before.reclaimable_bytes, 0, "watermark 0: no tombstone may be dropped: {before:?}");

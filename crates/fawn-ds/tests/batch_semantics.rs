@@ -6,7 +6,7 @@
 use fawn_ds::{BatchOp, DataStore, Error, Meta, Options, RecordKind, SyncPolicy};
 
 fn meta(seq: u64) -> Meta {
-    Meta { seq, flags: seq as u32, expiry: 0 }
+    Meta { seq, flags: seq as u32, expiry: 0, state: 0 }
 }
 
 #[test]

@@ -65,7 +65,7 @@ fn seq_of(base: u64, t: u64, i: u64) -> u64 {
 }
 
 fn meta_for(seq: u64) -> Meta {
-    Meta { seq, flags: (seq as u32).wrapping_mul(7), expiry: 0 }
+    Meta { seq, flags: (seq as u32).wrapping_mul(7), expiry: 0, state: 0 }
 }
 
 /// Child mode: write until killed. A no-op when run as an ordinary test.

@@ -50,7 +50,7 @@ fn value_for(k: u64, seq: u64) -> Vec<u8> {
 }
 
 fn meta_for(seq: u64) -> Meta {
-    Meta { seq, flags: (seq as u32).wrapping_mul(7), expiry: 0 }
+    Meta { seq, flags: (seq as u32).wrapping_mul(7), expiry: 0, state: 0 }
 }
 
 /// Merged keys of the round at `base`: i -> Some(value) or None (deleted in the other store).

@@ -34,7 +34,7 @@ fn only_drops_for_age_or_key_raise_the_floor_and_it_persists() {
     assert_eq!(ds.dropped_seq_max(), 70);
 
     // An expired put (its key's latest record) is dropped for its age.
-    ds.store(b"gone", b"x", Meta { seq: 80, flags: 0, expiry: 5 }).unwrap();
+    ds.store(b"gone", b"x", Meta { seq: 80, flags: 0, expiry: 5, state: 0 }).unwrap();
     ds.compact().unwrap();
     assert_eq!(ds.dropped_seq_max(), 80);
 

@@ -13,7 +13,7 @@ mod support;
 use support::manual_opts;
 
 fn meta(seq: u64) -> Meta {
-    Meta { seq, flags: seq as u32, expiry: 0 }
+    Meta { seq, flags: seq as u32, expiry: 0, state: 0 }
 }
 
 /// Replay the iteration: key -> (kind, seq) of the last record, checking per-key seq order.
@@ -39,7 +39,7 @@ fn compact_drops_garbage_keeps_tombstones_until_the_watermark() {
     ds.delete(b"k3", meta(101)).unwrap();
     ds.delete(b"never-existed", meta(102)).unwrap();
     // Expired long ago; and the highest seq is held by a put that compaction drops.
-    ds.store(b"old", b"x", Meta { seq: 103, flags: 0, expiry: 5 }).unwrap();
+    ds.store(b"old", b"x", Meta { seq: 103, flags: 0, expiry: 5, state: 0 }).unwrap();
     let before = ds.stats();
     assert!(before.garbage_bytes > before.live_bytes, "{before:?}");
     let rep = ds.compact().unwrap();

@@ -93,7 +93,7 @@ fn writer(
                 let expiring = rng.gen_bool(0.05);
                 let v = if expiring { expiring_value(s) } else { value(&mut rng, s) };
                 h.versions.lock().unwrap().push(Some((v.clone(), s)));
-                let meta = Meta { seq: s, flags: s as u32, expiry: u32::from(expiring) };
+                let meta = Meta { seq: s, flags: s as u32, expiry: u32::from(expiring), state: 0 };
                 ds.store(&key, &v, meta).map_err(|e| format!("writer {w} step {step} store: {e}"))?;
                 h.acked.fetch_add(1, Ordering::AcqRel);
                 model.insert(key.clone(), Some((v, s)));
@@ -101,7 +101,7 @@ fn writer(
             6..=7 => {
                 let s = seq.fetch_add(1, Ordering::AcqRel) + 1;
                 h.versions.lock().unwrap().push(None);
-                let meta = Meta { seq: s, flags: 0, expiry: 0 };
+                let meta = Meta { seq: s, flags: 0, expiry: 0, state: 0 };
                 ds.delete(&key, meta).map_err(|e| format!("writer {w} step {step} delete: {e}"))?;
                 h.acked.fetch_add(1, Ordering::AcqRel);
                 model.insert(key.clone(), None);

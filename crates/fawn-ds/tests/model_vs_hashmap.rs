@@ -77,14 +77,16 @@ fn run_case(seed: u64) -> Result<(), String> {
     for step in 0..ops {
         let ctx = |what: &str, e: &dyn std::fmt::Display| format!("step {step} {what}: {e}");
         seq += 1;
-        let meta = Meta { seq, flags: rng.gen(), expiry: rng.gen_range(0..3) };
+        // Every fourth record has no state (format 1), the others a state byte (format 2).
+        let meta = Meta { seq, flags: rng.gen(), expiry: rng.gen_range(0..3), state: (seq % 4) as u8 };
         match rng.gen_range(0..100) {
             0..=5 => {
                 // A batch of 0..24 puts and deletes, keys may repeat; applied in order.
                 let n = rng.gen_range(0..24);
                 let mut items = Vec::new();
                 for i in 0..n {
-                    let meta = Meta { seq: seq + i, flags: rng.gen(), expiry: rng.gen_range(0..3) };
+                    let state = ((seq + i) % 4) as u8;
+                    let meta = Meta { seq: seq + i, flags: rng.gen(), expiry: rng.gen_range(0..3), state };
                     let k = key(&mut rng, space);
                     let v = if rng.gen_bool(0.25) { None } else { Some(value(&mut rng)) };
                     items.push((k, v, meta));

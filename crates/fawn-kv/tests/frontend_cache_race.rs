@@ -24,7 +24,7 @@ const HITS_MIN: u64 = 100;
 const KEY: &[u8] = b"hot";
 
 fn item(version: u64) -> Item {
-    Item { value: version.to_le_bytes().to_vec(), flags: 0, expiry: 0, cas: version }
+    Item { value: version.to_le_bytes().to_vec(), flags: 0, expiry: 0, cas: version, state: 0 }
 }
 
 fn spin(rng: &mut impl Rng, max_us: u64) {

@@ -291,6 +291,8 @@ pub enum ReplEffect {
         value: Vec<u8>,
         flags: u32,
         expiry: u32,
+        /// The item's state bits (`op::state`).
+        state: u8,
     },
     Delete,
 }

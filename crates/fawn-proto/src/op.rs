@@ -22,6 +22,28 @@ pub struct Item {
     /// The item's version: the sequence number the head assigned to the put that wrote it.
     /// memcached's "cas unique".
     pub cas: u64,
+    /// memcached's per-item access marks decided at the head ([`state`] bits; 0 for none).
+    pub state: u8,
+}
+
+/// Bits of [`Item::state`]: memcached's stale-while-revalidate marks. They are decided at the
+/// chain head like any conditional update and stored with the item (the datastore record's
+/// state byte), so every reader of a chain sees the same marks and one client alone wins.
+pub mod state {
+    /// Invalidated (`md I`, `ms I`): readers see `X`; the first one also wins (`W`).
+    pub const STALE: u8 = 1;
+    /// A client was told it won the right to recache (`W`); later readers see `Z`.
+    pub const TOKEN_SENT: u8 = 2;
+}
+
+impl Item {
+    pub fn is_stale(&self) -> bool {
+        self.state & state::STALE != 0
+    }
+
+    pub fn token_sent(&self) -> bool {
+        self.state & state::TOKEN_SENT != 0
+    }
 }
 
 /// What an update does.
@@ -51,6 +73,17 @@ pub enum Mutation {
     /// `md`, `ma` and `ms` in append/prepend mode): a live item with another unique is
     /// `Exists`; a missing one gets what `then` does on a miss.
     IfCas { unique: u64, then: Guarded },
+    /// memcached's `md I`: mark a live item stale (and clear its token), keeping its value;
+    /// with `new_expiry`, `Update::expiry` replaces its expiry (`md I T`).
+    Invalidate { new_expiry: bool },
+    /// memcached's `ms I` with a compare value: a plain cas if `unique` matches; a `unique`
+    /// below the live item's stores the value as stale, keeping the old expiry and token.
+    CasStale { unique: u64 },
+    /// memcached's `mg` decisions that change the item: on a miss with `vivify`, create an
+    /// empty item (`Update::expiry`) and win; on a live item, win if no token was sent yet
+    /// and it is stale or (`recache`) expires before that absolute time. Winning marks the
+    /// token sent. Answers [`Outcome::Claimed`].
+    Claim { vivify: bool, recache: Option<UnixSeconds> },
 }
 
 /// The mutations a compare-cas can guard besides a plain store (which is [`Mutation::Cas`]).
@@ -61,6 +94,8 @@ pub enum Guarded {
     Prepend,
     Incr { delta: u64 },
     Decr { delta: u64 },
+    Invalidate { new_expiry: bool },
+    Touch,
 }
 
 impl From<Guarded> for Mutation {
@@ -71,6 +106,8 @@ impl From<Guarded> for Mutation {
             Guarded::Prepend => Mutation::Prepend,
             Guarded::Incr { delta } => Mutation::Incr { delta },
             Guarded::Decr { delta } => Mutation::Decr { delta },
+            Guarded::Invalidate { new_expiry } => Mutation::Invalidate { new_expiry },
+            Guarded::Touch => Mutation::Touch,
         }
     }
 }
@@ -109,6 +146,13 @@ pub enum Outcome {
     Touched { cas: u64 },
     /// incr/decr on a value that is not a decimal u64.
     NonNumeric,
+    /// A claim on a live (or just created) item: whether this client won (was the one to mark
+    /// the token sent), whether the claim created the item (`N`), and the item's cas after
+    /// the claim. The item itself is read at the tail afterwards: an outcome is remembered
+    /// for retries and sent down the chain, so it carries no value.
+    Claimed { won: bool, created: bool, cas: u64 },
+    /// Invalidated: the stale item's cas.
+    Invalidated { cas: u64 },
 }
 
 /// What the head writes (and replicates) as the effect of an update.
@@ -121,6 +165,8 @@ pub enum Effect {
         value: Vec<u8>,
         flags: u32,
         expiry: UnixSeconds,
+        /// The written item's [`state`] bits.
+        state: u8,
     },
     Delete,
 }
@@ -179,6 +225,15 @@ fn apply(mutation: Mutation, update: &Update, live: Option<&Item>, new_cas: u64)
             Some(_) => (Outcome::Deleted, Effect::Delete),
             None => (Outcome::NotFound, Effect::None),
         },
+        Mutation::Invalidate { new_expiry } => match live {
+            Some(item) => invalidate(update, item, new_expiry, new_cas),
+            None => (Outcome::NotFound, Effect::None),
+        },
+        Mutation::CasStale { unique } => match live {
+            Some(item) if unique < item.cas => store_stale(update, item, new_cas),
+            _ => apply(Mutation::Cas { unique }, update, live, new_cas),
+        },
+        Mutation::Claim { vivify, recache } => claim(update, live, vivify, recache, new_cas),
         Mutation::IfCas { unique, then } => match live {
             // memcached refuses an empty counter before it compares the cas.
             Some(item) if is_arith(then) && item.value.is_empty() => (Outcome::NonNumeric, Effect::None),
@@ -197,8 +252,50 @@ fn not_stored() -> (Outcome, Effect) {
 }
 
 fn store(update: &Update, new_cas: u64) -> (Outcome, Effect) {
-    let effect = Effect::Put { value: update.value.clone(), flags: update.flags, expiry: update.expiry };
+    let effect =
+        Effect::Put { value: update.value.clone(), flags: update.flags, expiry: update.expiry, state: 0 };
     (Outcome::Stored { cas: new_cas }, effect)
+}
+
+/// `md I`: the item stays, stale and with no token sent, under a new cas (as memcached).
+fn invalidate(update: &Update, item: &Item, new_expiry: bool, new_cas: u64) -> (Outcome, Effect) {
+    let expiry = if new_expiry { update.expiry } else { item.expiry };
+    let effect = Effect::Put { value: item.value.clone(), flags: item.flags, expiry, state: state::STALE };
+    (Outcome::Invalidated { cas: new_cas }, effect)
+}
+
+/// `ms I` with an older cas: the new value, stale, with the old item's expiry and token.
+fn store_stale(update: &Update, item: &Item, new_cas: u64) -> (Outcome, Effect) {
+    let state = state::STALE | (item.state & state::TOKEN_SENT);
+    let effect = Effect::Put { value: update.value.clone(), flags: update.flags, expiry: item.expiry, state };
+    (Outcome::Stored { cas: new_cas }, effect)
+}
+
+/// `mg` with `N`/`R`, or on a stale item: who wins the right to recache, as memcached 1.6
+/// decides it. A win rewrites the item with its token marked sent (so it gets `new_cas`;
+/// memcached keeps the cas there); no win writes nothing.
+fn claim(
+    update: &Update,
+    live: Option<&Item>,
+    vivify: bool,
+    recache: Option<UnixSeconds>,
+    new_cas: u64,
+) -> (Outcome, Effect) {
+    let Some(item) = live else {
+        if !vivify {
+            return (Outcome::NotFound, Effect::None);
+        }
+        let effect =
+            Effect::Put { value: Vec::new(), flags: 0, expiry: update.expiry, state: state::TOKEN_SENT };
+        return (Outcome::Claimed { won: true, created: true, cas: new_cas }, effect);
+    };
+    let recache_due = recache.is_some_and(|at| item.expiry != 0 && item.expiry < at);
+    if item.token_sent() || !(item.is_stale() || recache_due) {
+        return (Outcome::Claimed { won: false, created: false, cas: item.cas }, Effect::None);
+    }
+    let state = item.state | state::TOKEN_SENT;
+    let effect = Effect::Put { value: item.value.clone(), flags: item.flags, expiry: item.expiry, state };
+    (Outcome::Claimed { won: true, created: false, cas: new_cas }, effect)
 }
 
 /// append/prepend keep the stored item's flags and expiry (memcached ignores the new ones).
@@ -211,12 +308,18 @@ fn concat(append: bool, update: &Update, item: &Item, new_cas: u64) -> (Outcome,
         value.extend_from_slice(&update.value);
         value.extend_from_slice(&item.value);
     }
-    let effect = Effect::Put { value, flags: item.flags, expiry: item.expiry };
+    let effect = Effect::Put { value, flags: item.flags, expiry: item.expiry, state: 0 };
     (Outcome::Stored { cas: new_cas }, effect)
 }
 
 fn touch(update: &Update, item: &Item, new_cas: u64) -> (Outcome, Effect) {
-    let effect = Effect::Put { value: item.value.clone(), flags: item.flags, expiry: update.expiry };
+    // memcached touches in place: the item keeps its marks.
+    let effect = Effect::Put {
+        value: item.value.clone(),
+        flags: item.flags,
+        expiry: update.expiry,
+        state: item.state,
+    };
     (Outcome::Touched { cas: new_cas }, effect)
 }
 
@@ -235,7 +338,8 @@ fn arith(live: Option<&Item>, new_cas: u64, apply: impl Fn(u64) -> u64) -> (Outc
     if text.len() < item.value.len() {
         text.resize(item.value.len(), b' ');
     }
-    let effect = Effect::Put { value: text, flags: item.flags, expiry: item.expiry };
+    // memcached changes a counter in place: the item keeps its marks.
+    let effect = Effect::Put { value: text, flags: item.flags, expiry: item.expiry, state: item.state };
     (Outcome::Counter { value, cas: new_cas }, effect)
 }
 
@@ -271,7 +375,7 @@ mod decide_tests {
     const NEW: u64 = 77;
 
     fn item(value: &[u8], flags: u32, expiry: UnixSeconds, cas: u64) -> Item {
-        Item { value: value.to_vec(), flags, expiry, cas }
+        Item { value: value.to_vec(), flags, expiry, cas, state: 0 }
     }
 
     fn upd(mutation: Mutation, value: &[u8], flags: u32, expiry: UnixSeconds) -> Update {
@@ -279,7 +383,7 @@ mod decide_tests {
     }
 
     fn put(value: &[u8], flags: u32, expiry: UnixSeconds) -> Effect {
-        Effect::Put { value: value.to_vec(), flags, expiry }
+        Effect::Put { value: value.to_vec(), flags, expiry, state: 0 }
     }
 
     fn live() -> Item {
@@ -430,6 +534,112 @@ mod decide_tests {
         let empty = item(b"", 0, 0, 9);
         let non_numeric = (Outcome::NonNumeric, Effect::None);
         assert_eq!(decide(&stale(Guarded::Incr { delta: 1 }), Some(&empty), NOW, NEW), non_numeric);
+    }
+
+    fn with_state(mut item: Item, bits: u8) -> Item {
+        item.state = bits;
+        item
+    }
+
+    #[test]
+    fn invalidate_marks_stale_and_clears_the_token() {
+        let keep = upd(Mutation::Invalidate { new_expiry: false }, b"", 0, NOW + 30);
+        let sent = with_state(item(b"old", 5, NOW + 9, 9), state::TOKEN_SENT);
+        let stale = Effect::Put { value: b"old".to_vec(), flags: 5, expiry: NOW + 9, state: state::STALE };
+        assert_eq!(decide(&keep, Some(&sent), NOW, NEW), (Outcome::Invalidated { cas: NEW }, stale));
+        let ttl = upd(Mutation::Invalidate { new_expiry: true }, b"", 0, NOW + 30);
+        let (_, effect) = decide(&ttl, Some(&sent), NOW, NEW);
+        assert!(matches!(effect, Effect::Put { expiry, .. } if expiry == NOW + 30));
+        assert_eq!(decide(&keep, None, NOW, NEW), (Outcome::NotFound, Effect::None));
+        let guarded = Mutation::IfCas { unique: 8, then: Guarded::Invalidate { new_expiry: false } };
+        assert_eq!(
+            decide(&upd(guarded, b"", 0, 0), Some(&live()), NOW, NEW),
+            (Outcome::Exists, Effect::None)
+        );
+    }
+
+    #[test]
+    fn cas_stale_stores_an_older_value_as_stale() {
+        let cur = with_state(item(b"old", 5, NOW + 9, 9), state::STALE | state::TOKEN_SENT);
+        let older = upd(Mutation::CasStale { unique: 8 }, b"v", 1, 0);
+        let all = state::STALE | state::TOKEN_SENT;
+        let want = Effect::Put { value: b"v".to_vec(), flags: 1, expiry: NOW + 9, state: all };
+        assert_eq!(decide(&older, Some(&cur), NOW, NEW), (Outcome::Stored { cas: NEW }, want));
+        let same = upd(Mutation::CasStale { unique: 9 }, b"v", 1, 0);
+        assert_eq!(decide(&same, Some(&cur), NOW, NEW), (Outcome::Stored { cas: NEW }, put(b"v", 1, 0)));
+        let newer = upd(Mutation::CasStale { unique: 10 }, b"v", 1, 0);
+        assert_eq!(decide(&newer, Some(&cur), NOW, NEW), (Outcome::Exists, Effect::None));
+        assert_eq!(decide(&older, None, NOW, NEW), (Outcome::NotFound, Effect::None));
+    }
+
+    #[test]
+    fn claim_vivifies_a_miss_once() {
+        let u = upd(Mutation::Claim { vivify: true, recache: None }, b"", 0, NOW + 30);
+        let (outcome, effect) = decide(&u, None, NOW, NEW);
+        assert_eq!(outcome, Outcome::Claimed { won: true, created: true, cas: NEW });
+        let want = Effect::Put { value: Vec::new(), flags: 0, expiry: NOW + 30, state: state::TOKEN_SENT };
+        assert_eq!(effect, want);
+        // The next reader finds the empty item, token sent: no win, nothing written.
+        let created =
+            Item { value: Vec::new(), flags: 0, expiry: NOW + 30, cas: NEW, state: state::TOKEN_SENT };
+        let again = decide(&u, Some(&created), NOW, NEW + 1);
+        assert_eq!(again, (Outcome::Claimed { won: false, created: false, cas: NEW }, Effect::None));
+        let plain = upd(Mutation::Claim { vivify: false, recache: None }, b"", 0, 0);
+        assert_eq!(decide(&plain, None, NOW, NEW), (Outcome::NotFound, Effect::None));
+    }
+
+    #[test]
+    fn claim_wins_a_stale_item_or_a_due_recache() {
+        let plain = upd(Mutation::Claim { vivify: false, recache: None }, b"", 0, 0);
+        let fresh = item(b"old", 5, NOW + 100, 9);
+        let not_won = Outcome::Claimed { won: false, created: false, cas: 9 };
+        assert_eq!(decide(&plain, Some(&fresh), NOW, NEW), (not_won, Effect::None));
+        let stale = with_state(fresh.clone(), state::STALE);
+        let (outcome, effect) = decide(&plain, Some(&stale), NOW, NEW);
+        assert_eq!(outcome, Outcome::Claimed { won: true, created: false, cas: NEW });
+        let all = state::STALE | state::TOKEN_SENT;
+        let want = Effect::Put { value: b"old".to_vec(), flags: 5, expiry: NOW + 100, state: all };
+        assert_eq!(effect, want);
+        let won = with_state(Item { cas: NEW, ..fresh.clone() }, all);
+        assert_eq!(decide(&plain, Some(&won), NOW, NEW).1, Effect::None);
+        // Recache: only an expiring item whose expiry is before the threshold.
+        let due = |at| upd(Mutation::Claim { vivify: false, recache: Some(at) }, b"", 0, 0);
+        assert!(matches!(
+            decide(&due(NOW + 101), Some(&fresh), NOW, NEW).0,
+            Outcome::Claimed { won: true, .. }
+        ));
+        assert!(matches!(
+            decide(&due(NOW + 100), Some(&fresh), NOW, NEW).0,
+            Outcome::Claimed { won: false, .. }
+        ));
+        assert!(matches!(
+            decide(&due(NOW + 101), Some(&live()), NOW, NEW).0,
+            Outcome::Claimed { won: false, .. }
+        ));
+    }
+
+    #[test]
+    fn guarded_touch_keeps_marks() {
+        let marked = with_state(item(b"v", 3, 0, 9), state::STALE | state::TOKEN_SENT);
+        let guard = |unique| upd(Mutation::IfCas { unique, then: Guarded::Touch }, b"", 0, NOW + 5);
+        let all = state::STALE | state::TOKEN_SENT;
+        let want = Effect::Put { value: b"v".to_vec(), flags: 3, expiry: NOW + 5, state: all };
+        assert_eq!(decide(&guard(9), Some(&marked), NOW, NEW), (Outcome::Touched { cas: NEW }, want));
+        assert_eq!(decide(&guard(8), Some(&marked), NOW, NEW), (Outcome::Exists, Effect::None));
+        assert_eq!(decide(&guard(9), None, NOW, NEW), (Outcome::NotFound, Effect::None));
+    }
+
+    #[test]
+    fn plain_writes_clear_marks_in_place_changes_keep_them() {
+        let marked = with_state(item(b"5", 0, 0, 9), state::STALE);
+        let set = upd(Mutation::Set, b"v", 0, 0);
+        assert!(matches!(decide(&set, Some(&marked), NOW, NEW).1, Effect::Put { state: 0, .. }));
+        let append = upd(Mutation::Append, b"v", 0, 0);
+        assert!(matches!(decide(&append, Some(&marked), NOW, NEW).1, Effect::Put { state: 0, .. }));
+        let incr = upd(Mutation::Incr { delta: 1 }, b"", 0, 0);
+        assert!(matches!(decide(&incr, Some(&marked), NOW, NEW).1, Effect::Put { state: state::STALE, .. }));
+        let touch = upd(Mutation::Touch, b"", 0, NOW + 5);
+        assert!(matches!(decide(&touch, Some(&marked), NOW, NEW).1, Effect::Put { state: state::STALE, .. }));
     }
 
     #[test]

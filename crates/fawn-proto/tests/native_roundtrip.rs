@@ -58,7 +58,7 @@ fn update(mutation: Mutation) -> Update {
 
 /// One sample of every `Message` variant (and of the enums inside them).
 fn samples() -> Vec<Message> {
-    let put = ReplEffect::Put { value: b"v".to_vec(), flags: 1, expiry: 2 };
+    let put = ReplEffect::Put { value: b"v".to_vec(), flags: 1, expiry: 2, state: 1 };
     let requests = vec![
         Request::Get { epoch: 1, key: b"key".to_vec(), forwarded: false },
         Request::Update {
@@ -111,7 +111,7 @@ fn samples() -> Vec<Message> {
         Request::ChangeManagers { id: 4, addr: "127.0.0.1:7004".into(), add: true },
     ];
     let responses = vec![
-        Response::Get(Some(Item { value: vec![1, 2, 3], flags: 4, expiry: 5, cas: 6 })),
+        Response::Get(Some(Item { value: vec![1, 2, 3], flags: 4, expiry: 5, cas: 6, state: 3 })),
         Response::Get(None),
         Response::Update(Outcome::Stored { cas: 8 }),
         Response::Update(Outcome::NotStored),
@@ -354,6 +354,7 @@ fn lengths_outside_the_limits_are_refused() {
         flags: 0,
         expiry: 0,
         cas: 0,
+        state: 0,
     })));
     let mut out = vec![1, 2, 3];
     let refused = encode_frame(0, &huge, &mut out);

@@ -100,7 +100,7 @@ fn restarted_backend_rejoins_by_suffix_and_drops_its_uncommitted_record() {
         let dir = procs.dir.join(format!("backend-{VICTIM}")).join("ranges").join(ghost_range.id_string());
         let ds = DataStore::open(&dir, Options::default()).expect("open the victim's datastore");
         let seq = ds.max_seq() + 1;
-        ds.store(&ghost_key, b"never committed", Meta { seq, flags: 0, expiry: 0 }).expect("ghost");
+        ds.store(&ghost_key, b"never committed", Meta { seq, flags: 0, expiry: 0, state: 0 }).expect("ghost");
         ds.close().expect("close");
     }
 

@@ -95,7 +95,7 @@ mod maintenance_metrics_tests {
         let value = vec![7u8; 1000];
         for round in 0..4u64 {
             for k in 0..200u64 {
-                let meta = Meta { seq: round * 1000 + k + 1, flags: 0, expiry: 0 };
+                let meta = Meta { seq: round * 1000 + k + 1, flags: 0, expiry: 0, state: 0 };
                 ds.store(format!("key-{k}").as_bytes(), &value, meta).expect("store");
             }
         }

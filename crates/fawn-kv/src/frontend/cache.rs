@@ -317,7 +317,7 @@ mod tests {
     use super::*;
 
     fn item(v: &[u8], cas: u64) -> Item {
-        Item { value: v.to_vec(), flags: 0, expiry: 0, cas }
+        Item { value: v.to_vec(), flags: 0, expiry: 0, cas, state: 0 }
     }
 
     fn cache() -> QueryCache {

@@ -7,6 +7,7 @@
 //! in order) through the handlers in [`cmd`], which write their replies into the connection
 //! ([`conn`]: the socket and its buffers, a leaf that knows no commands), sent in batches.
 
+mod access;
 pub mod auth;
 mod cmd;
 mod conn;
@@ -84,6 +85,8 @@ struct Shared<S> {
     listen: Option<std::net::SocketAddr>,
     /// The listening socket's descriptor (`stats conns`).
     listen_fd: i32,
+    /// Items' read marks (`mg h l`, `me`).
+    access: access::AccessTable,
 }
 
 /// Serves the memcached protocol on `listener` until `shutdown` resolves, then stops accepting,
@@ -101,7 +104,8 @@ pub async fn serve<S: KvService>(
     let permits = Arc::new(Semaphore::new(config.max_connections));
     let listen = listener.local_addr().ok();
     let listen_fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
-    let shared = Arc::new(Shared { service, config, stats: Stats::new(), listen, listen_fd });
+    let access = access::AccessTable::default();
+    let shared = Arc::new(Shared { service, config, stats: Stats::new(), listen, listen_fd, access });
     let (stop_tx, stop_rx) = watch::channel(false);
     // Each connection task holds a clone of `done_tx`; when all are dropped, all have ended.
     let (done_tx, mut done_rx) = mpsc::channel::<()>(1);

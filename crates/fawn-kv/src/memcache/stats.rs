@@ -61,6 +61,9 @@ counters!(
     total_items,
 );
 
+/// memcached's `ITEM_UPDATE_INTERVAL`: its relative clock starts this far before its uptime.
+const ITEM_UPDATE_INTERVAL_SECS: u64 = 60;
+
 /// Everything `stats` reports that the front-end itself knows.
 #[derive(Debug)]
 pub struct Stats {
@@ -71,6 +74,9 @@ pub struct Stats {
     rejected_connections: AtomicU64,
     /// Open connections by socket descriptor, for `stats conns`.
     conns: Mutex<BTreeMap<i32, ConnEntry>>,
+    /// `stats settings` `oldest`: when the last `flush_all` served here takes effect, on
+    /// memcached's relative clock (see [`Stats::flushed`]); 0 before any.
+    oldest: AtomicU64,
 }
 
 /// What `stats conns` shows of one connection.
@@ -104,7 +110,21 @@ impl Stats {
             total_connections: AtomicU64::new(0),
             rejected_connections: AtomicU64::new(0),
             conns: Mutex::new(BTreeMap::new()),
+            oldest: AtomicU64::new(0),
         }
+    }
+
+    /// A `flush_all` served here, taking effect `delay_secs` from now. memcached's clock
+    /// runs [`ITEM_UPDATE_INTERVAL_SECS`] ahead of its uptime, and with cas enabled its
+    /// `oldest` is the flush time less one second: the same arithmetic on this front-end's
+    /// uptime. (A flush through another front-end is not seen here.)
+    pub fn flushed(&self, delay_secs: u64) {
+        let at = self.uptime_secs() + ITEM_UPDATE_INTERVAL_SECS + delay_secs;
+        self.oldest.store(at.saturating_sub(1), Relaxed);
+    }
+
+    pub fn oldest(&self) -> u64 {
+        self.oldest.load(Relaxed)
     }
 
     /// Lists an open connection for `stats conns`; its session updates the returned state.

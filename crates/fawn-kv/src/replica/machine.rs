@@ -412,7 +412,7 @@ impl<S: ReplicaStore> Replica<S> {
                 self.recent.remember(req, prev_seq, outcome.clone());
                 return Ok((prev_seq, outcome));
             }
-            Effect::Put { value, flags, expiry } => ReplEffect::Put { value, flags, expiry },
+            Effect::Put { value, flags, expiry, state } => ReplEffect::Put { value, flags, expiry, state },
             Effect::Delete => ReplEffect::Delete,
         };
         self.store.append(&update.key, &effect, seq).map_err(WireError::from)?;
@@ -916,7 +916,7 @@ mod tests {
     #[test]
     fn outcomes_after_a_resend_let_a_new_head_answer_a_retry_of_an_update_it_holds() {
         let mut r = Replica::new(MemStore::default(), route(1, 2, &[1, 2]));
-        let put = ReplEffect::Put { value: b"v".to_vec(), flags: 0, expiry: 0 };
+        let put = ReplEffect::Put { value: b"v".to_vec(), flags: 0, expiry: 0, state: 0 };
         let resent = ChainMsg::Replicate {
             epoch: 1,
             range: Range::full(),

@@ -109,8 +109,8 @@ impl ReplicaStore for MemStore {
 
     fn read(&self, key: &[u8]) -> Result<Option<Item>, StoreError> {
         Ok(self.latest.get(key).and_then(|(seq, effect)| match effect {
-            ReplEffect::Put { value, flags, expiry } => {
-                Some(Item { value: value.clone(), flags: *flags, expiry: *expiry, cas: *seq })
+            ReplEffect::Put { value, flags, expiry, state } => {
+                Some(Item { value: value.clone(), flags: *flags, expiry: *expiry, cas: *seq, state: *state })
             }
             ReplEffect::Delete => None,
         }))
@@ -136,8 +136,8 @@ fn storage(e: fawn_ds::Error) -> StoreError {
 impl ReplicaStore for Arc<DataStore> {
     fn append(&mut self, key: &[u8], effect: &ReplEffect, seq: u64) -> Result<(), StoreError> {
         match effect {
-            ReplEffect::Put { value, flags, expiry } => {
-                self.store(key, value, Meta { seq, flags: *flags, expiry: *expiry })
+            ReplEffect::Put { value, flags, expiry, state } => {
+                self.store(key, value, Meta { seq, flags: *flags, expiry: *expiry, state: *state })
             }
             ReplEffect::Delete => self.delete(key, Meta { seq, ..Meta::default() }),
         }
@@ -169,6 +169,7 @@ impl ReplicaStore for Arc<DataStore> {
             flags: e.meta.flags,
             expiry: e.meta.expiry,
             cas: e.meta.seq,
+            state: e.meta.state,
         }))
     }
 
@@ -184,6 +185,7 @@ impl ReplicaStore for Arc<DataStore> {
                         value: record.value,
                         flags: record.meta.flags,
                         expiry: record.meta.expiry,
+                        state: record.meta.state,
                     },
                     RecordKind::Delete => ReplEffect::Delete,
                 };
@@ -200,7 +202,7 @@ mod tests {
     use super::*;
 
     fn put(v: &str) -> ReplEffect {
-        ReplEffect::Put { value: v.as_bytes().to_vec(), flags: 0, expiry: 0 }
+        ReplEffect::Put { value: v.as_bytes().to_vec(), flags: 0, expiry: 0, state: 0 }
     }
 
     /// Both stores answer alike for the same appends.

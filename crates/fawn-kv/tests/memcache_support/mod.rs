@@ -77,8 +77,8 @@ impl KvService for MemService {
             Effect::Delete => {
                 items.remove(&update.key);
             }
-            Effect::Put { value, flags, expiry } => {
-                let item = Item { value, flags, expiry, cas: new_cas };
+            Effect::Put { value, flags, expiry, state } => {
+                let item = Item { value, flags, expiry, cas: new_cas, state };
                 items.insert(update.key, Stored { item, stored_at: now() });
             }
         }

@@ -94,7 +94,7 @@ pub struct MetaFlags {
     pub ttl: Option<i32>,
 }
 
-/// `mg <key> <flags>*` (flags v, c, f, k, s, t, O, q, b, T).
+/// `mg <key> <flags>*` (flags v, c, f, h, k, l, s, t, O, q, b, T, N, R, u).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetaGet {
     pub key: Vec<u8>,
@@ -107,9 +107,17 @@ pub struct MetaGet {
     pub ret_size: bool,
     /// `t`: return the remaining ttl (-1 for none).
     pub ret_ttl: bool,
+    /// `h`: return whether the item was fetched before (`h0`/`h1`).
+    pub ret_hit: bool,
+    /// `l`: return the seconds since the item was last accessed.
+    pub ret_last_access: bool,
+    /// `N<ttl>`: on a miss, create an empty item with this exptime and win (`W`).
+    pub vivify: Option<i32>,
+    /// `R<ttl>`: win (`W`) if the item's remaining ttl is below this many seconds.
+    pub recache: Option<i32>,
 }
 
-/// `ms <key> <datalen> <flags>*` (flags b, c, C, F, k, O, q, T, M).
+/// `ms <key> <datalen> <flags>*` (flags b, c, C, F, I, k, O, q, T, M).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetaSet {
     pub key: Vec<u8>,
@@ -123,15 +131,19 @@ pub struct MetaSet {
     pub compare_cas: Option<u64>,
     /// `M<mode>`: E add, A append, P prepend, R replace, S set (default).
     pub mode: SetMode,
+    /// `I`: with a compare value below the item's cas, store the value as stale.
+    pub invalidate: bool,
 }
 
-/// `md <key> <flags>*` (flags b, C, k, O, q).
+/// `md <key> <flags>*` (flags b, C, I, k, O, q, T).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MetaDelete {
     pub key: Vec<u8>,
     pub meta: MetaFlags,
     /// `C<cas>`: delete only if the item's cas equals this (`C0` included, as memcached).
     pub compare_cas: Option<u64>,
+    /// `I`: mark the item stale instead of deleting it (`T` then sets its exptime).
+    pub invalidate: bool,
 }
 
 /// Direction of `ma`.

@@ -1,11 +1,12 @@
 //! The meta commands `mg`, `ms`, `md`, `ma`, `mn`: `<cmd> <key> [<datalen>] <flag>*`, where a
 //! flag is one letter optionally followed by a token (`T30`, `Oabc`).
 //!
-//! Only flags whose memcached semantics we keep exactly are accepted; the others (`h`, `l`,
-//! `E`, `N` and `R` on `mg`, which need per-item access state the datastore does not keep,
-//! `I` (invalidate) and `x`) are refused with `CLIENT_ERROR invalid flag` rather than
-//! half-honoured. `C` (compare cas) is kept exactly as memcached reads it on each command:
-//! see [`MetaSet::compare_cas`], [`MetaDelete::compare_cas`], [`MetaArith::compare_cas`].
+//! Only flags whose memcached semantics we keep are accepted; the others (`E` on `mg`, `x`
+//! on `md`) are refused with `CLIENT_ERROR invalid flag` rather than half-honoured. `C`
+//! (compare cas) is kept exactly as memcached reads it on each command: see
+//! [`MetaSet::compare_cas`], [`MetaDelete::compare_cas`], [`MetaArith::compare_cas`]. The
+//! access flags (`h`, `l`, `N`, `R` on `mg`, `I` on `md` and `ms`) are parsed here and
+//! served as described in the front-end's `cmd/meta.rs`.
 
 use base64::Engine;
 
@@ -112,8 +113,9 @@ const BAD_TOKEN: Err = b"CLIENT_ERROR bad token in command line format\r\n";
 fn meta_get(tokens: &[&[u8]]) -> Result<Command, Err> {
     check_key(tokens[1])?;
     // `u` (do not bump the item in the LRU) is accepted and has nothing to do: FAWN has no LRU.
-    let flags = scan(&tokens[2..], b"bcfkOqstuvT", reply::DUPLICATE_FLAG)?;
+    let flags = scan(&tokens[2..], b"bcfhklNOqRstuvT", reply::DUPLICATE_FLAG)?;
     let (key, meta) = common(tokens[1], &flags, BAD_TOKEN)?;
+    let seconds = |letter| token(&flags, letter).map(|t| strtol32(t).ok_or(BAD_TOKEN)).transpose();
     Ok(Command::MetaGet(MetaGet {
         key,
         meta,
@@ -121,15 +123,20 @@ fn meta_get(tokens: &[&[u8]]) -> Result<Command, Err> {
         ret_flags: has(&flags, b'f'),
         ret_size: has(&flags, b's'),
         ret_ttl: has(&flags, b't'),
+        ret_hit: has(&flags, b'h'),
+        ret_last_access: has(&flags, b'l'),
+        vivify: seconds(b'N')?,
+        recache: seconds(b'R')?,
     }))
 }
 
 fn meta_delete(tokens: &[&[u8]]) -> Result<Command, Err> {
     check_key(tokens[1])?;
-    let flags = scan(&tokens[2..], b"bCkOq", reply::INVALID_OR_DUPLICATE_FLAG)?;
-    let (key, meta) = common(tokens[1], &flags, BAD_TOKEN)?;
+    let flags = scan(&tokens[2..], b"bCIkOqT", reply::INVALID_OR_DUPLICATE_FLAG)?;
+    // memcached's `md` reports a bad `T` token as a bad flag.
+    let (key, meta) = common(tokens[1], &flags, reply::INVALID_OR_DUPLICATE_FLAG)?;
     let compare_cas = compare(&flags, reply::INVALID_OR_DUPLICATE_FLAG)?;
-    Ok(Command::MetaDelete(MetaDelete { key, meta, compare_cas }))
+    Ok(Command::MetaDelete(MetaDelete { key, meta, compare_cas, invalidate: has(&flags, b'I') }))
 }
 
 /// `me <key>`: memcached's item debug line; further tokens are ignored, as memcached does.
@@ -204,7 +211,7 @@ fn meta_set(tokens: &[&[u8]], consumed: usize, rest: &[u8], limits: &Limits) -> 
 /// Everything of an `ms` request but its value.
 fn meta_set_request(tokens: &[&[u8]]) -> Result<MetaSet, Err> {
     check_key(tokens[1])?;
-    let flags = scan(&tokens[3..], b"bcCFkOqTM", reply::DUPLICATE_FLAG)?;
+    let flags = scan(&tokens[3..], b"bcCFIkOqTM", reply::DUPLICATE_FLAG)?;
     let (key, meta) = common(tokens[1], &flags, BAD_TOKEN)?;
     let client_flags = match token(&flags, b'F') {
         None => 0,
@@ -219,5 +226,6 @@ fn meta_set_request(tokens: &[&[u8]]) -> Result<MetaSet, Err> {
         Some(b"R") => SetMode::Replace,
         Some(_) => return Err(reply::MS_BAD_MODE),
     };
-    Ok(MetaSet { key, meta, value: Vec::new(), client_flags, compare_cas, mode })
+    let invalidate = has(&flags, b'I');
+    Ok(MetaSet { key, meta, value: Vec::new(), client_flags, compare_cas, mode, invalidate })
 }

@@ -257,3 +257,30 @@ fn exptime_conversion() {
     assert_eq!(absolute_expiry(2_592_000, now), now + 2_592_000);
     assert_eq!(absolute_expiry(2_592_001, now), 2_592_001);
 }
+
+#[test]
+fn meta_access_flags() {
+    let Command::MetaGet(mg) = frame(b"mg k h l N30 R-5 v\r\n") else {
+        panic!("expected mg");
+    };
+    assert!(mg.ret_hit && mg.ret_last_access && mg.value);
+    assert_eq!((mg.vivify, mg.recache), (Some(30), Some(-5)));
+    let Command::MetaGet(mg) = frame(b"mg k v\r\n") else {
+        panic!("expected mg");
+    };
+    assert!(!mg.ret_hit && !mg.ret_last_access && mg.vivify.is_none() && mg.recache.is_none());
+    let bad_token = Some(&b"CLIENT_ERROR bad token in command line format\r\n"[..]);
+    assert_eq!(invalid(b"mg k Nx\r\n").reply, bad_token);
+    assert_eq!(invalid(b"mg k R\r\n").reply, bad_token);
+    let Command::MetaDelete(md) = frame(b"md k I T30 q\r\n") else {
+        panic!("expected md");
+    };
+    assert!(md.invalidate && md.meta.quiet);
+    assert_eq!(md.meta.ttl, Some(30));
+    assert_eq!(invalid(b"md k I Tx\r\n").reply, Some(reply::INVALID_OR_DUPLICATE_FLAG));
+    let Command::MetaSet(ms) = frame(b"ms k 1 I C5\r\na\r\n") else {
+        panic!("expected ms");
+    };
+    assert!(ms.invalidate);
+    assert_eq!(ms.compare_cas, Some(5));
+}

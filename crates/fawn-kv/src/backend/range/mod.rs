@@ -228,7 +228,14 @@ impl RangeReplica {
         let entry = self.store.lookup(key).map_err(storage)?;
         let now = unix_now();
         Ok(entry.and_then(|e| {
-            let item = Item { value: e.value, flags: e.meta.flags, expiry: e.meta.expiry, cas: e.meta.seq };
+            let meta = e.meta;
+            let item = Item {
+                value: e.value,
+                flags: meta.flags,
+                expiry: meta.expiry,
+                cas: meta.seq,
+                state: meta.state,
+            };
             let hidden = fawn_proto::op::is_expired(item.expiry, now) || flushed(item.cas, flush_at);
             (!hidden).then_some(item)
         }))

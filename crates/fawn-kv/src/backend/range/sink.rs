@@ -242,9 +242,11 @@ impl RangeReplica {
         let ops: Vec<BatchOp<'_>> = records
             .iter()
             .map(|r| match &r.effect {
-                ReplEffect::Put { value, flags, expiry } => {
-                    BatchOp::put(&r.key, value, Meta { seq: r.seq, flags: *flags, expiry: *expiry })
-                }
+                ReplEffect::Put { value, flags, expiry, state } => BatchOp::put(
+                    &r.key,
+                    value,
+                    Meta { seq: r.seq, flags: *flags, expiry: *expiry, state: *state },
+                ),
                 ReplEffect::Delete => BatchOp::delete(&r.key, Meta { seq: r.seq, ..Meta::default() }),
             })
             .collect();

@@ -463,7 +463,9 @@ fn snapshot_id() -> u64 {
 
 fn effect_of(kind: RecordKind, value: Vec<u8>, meta: Meta) -> ReplEffect {
     match kind {
-        RecordKind::Put => ReplEffect::Put { value, flags: meta.flags, expiry: meta.expiry },
+        RecordKind::Put => {
+            ReplEffect::Put { value, flags: meta.flags, expiry: meta.expiry, state: meta.state }
+        }
         RecordKind::Delete => ReplEffect::Delete,
     }
 }

@@ -48,7 +48,7 @@ fn replica(dir: &std::path::Path, route: Route) -> RangeReplica {
 }
 
 fn put(key: &str, seq: u64, value: &str) -> SnapshotItem {
-    let effect = ReplEffect::Put { value: value.as_bytes().to_vec(), flags: 0, expiry: 0 };
+    let effect = ReplEffect::Put { value: value.as_bytes().to_vec(), flags: 0, expiry: 0, state: 0 };
     SnapshotItem { seq, key: key.as_bytes().to_vec(), effect }
 }
 

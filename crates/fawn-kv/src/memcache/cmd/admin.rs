@@ -13,8 +13,11 @@ pub(super) async fn flush_all<S: KvService>(ctx: &mut Ctx<'_, S>, delay: i32, no
     let now = now();
     let at = if delay <= 0 { now } else { absolute_expiry(delay, now) };
     match ctx.service().flush_all(at).await {
-        Ok(()) if noreply => {}
-        Ok(()) => ctx.reply(reply::OK),
+        Ok(()) if noreply => ctx.stats().flushed(u64::from(at.saturating_sub(now))),
+        Ok(()) => {
+            ctx.stats().flushed(u64::from(at.saturating_sub(now)));
+            ctx.reply(reply::OK);
+        }
         Err(error) => ctx.server_error(&error, noreply),
     }
 }
@@ -224,8 +227,8 @@ enum Setting {
 use Setting::{Fawn, Fixed};
 
 /// memcached 1.6.18's `stats settings`, names and order as it sends them. `Fawn` values are
-/// this front-end's; `oldest` (memcached's last flush time) and `verbosity` read 0 (the
-/// cluster's flush time is not known here; verbosity is accepted and ignored). FAWN has no
+/// this front-end's (`oldest`: its last `flush_all`, see `Stats::flushed`); `verbosity`
+/// reads 0 (it is accepted and ignored). FAWN has no
 /// slab allocator, LRU, crawler, logger, extstore, TLS, UDP or unix socket: their switches
 /// read off (`no`, `NULL`) and their tunables memcached's defaults, so parsers see the types
 /// they expect.
@@ -236,7 +239,7 @@ const SETTINGS: [(&str, Setting); 76] = [
     ("udpport", Fixed("0")),
     ("inter", Fawn),
     ("verbosity", Fixed("0")),
-    ("oldest", Fixed("0")),
+    ("oldest", Fawn),
     // A full datastore refuses writes; FAWN never evicts (memcached's `-M`).
     ("evictions", Fixed("off")),
     ("domain_socket", Fixed("NULL")),
@@ -321,6 +324,7 @@ fn settings<S: KvService>(ctx: &mut Ctx<'_, S>) {
             "maxbytes" => ctx.service().capacity_bytes().to_string(),
             "maxconns" => config.max_connections.to_string(),
             "tcpport" => listen.map_or(0, |a| a.port()).to_string(),
+            "oldest" => ctx.stats().oldest().to_string(),
             "inter" => listen.map_or_else(|| "NULL".into(), |a| a.ip().to_string()),
             "num_threads" => config.threads.to_string(),
             "num_threads_per_udp" => config.threads.to_string(),

@@ -5,9 +5,10 @@ use std::pin::Pin;
 use std::task::Poll;
 
 use fawn_proto::memcache::{absolute_expiry, reply, GetCommand};
-use fawn_proto::op::{is_expired, Item, Mutation, Outcome, Update};
+use fawn_proto::op::{is_expired, Guarded, Item, Mutation, Outcome};
 
 use super::{bare_update, now, Ctx, Flow};
+use crate::memcache::access::Marks;
 use crate::memcache::stats::Stats;
 use crate::service::{KvService, ServiceError};
 
@@ -34,6 +35,7 @@ pub(super) async fn run<S: KvService>(ctx: &mut Ctx<'_, S>, get: GetCommand) {
         for (key, item) in batch.iter().zip(items) {
             match item {
                 Ok(Some(item)) => {
+                    seen(ctx, key, &item);
                     let cas = get.cas.then_some(item.cas);
                     reply::value(ctx.out(), key, item.flags, &item.value, cas);
                 }
@@ -59,6 +61,7 @@ pub(in crate::memcache) async fn run_pipelined<S: KvService>(
         for key in &get.keys {
             match results.next() {
                 Some(Ok(Some(item))) if failed.is_none() => {
+                    seen(ctx, key, &item);
                     let cas = get.cas.then_some(item.cas);
                     reply::value(ctx.out(), key, item.flags, &item.value, cas);
                 }
@@ -111,6 +114,11 @@ async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
     outputs.into_iter().flatten().collect()
 }
 
+/// A hit was read: its marks before this read (`mg h l`), then the read is recorded.
+pub(super) fn seen<S>(ctx: &Ctx<'_, S>, key: &[u8], item: &Item) -> Marks {
+    ctx.shared.access.fetched(key, item.cas, now())
+}
+
 /// Reads a key, counting a hit or miss.
 pub(super) async fn fetch<S: KvService>(ctx: &Ctx<'_, S>, key: &[u8]) -> ReadResult {
     let item = ctx.service().get(key).await?;
@@ -139,8 +147,8 @@ fn count_read(stats: &Stats, item: Option<Item>) -> Option<Item> {
 /// Attempts of an atomic `gat` before falling back to a plain touch.
 const GAT_ATTEMPTS: usize = 3;
 
-/// `gat`: read the item, then write it back with the new expiry as a compare-and-set against
-/// the version read, so the reply's value and cas unique belong together even if another
+/// `gat`: read the item, then touch it with the new expiry, guarded by the version read (its
+/// cas), so the reply's value and cas unique belong together even if another
 /// client updates the key in between (then it is re-read). Like memcached, the item read is
 /// returned even if the new exptime expires it at once (`gat -1`).
 pub(super) async fn touch_and_fetch<S: KvService>(
@@ -156,15 +164,10 @@ pub(super) async fn touch_and_fetch<S: KvService>(
             Stats::incr(&counters.touch_misses);
             return Ok(None);
         };
-        let update = Update {
-            key: key.to_vec(),
-            mutation: Mutation::Cas { unique: item.cas },
-            value: item.value.clone(),
-            flags: item.flags,
-            expiry,
-        };
-        match ctx.service().update(update).await? {
-            Outcome::Stored { cas } => {
+        // A touch guarded by the version read: it keeps the value, flags and access marks.
+        let mutation = Mutation::IfCas { unique: item.cas, then: Guarded::Touch };
+        match ctx.service().update(bare_update(key.to_vec(), mutation, expiry)).await? {
+            Outcome::Touched { cas } => {
                 Stats::incr(&counters.touch_hits);
                 item.expiry = expiry;
                 item.cas = cas;

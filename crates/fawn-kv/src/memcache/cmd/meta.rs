@@ -4,11 +4,21 @@
 //! `NS` (not stored), `EX` (cas mismatch). Return flags follow in the order the client asked
 //! for them. `q` hides the success reply (`HD`, and `VA` for `ma`) and `mg`'s `EN`; failures
 //! are always sent — checked against memcached 1.6.18.
+//!
+//! Access state, as memcached 1.6 keeps it:
+//! - stale-while-revalidate and vivify (`md I`, `ms I`, `mg N`/`R`, and the `W`, `X`, `Z`
+//!   reply flags) pick one winning client, so they are updates decided at the chain head
+//!   ([`Mutation::Invalidate`], [`Mutation::CasStale`], [`Mutation::Claim`]) and their marks
+//!   are stored with the item. A plain `mg` reads at the tail as usual and goes to the head
+//!   only when the item it read is stale with no token sent (it may win);
+//! - `h` and `l` are read-side marks this front-end keeps in memory (`memcache::access`).
 
 use fawn_proto::memcache::{
     absolute_expiry, reply, ArithMode, MetaArith, MetaDelete, MetaFlags, MetaGet, MetaSet, SetMode,
 };
-use fawn_proto::op::{is_expired, Guarded, Item, Mutation, Outcome, UnixSeconds, Update};
+use fawn_proto::op::{is_expired, state, Guarded, Item, Mutation, Outcome, UnixSeconds, Update};
+
+use crate::memcache::access::Marks;
 
 use super::{bare_update, get, now, store, Ctx};
 use crate::memcache::stats::Stats;
@@ -20,16 +30,30 @@ struct Info {
     flags: u32,
     size: usize,
     expiry: UnixSeconds,
+    /// The read marks (`mg` only).
+    marks: Option<Marks>,
 }
 
 impl Info {
     fn of(item: &Item) -> Self {
-        Info { cas: item.cas, flags: item.flags, size: item.value.len(), expiry: item.expiry }
+        Info { cas: item.cas, flags: item.flags, size: item.value.len(), expiry: item.expiry, marks: None }
     }
 }
 
 /// Writes `code`, the requested return flags (those known without `info` on a miss), `\r\n`.
 fn header(out: &mut Vec<u8>, code: &[u8], meta: &MetaFlags, key: &[u8], info: Option<&Info>) {
+    header_with(out, code, meta, key, info, b"");
+}
+
+/// [`header`] with `tail` (`mg`'s ` Z`, ` X`, ` W`) after the return flags.
+fn header_with(
+    out: &mut Vec<u8>,
+    code: &[u8],
+    meta: &MetaFlags,
+    key: &[u8],
+    info: Option<&Info>,
+    tail: &[u8],
+) {
     out.extend_from_slice(code);
     for letter in &meta.order {
         match (letter, info) {
@@ -39,9 +63,14 @@ fn header(out: &mut Vec<u8>, code: &[u8], meta: &MetaFlags, key: &[u8], info: Op
             (b'f', Some(info)) => reply::meta_flag(out, b'f', info.flags),
             (b's', Some(info)) => reply::meta_flag(out, b's', info.size),
             (b't', Some(info)) => reply::meta_flag(out, b't', ttl(info.expiry)),
+            (b'h', Some(Info { marks: Some(marks), .. })) => {
+                reply::meta_flag(out, b'h', u8::from(marks.fetched))
+            }
+            (b'l', Some(Info { marks: Some(marks), .. })) => reply::meta_flag(out, b'l', marks.idle_secs),
             _ => {}
         }
     }
+    out.extend_from_slice(tail);
     out.extend_from_slice(b"\r\n");
 }
 
@@ -55,8 +84,8 @@ fn ttl(expiry: UnixSeconds) -> i64 {
 }
 
 /// `me`: `ME <key> exp=<ttl> la=<idle secs> cas=<cas> fetch=<yes|no> cls=<class> size=<bytes>`.
-/// FAWN keeps no access time, fetch bit or slab class: `la=0`, `fetch=no` and `cls=1` are
-/// constants, and `size` is the key and value bytes (memcached adds its item header).
+/// `la` and `fetch` are this front-end's read marks; FAWN has no slab class (`cls=1`), and
+/// `size` is the key and value bytes (memcached adds its item header).
 pub(super) async fn debug<S: KvService>(ctx: &mut Ctx<'_, S>, key: Vec<u8>) {
     Stats::incr(&ctx.stats().counters.cmd_meta);
     let item = match get::fetch(ctx, &key).await {
@@ -66,41 +95,116 @@ pub(super) async fn debug<S: KvService>(ctx: &mut Ctx<'_, S>, key: Vec<u8>) {
     let Some(item) = item else {
         return ctx.reply(b"EN\r\n");
     };
+    let size = key.len() + item.value.len();
+    let marks = ctx.shared.access.peek(&key, item.cas, now());
+    let fetch = if marks.fetched { "yes" } else { "no" };
+    let (exp, la, cas) = (ttl(item.expiry), marks.idle_secs, item.cas);
+    let line = format!(" exp={exp} la={la} cas={cas} fetch={fetch} cls=1 size={size}\r\n");
     let out = ctx.out();
     out.extend_from_slice(b"ME ");
     out.extend_from_slice(&key);
-    let size = key.len() + item.value.len();
-    let line = format!(" exp={} la=0 cas={} fetch=no cls=1 size={size}\r\n", ttl(item.expiry), item.cas);
     out.extend_from_slice(line.as_bytes());
 }
 
-/// `mg`: with `T`, the hit is also touched (as `gat`).
+/// `mg`: with `T`, the hit is also touched (as `gat`). `u` leaves the read marks alone.
 pub(super) async fn get<S: KvService>(ctx: &mut Ctx<'_, S>, mg: MetaGet) {
     Stats::incr(&ctx.stats().counters.cmd_meta);
-    let item = match mg.meta.ttl {
-        None => get::fetch(ctx, &mg.key).await,
-        Some(exptime) => get::touch_and_fetch(ctx, &mg.key, exptime).await,
-    };
-    let item = match item {
-        Ok(item) => item,
+    let found = match find(ctx, &mg).await {
+        Ok(found) => found,
         Err(error) => return ctx.server_error(&error, false),
     };
-    let Some(item) = item else {
+    let Some(Found { item, won, created }) = found else {
         if !mg.meta.quiet {
             header(ctx.out(), reply::META_EN, &mg.meta, &mg.key, None);
         }
         return;
     };
-    let info = Info::of(&item);
+    let access = &ctx.shared.access;
+    let now = now();
+    if created {
+        access.stored(&mg.key, item.cas, now);
+    } else if won {
+        access.carried(&mg.key, item.cas);
+    }
+    let no_bump = mg.meta.order.contains(&b'u');
+    let marks = if no_bump { access.peek(&mg.key, item.cas, now) } else { get::seen(ctx, &mg.key, &item) };
+    let info = Info { marks: Some(marks), ..Info::of(&item) };
+    // As memcached: `Z` if a token was sent before this request, `X` if stale, `W` if won.
+    let mut tail = Vec::new();
+    if item.token_sent() && !won {
+        tail.extend_from_slice(b" Z");
+    }
+    if item.is_stale() {
+        tail.extend_from_slice(b" X");
+    }
+    if won {
+        tail.extend_from_slice(b" W");
+    }
     if mg.value {
         let code = format!("VA {}", item.value.len());
         // memcached 1.6.18 returns the key of a `VA` reply decoded, without `b`.
         let meta = MetaFlags { base64: false, ..mg.meta.clone() };
-        header(ctx.out(), code.as_bytes(), &meta, &mg.key, Some(&info));
+        header_with(ctx.out(), code.as_bytes(), &meta, &mg.key, Some(&info), &tail);
         ctx.out().extend_from_slice(&item.value);
         ctx.out().extend_from_slice(b"\r\n");
     } else {
-        header(ctx.out(), reply::META_HD, &mg.meta, &mg.key, Some(&info));
+        header_with(ctx.out(), reply::META_HD, &mg.meta, &mg.key, Some(&info), &tail);
+    }
+}
+
+/// What `mg` answers about: the item, and whether this request won it or created it.
+struct Found {
+    item: Item,
+    won: bool,
+    created: bool,
+}
+
+/// Reads the item at the tail (touching it first with `T`), and goes to the head when the
+/// answer may change the item: `N` or `R`, or a stale item no one has won yet.
+async fn find<S: KvService>(ctx: &mut Ctx<'_, S>, mg: &MetaGet) -> Result<Option<Found>, ServiceError> {
+    let to_head = mg.vivify.is_some() || mg.recache.is_some();
+    let item = match mg.meta.ttl {
+        Some(exptime) => get::touch_and_fetch(ctx, &mg.key, exptime).await?,
+        None if to_head => None,
+        None => get::fetch(ctx, &mg.key).await?,
+    };
+    if to_head || item.as_ref().is_some_and(|item| item.is_stale() && !item.token_sent()) {
+        return claim(ctx, mg).await;
+    }
+    Ok(item.map(|item| Found { item, won: false, created: false }))
+}
+
+/// The head decides who wins (see [`Mutation::Claim`]); the item is then read at the tail,
+/// which holds the claim once the head has answered. (If the key was written again in
+/// between, the newer item is answered, with this request's win.)
+async fn claim<S: KvService>(ctx: &mut Ctx<'_, S>, mg: &MetaGet) -> Result<Option<Found>, ServiceError> {
+    let now = now();
+    let mutation = Mutation::Claim {
+        vivify: mg.vivify.is_some(),
+        recache: mg.recache.map(|threshold| absolute_expiry(threshold, now)),
+    };
+    let expiry = mg.vivify.map_or(0, |exptime| absolute_expiry(exptime, now));
+    let outcome = ctx.service().update(bare_update(mg.key.clone(), mutation, expiry)).await?;
+    let Outcome::Claimed { won, created, cas } = outcome else {
+        count_claim(ctx.stats(), mg, false);
+        return Ok(None);
+    };
+    count_claim(ctx.stats(), mg, true);
+    if created {
+        // Answered as created even if its exptime has passed (`N-1`), as memcached does.
+        let item = Item { value: Vec::new(), flags: 0, expiry, cas, state: state::TOKEN_SENT };
+        return Ok(Some(Found { item, won, created }));
+    }
+    let item = ctx.service().get(&mg.key).await?.filter(|item| !is_expired(item.expiry, now));
+    Ok(item.map(|item| Found { item, won, created }))
+}
+
+/// A claim is a read as far as `stats` counts (a `T` was counted as a touch already).
+fn count_claim(stats: &Stats, mg: &MetaGet, hit: bool) {
+    if mg.meta.ttl.is_none() {
+        let counters = &stats.counters;
+        Stats::incr(&counters.cmd_get);
+        Stats::incr(if hit { &counters.get_hits } else { &counters.get_misses });
     }
 }
 
@@ -109,7 +213,7 @@ pub(super) async fn set<S: KvService>(ctx: &mut Ctx<'_, S>, ms: MetaSet) {
     let counters = &ctx.stats().counters;
     Stats::incr(&counters.cmd_meta);
     Stats::incr(&counters.cmd_set);
-    let mutation = set_mutation(ms.mode, ms.compare_cas);
+    let mutation = set_mutation(ms.mode, ms.compare_cas, ms.invalidate);
     let size = ms.value.len();
     let update = Update {
         key: ms.key.clone(),
@@ -124,10 +228,11 @@ pub(super) async fn set<S: KvService>(ctx: &mut Ctx<'_, S>, ms: MetaSet) {
     let (code, info) = match outcome {
         Outcome::Stored { cas } => {
             Stats::incr(&ctx.stats().counters.total_items);
+            ctx.shared.access.stored(&ms.key, cas, now());
             if ms.meta.quiet {
                 return;
             }
-            let info = Info { cas, flags: ms.client_flags, size, expiry: 0 };
+            let info = Info { cas, flags: ms.client_flags, size, expiry: 0, marks: None };
             (reply::META_HD, Some(info))
         }
         Outcome::Exists => (reply::META_EX, None),
@@ -138,10 +243,11 @@ pub(super) async fn set<S: KvService>(ctx: &mut Ctx<'_, S>, ms: MetaSet) {
 }
 
 /// What `ms` does with its mode and `C`, as memcached 1.6 decides it: with a compare value,
-/// set and replace are a cas, append and prepend are guarded only by a non-zero value, and
-/// add ignores it.
-fn set_mutation(mode: SetMode, compare_cas: Option<u64>) -> Mutation {
+/// set and replace are a cas (with `I`, one that may store an older value as stale), append
+/// and prepend are guarded only by a non-zero value, and add ignores it.
+fn set_mutation(mode: SetMode, compare_cas: Option<u64>, invalidate: bool) -> Mutation {
     match (mode, compare_cas) {
+        (SetMode::Set | SetMode::Replace, Some(unique)) if invalidate => Mutation::CasStale { unique },
         (SetMode::Set | SetMode::Replace, Some(unique)) => Mutation::Cas { unique },
         (SetMode::Append, Some(unique)) if unique != 0 => Mutation::IfCas { unique, then: Guarded::Append },
         (SetMode::Prepend, Some(unique)) if unique != 0 => Mutation::IfCas { unique, then: Guarded::Prepend },
@@ -157,16 +263,26 @@ fn guarded(then: Guarded, compare_cas: Option<u64>) -> Mutation {
     }
 }
 
-/// `md`: with `C`, only an item with that cas is deleted (`EX` otherwise).
+/// `md`: with `C`, only an item with that cas is deleted (`EX` otherwise); with `I`, the
+/// item is marked stale instead (and `T` sets its exptime).
 pub(super) async fn delete<S: KvService>(ctx: &mut Ctx<'_, S>, md: MetaDelete) {
     Stats::incr(&ctx.stats().counters.cmd_meta);
-    let update = bare_update(md.key.clone(), guarded(Guarded::Delete, md.compare_cas), 0);
+    let (then, expiry) = if md.invalidate {
+        let new_expiry = md.meta.ttl.is_some();
+        (Guarded::Invalidate { new_expiry }, absolute_expiry(md.meta.ttl.unwrap_or(0), now()))
+    } else {
+        (Guarded::Delete, 0)
+    };
+    let update = bare_update(md.key.clone(), guarded(then, md.compare_cas), expiry);
     let Some(outcome) = ctx.update(update, false).await else {
         return;
     };
+    if let Outcome::Invalidated { cas } = outcome {
+        ctx.shared.access.carried(&md.key, cas);
+    }
     let counters = &ctx.stats().counters;
     match outcome {
-        Outcome::Deleted => {
+        Outcome::Deleted | Outcome::Invalidated { .. } => {
             Stats::incr(&counters.delete_hits);
             if !md.meta.quiet {
                 header(ctx.out(), reply::META_HD, &md.meta, &md.key, None);
@@ -284,7 +400,7 @@ async fn vivify<S: KvService>(
 
 fn counter_reply(out: &mut Vec<u8>, ma: &MetaArith, value: u64, cas: u64, expiry: UnixSeconds) {
     let text = value.to_string();
-    let info = Info { cas, flags: 0, size: text.len(), expiry };
+    let info = Info { cas, flags: 0, size: text.len(), expiry, marks: None };
     if ma.value {
         let code = format!("VA {}", text.len());
         header(out, code.as_bytes(), &ma.meta, &ma.key, Some(&info));

@@ -19,9 +19,13 @@ pub(super) async fn run<S: KvService>(ctx: &mut Ctx<'_, S>, store: StoreCommand)
         flags: store.flags,
         expiry: absolute_expiry(store.exptime, now()),
     };
+    let key = update.key.clone();
     let Some(outcome) = ctx.update(update, store.noreply).await else {
         return;
     };
+    if let Outcome::Stored { cas } = outcome {
+        ctx.shared.access.stored(&key, cas, now());
+    }
     if is_cas {
         count_cas(ctx.stats(), &outcome);
     }
