@@ -27,7 +27,9 @@ use fawn_ring::{KeyId, NodeId, Range};
 /// 7: `ChainMsg::Outcomes` carries request outcomes with resent and copied updates.
 /// 8: `ClusterConfig::wedges` maps each wedge to the front-end serving it (front-end
 /// failover); the manager answers a front-end's `Heartbeats` with the configuration;
-/// `RangeConfig::unproven_tail` (a new tail is a copy only once it reports `TailReady`).
+/// `RangeConfig::unproven_tail` (a new tail is a copy only once it reports `TailReady`);
+/// items and replicated puts carry memcached's access marks (`state`), with the `Claim`,
+/// `Invalidate` and `CasStale` mutations and their outcomes.
 pub const PROTOCOL_VERSION: u8 = 8;
 /// Largest frame body accepted (a 1 MiB value plus key and headers fits many times over).
 pub const FRAME_BYTES_MAX: usize = 8 << 20;

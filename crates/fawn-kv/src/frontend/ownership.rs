@@ -130,7 +130,7 @@ mod tests {
     }
 
     fn item(cas: u64) -> Item {
-        Item { value: b"v".to_vec(), flags: 0, expiry: 0, cas }
+        Item { value: b"v".to_vec(), flags: 0, expiry: 0, cas, state: 0 }
     }
 
     #[test]

@@ -1014,7 +1014,7 @@ mod tests {
             seq,
             prev_seq,
             key: format!("k{seq}").into_bytes(),
-            effect: ReplEffect::Put { value: b"v".to_vec(), flags: 0, expiry: 0 },
+            effect: ReplEffect::Put { value: b"v".to_vec(), flags: 0, expiry: 0, state: 0 },
             origin: Some(Origin {
                 req: ReqId { client: 1, seq },
                 outcome: Outcome::Stored { cas: seq },

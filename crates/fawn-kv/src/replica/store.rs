@@ -149,9 +149,11 @@ impl ReplicaStore for Arc<DataStore> {
         let ops: Vec<BatchOp<'_>> = records
             .iter()
             .map(|(key, effect, seq)| match effect {
-                ReplEffect::Put { value, flags, expiry } => {
-                    BatchOp::put(key, value, Meta { seq: *seq, flags: *flags, expiry: *expiry })
-                }
+                ReplEffect::Put { value, flags, expiry, state } => BatchOp::put(
+                    key,
+                    value,
+                    Meta { seq: *seq, flags: *flags, expiry: *expiry, state: *state },
+                ),
                 ReplEffect::Delete => BatchOp::delete(key, Meta { seq: *seq, ..Meta::default() }),
             })
             .collect();
