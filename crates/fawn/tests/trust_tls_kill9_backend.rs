@@ -17,13 +17,5 @@ fn kill9_backend_under_load_over_tls() {
     sc.shape.frontends = 2;
     sc.shape.managers = 3;
     sc.cooldown = std::time::Duration::from_secs(4);
-    run_scenario(&sc, &[241], |f| {
-        let node = f.pick_backend();
-        f.procs.kill9(node);
-        f.note(format!("kill -9 backend-{node}"));
-        f.pause_ms(4000, 6000);
-        f.procs.restart_backend(node);
-        f.note(format!("restart backend-{node} on its data directory"));
-        f.pause_ms(4000, 5000);
-    });
+    run_scenario(&sc, &[241], |f| f.kill9_and_restart_backend());
 }
