@@ -194,6 +194,14 @@ impl Cluster {
         self.spawn();
     }
 
+    /// The flags a role started by hand beside this cluster needs: `--tls-dir` with a
+    /// certificate for `role` `id` issued there.
+    pub fn transport_args(&self, role: fawn_tls::Role, id: u32) -> Vec<String> {
+        let dir = self.dir.join("tls");
+        tls::provision(&dir, &[(role, id)]);
+        vec!["--tls-dir".into(), dir.display().to_string()]
+    }
+
     /// The managers `fawn up` started (3, comma-separated).
     pub fn manager_addr(&self) -> String {
         let b = self.base_port;
