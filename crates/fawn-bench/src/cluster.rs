@@ -44,7 +44,8 @@ pub struct ClusterArgs {
     /// Manager port of the clusters (0: pick a free range between 10000 and 30000, below the ephemeral ports).
     #[arg(long, default_value_t = 0)]
     pub base_port: u16,
-    /// Which experiments to run.
+    /// Which experiments to run: throughput, replicas, local, peers, and tls (gets and puts
+    /// with the roles' native connections in plain TCP, then mutual TLS; not in the default).
     #[arg(long, value_delimiter = ',', default_value = "throughput,replicas,local,peers")]
     pub sections: Vec<String>,
     /// Value sizes of the throughput section.
@@ -180,7 +181,7 @@ impl Env {
 
 /// Run `fawn bench cluster`.
 pub fn run(args: &ClusterArgs, quiet: bool, rep: &mut Reporter) -> Result<()> {
-    let known = ["throughput", "replicas", "local", "peers"];
+    let known = ["throughput", "replicas", "local", "peers", "tls"];
     for s in &args.sections {
         ensure!(known.contains(&s.as_str()), "unknown section {s:?} (known: {known:?})");
     }
@@ -198,6 +199,70 @@ pub fn run(args: &ClusterArgs, quiet: bool, rep: &mut Reporter) -> Result<()> {
     }
     if has("peers") {
         peers(&rt, &mut env, args, rep)?;
+    }
+    if has("tls") {
+        tls(&rt, &mut env, args, rep)?;
+    }
+    Ok(())
+}
+
+/// Gets (front-end cache off, so each one crosses a front-end to back-end connection) and puts
+/// (through chains of 3) with the cluster's native connections in plain TCP, then in mutual
+/// TLS: what TLS costs in operations per second and per CPU-second of the cluster.
+fn tls(rt: &tokio::runtime::Runtime, env: &mut Env, args: &ClusterArgs, rep: &mut Reporter) -> Result<()> {
+    let vs = args.value_sizes.first().copied().unwrap_or(256);
+    let systems = [("fawn-plaintext", false), ("fawn-tls", true)];
+    for (system, tls) in systems {
+        let c = env.start(|s| {
+            s.tls = tls;
+            s.cache_entries = Some(0);
+        })?;
+        let pids = c.pids();
+        for (op, g) in [("get", "1"), ("put", "0")] {
+            let mut e = vec![
+                s("--value-size"),
+                s(vs),
+                s("--get-ratio"),
+                s(g),
+                s("--connections"),
+                s(args.connections),
+                s("--timeout"),
+                s(20),
+                s("--scenario"),
+                format!("cluster/tls/{op}/v{vs}"),
+            ];
+            if op == "put" {
+                e.push(s("--no-preload"));
+            }
+            let w = w_of(args, &e)?;
+            let st = rt.block_on(drive(
+                c.spec.memcached_addr(0),
+                Protocol::Memcached,
+                &w,
+                &pids,
+                system,
+                env.quiet,
+            ))?;
+            netbench::report(rep, &w, system, &st)?;
+        }
+    }
+    for op in ["get", "put"] {
+        let sc = format!("cluster/tls/{op}/v{vs}");
+        for m in ["ops_per_s", "ops_per_cpu_s"] {
+            let (plain, tls) = (rep.find(&sc, systems[0].0, m), rep.find(&sc, systems[1].0, m));
+            if let (Some(a), Some(b)) = (plain, tls) {
+                if a > 0.0 {
+                    rep.metric(
+                        &sc,
+                        "fawn-tls",
+                        &format!("{m}_tls_vs_plaintext"),
+                        b / a,
+                        "ratio",
+                        &json!({}),
+                    )?;
+                }
+            }
+        }
     }
     Ok(())
 }

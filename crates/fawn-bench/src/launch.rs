@@ -38,6 +38,9 @@ pub struct ClusterSpec {
     pub cache_entries: Option<u64>,
     /// Port each back-end advertises instead of its listen port (a delay proxy in front of it).
     pub backend_advertise: Option<Vec<u16>>,
+    /// Mutual TLS between the roles (and from this process): a CA and certificates in
+    /// `<dir>/tls`. Off: `--plaintext`.
+    pub tls: bool,
 }
 
 impl ClusterSpec {
@@ -54,7 +57,13 @@ impl ClusterSpec {
             sync: "interval:100".into(),
             cache_entries: None,
             backend_advertise: None,
+            tls: false,
         }
+    }
+
+    /// The roles' `--tls-dir`, when TLS is on.
+    pub fn tls_dir(&self) -> Option<PathBuf> {
+        self.tls.then(|| self.dir.join("tls"))
     }
 
     pub fn manager_addr(&self) -> SocketAddr {
@@ -139,6 +148,7 @@ impl Cluster {
         std::fs::create_dir_all(&spec.dir).with_context(|| format!("creating {}", spec.dir.display()))?;
         let mut c = Cluster { spec, roles: Vec::new() };
         let s = c.spec.clone();
+        c.ensure_credentials(&[(fawn_tls::Role::Manager, 1), (fawn_tls::Role::Admin, 0)])?;
         let ring = RingShape {
             backends: s.backends,
             frontends: s.frontends,
@@ -150,6 +160,7 @@ impl Cluster {
             group: None,
             data_dir: s.dir.join("manager"),
             ring,
+            tls_dir: s.tls_dir(),
         };
         c.spawn("manager", manager.args())?;
         wait_port(s.manager_addr(), &mut c.roles)?;
@@ -166,7 +177,9 @@ impl Cluster {
                 cache_entries: s.cache_entries,
                 request_timeout_ms: None,
                 memcached_auth_file: None,
+                tls_dir: s.tls_dir(),
             };
+            c.ensure_credentials(&[(fawn_tls::Role::Frontend, i)])?;
             c.spawn(&format!("frontend-{i}"), frontend.args())?;
         }
         for i in 0..s.frontends {
@@ -201,10 +214,27 @@ impl Cluster {
             data_dir: s.dir.join(format!("backend-{node}")),
             sync: s.sync.clone(),
             expected_keys: None,
+            tls_dir: s.tls_dir(),
         };
+        self.ensure_credentials(&[(fawn_tls::Role::Backend, node)])?;
         let args = backend.args();
         self.spawn(&format!("backend-{node}"), args)?;
         wait_port(s.backend_addr(node), &mut self.roles)
+    }
+
+    /// Under TLS: the CA (created on first use) and `members`' credentials, and this process
+    /// talking to the cluster as its admin.
+    fn ensure_credentials(&self, members: &[(fawn_tls::Role, u32)]) -> Result<()> {
+        let Some(dir) = self.spec.tls_dir() else {
+            fawn_client::transport::set(fawn_client::transport::Transport::Plain);
+            return Ok(());
+        };
+        let cluster = format!("bench-{:08x}", rand::random::<u32>());
+        fawn_tls::ClusterCa::ensure(&dir, &cluster, members)
+            .with_context(|| format!("creating certificates in {}", dir.display()))?;
+        let admin = fawn_tls::TlsSetup::load_as(&dir, fawn_tls::Role::Admin, 0)?;
+        fawn_client::transport::set(fawn_client::transport::Transport::Tls(admin));
+        Ok(())
     }
 
     fn spawn(&mut self, name: &str, args: Vec<String>) -> Result<()> {

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::framed::FrameReader;
+use crate::transport::{self, NetRead, NetWrite};
 use fawn_proto::native::{encode_frame, Message, Request, Response};
 use parking_lot::Mutex;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
 /// Frames queued for the writer task of one connection.
@@ -32,7 +32,7 @@ pub enum RpcError {
 
 type Pending = Arc<Mutex<HashMap<u64, oneshot::Sender<Response>>>>;
 
-/// One TCP connection with a writer task and a reader task.
+/// One connection (plain or TLS, see [`transport`]) with a writer task and a reader task.
 pub struct Connection {
     addr: String,
     next_id: AtomicU64,
@@ -42,14 +42,11 @@ pub struct Connection {
 }
 
 impl Connection {
-    /// Connects within `timeout`.
+    /// Connects within `timeout` (TCP and, under TLS, the handshake).
     pub async fn connect(addr: &str, timeout: Duration) -> Result<Arc<Connection>, RpcError> {
         let connect_err = |reason: String| RpcError::Connect { addr: addr.to_string(), reason };
-        let stream = tokio::time::timeout(timeout, TcpStream::connect(addr))
-            .await
-            .map_err(|_| connect_err("timed out".into()))?
-            .map_err(|e| connect_err(e.to_string()))?;
-        stream.set_nodelay(true).map_err(|e| connect_err(e.to_string()))?;
+        let stream =
+            transport::current().connect(addr, timeout).await.map_err(|e| connect_err(e.to_string()))?;
         let (reader, writer) = stream.into_split();
         let (outbox, rx) = mpsc::channel(CONNECTION_QUEUE_FRAMES_MAX);
         let pending: Pending = Arc::default();
@@ -101,11 +98,7 @@ impl Connection {
     }
 }
 
-async fn write_loop(
-    mut writer: tokio::net::tcp::OwnedWriteHalf,
-    mut rx: mpsc::Receiver<Vec<u8>>,
-    alive: Arc<AtomicBool>,
-) {
+async fn write_loop(mut writer: NetWrite, mut rx: mpsc::Receiver<Vec<u8>>, alive: Arc<AtomicBool>) {
     let mut batch = Vec::new();
     while let Some(frame) = rx.recv().await {
         batch.clear();
@@ -124,7 +117,7 @@ async fn write_loop(
     alive.store(false, Ordering::Relaxed);
 }
 
-async fn read_loop(reader: tokio::net::tcp::OwnedReadHalf, pending: Pending, alive: Arc<AtomicBool>) {
+async fn read_loop(reader: NetRead, pending: Pending, alive: Arc<AtomicBool>) {
     let mut frames = FrameReader::new(reader);
     while let Ok(Some((id, Message::Response(resp)))) = frames.next().await {
         if let Some(tx) = pending.lock().remove(&id) {

@@ -22,6 +22,8 @@ pub struct ManagerCommand {
     pub group: Option<String>,
     pub data_dir: PathBuf,
     pub ring: RingShape,
+    /// `--tls-dir` (`None`: `--plaintext`).
+    pub tls_dir: Option<PathBuf>,
 }
 
 impl ManagerCommand {
@@ -42,7 +44,7 @@ impl ManagerCommand {
             "--vnodes".into(),
             self.ring.vnodes.to_string(),
         ]);
-        args
+        with_transport(args, self.tls_dir.as_deref())
     }
 }
 
@@ -59,6 +61,8 @@ pub struct BackendCommand {
     /// `always`, `never` or `interval:MS`.
     pub sync: String,
     pub expected_keys: Option<u64>,
+    /// `--tls-dir` (`None`: `--plaintext`).
+    pub tls_dir: Option<PathBuf>,
 }
 
 impl BackendCommand {
@@ -82,7 +86,7 @@ impl BackendCommand {
         if let Some(keys) = self.expected_keys {
             args.extend(["--expected-keys".into(), keys.to_string()]);
         }
-        args
+        with_transport(args, self.tls_dir.as_deref())
     }
 }
 
@@ -99,6 +103,8 @@ pub struct FrontendCommand {
     pub cache_entries: Option<u64>,
     pub request_timeout_ms: Option<u64>,
     pub memcached_auth_file: Option<PathBuf>,
+    /// `--tls-dir` (`None`: `--plaintext`).
+    pub tls_dir: Option<PathBuf>,
 }
 
 impl FrontendCommand {
@@ -125,8 +131,18 @@ impl FrontendCommand {
         if let Some(path) = &self.memcached_auth_file {
             args.extend(["--memcached-auth-file".into(), path.display().to_string()]);
         }
-        args
+        with_transport(args, self.tls_dir.as_deref())
     }
+}
+
+/// Adds `--tls-dir DIR` to a role's command line, or `--plaintext` without one: a role
+/// refuses to start with neither.
+fn with_transport(mut args: Vec<String>, tls_dir: Option<&std::path::Path>) -> Vec<String> {
+    match tls_dir {
+        Some(dir) => args.extend(["--tls-dir".into(), dir.display().to_string()]),
+        None => args.push("--plaintext".into()),
+    }
+    args
 }
 
 /// Adds `--metrics ADDR` to a role's command line.

@@ -3,6 +3,7 @@
 //! **Architecture Invariant:** only the front-end (`memcache` module) knows memcached syntax;
 //! back-ends and the manager speak only the native protocol.
 
+pub mod auth;
 pub mod backend;
 pub mod clock;
 pub mod frontend;

@@ -48,6 +48,9 @@ pub struct LocalCluster {
     pub extra_args: Vec<String>,
     /// `--memcached-auth-file` of every front-end: memcached clients must log in.
     pub memcached_auth_file: Option<PathBuf>,
+    /// Mutual TLS between the roles: the first start creates a CA and every role's
+    /// certificate in `<data_dir>/tls` ([`LocalCluster::tls_dir`]); `false`: `--plaintext`.
+    pub tls: bool,
 }
 
 /// One started role.
@@ -106,6 +109,9 @@ impl LocalCluster {
         let outcome = match started {
             Ok(()) => {
                 print_ready(&addrs, &self.data_dir);
+                if let Some(dir) = self.tls_dir() {
+                    println!("  native mutual TLS  CA and certificates in {}", dir.display());
+                }
                 if self.metrics {
                     println!(
                         "  metrics            http://{}:{}..{}/metrics",
@@ -122,7 +128,30 @@ impl LocalCluster {
         outcome
     }
 
+    /// Where the CA and the roles' credentials are, when TLS is on.
+    pub fn tls_dir(&self) -> Option<PathBuf> {
+        self.tls.then(|| self.data_dir.join("tls"))
+    }
+
+    /// Creates the CA (a new cluster name) on first start, and whatever credentials a role
+    /// of this shape lacks, admin 0 (for `fawn status`) included.
+    fn ensure_credentials(&self) -> anyhow::Result<()> {
+        let Some(dir) = self.tls_dir() else { return Ok(()) };
+        use fawn_tls::Role as R;
+        let mut members = vec![(R::Admin, 0)];
+        members.extend((1..=self.managers.max(1)).map(|id| (R::Manager, id)));
+        members.extend((0..self.backends).map(|node| (R::Backend, node)));
+        members.extend((0..self.frontends).map(|id| (R::Frontend, id)));
+        let cluster = format!("fawn-{:08x}", rand::random::<u32>());
+        let ca = fawn_tls::ClusterCa::ensure(&dir, &cluster, &members)
+            .with_context(|| format!("creating the cluster CA and certificates in {}", dir.display()))?;
+        info!(cluster = ca.cluster(), dir = %dir.display(), "cluster CA and certificates ready");
+        Ok(())
+    }
+
     async fn start_all(&self, addrs: &Addresses, roles: &mut Vec<Role>) -> anyhow::Result<()> {
+        self.ensure_credentials()?;
+        let tls_dir = self.tls_dir();
         let ring = RingShape {
             backends: self.backends,
             frontends: self.frontends,
@@ -140,6 +169,7 @@ impl LocalCluster {
                 group: Some(addrs.manager.clone()),
                 data_dir: self.data_dir.join(&name),
                 ring,
+                tls_dir: tls_dir.clone(),
             };
             let metrics_at = if i == 0 { 300 } else { 500 + i as u32 };
             roles.push(self.spawn(&name, self.with_metrics(command.args(), metrics_at))?);
@@ -153,6 +183,7 @@ impl LocalCluster {
                 data_dir: self.data_dir.join(format!("backend-{i}")),
                 sync: self.sync.clone(),
                 expected_keys: Some(self.expected_keys),
+                tls_dir: tls_dir.clone(),
             };
             roles.push(
                 self.spawn(&format!("backend-{i}"), self.with_metrics(command.args(), 301 + i as u32))?,
@@ -168,6 +199,7 @@ impl LocalCluster {
                 cache_entries: None,
                 request_timeout_ms: None,
                 memcached_auth_file: self.memcached_auth_file.clone(),
+                tls_dir: tls_dir.clone(),
             };
             roles.push(
                 self.spawn(&format!("frontend-{i}"), self.with_metrics(command.args(), 400 + i as u32))?,

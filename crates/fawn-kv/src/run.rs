@@ -46,6 +46,27 @@ pub fn apply_limits(mut native: NativeLimits, memcached_connections: Option<usiz
     caps.get(1).copied()
 }
 
+/// Sets this process's native transport: mutual TLS with the credentials of `role` `node` in
+/// `tls_dir` (its `ca.pem` names the cluster), or plain TCP when `tls_dir` is `None`. Call
+/// once, before connecting or serving.
+pub fn use_transport(tls_dir: Option<&Path>, role: fawn_tls::Role, node: u32) -> anyhow::Result<()> {
+    let transport = match tls_dir {
+        Some(dir) => {
+            let setup = fawn_tls::TlsSetup::load_as(dir, role, node).with_context(|| {
+                format!("loading the TLS credentials of {} {node} from {}", role.as_str(), dir.display())
+            })?;
+            info!(identity = %setup.identity(), "native connections use mutual TLS");
+            fawn_client::transport::Transport::Tls(setup)
+        }
+        None => {
+            tracing::warn!("native connections are plain TCP (--plaintext): peers are not authenticated");
+            fawn_client::transport::Transport::Plain
+        }
+    };
+    fawn_client::transport::set(transport);
+    Ok(())
+}
+
 /// Starts the `/metrics` listener if an address was given.
 async fn start_metrics(
     listen: Option<&str>,

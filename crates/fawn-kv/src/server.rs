@@ -1,20 +1,26 @@
 //! The native-protocol server shape shared by every role: a listener with a bounded number of
 //! connections, one reader and one writer task per connection, requests handled concurrently,
-//! chain messages handled in arrival order, graceful shutdown.
+//! chain messages handled in arrival order, graceful shutdown. Connections are plain TCP or
+//! mutual TLS as the process's transport says (`fawn_client::transport`); under TLS each
+//! request is checked against the peer's certificate ([`crate::auth`]) before it is handled.
 
 use std::future::Future;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use fawn_client::framed::{FrameReader, ReadError, ReadTimeouts};
+use fawn_client::transport::{self, NetStream, NetWrite};
 use fawn_proto::native::{
     encode_frame, ChainMsg, FrameError, Message, Request, Response, WireError, PROTOCOL_VERSION,
 };
 use fawn_ring::NodeId;
+use fawn_tls::Identity;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 use tracing::{debug, warn};
+
+use crate::auth;
 
 /// Connections one native listener serves at once (before the file-descriptor limit lowers
 /// it, see [`crate::limits`]); one more is accepted, told so in an error frame, and closed.
@@ -142,7 +148,17 @@ pub async fn serve_within<H: Handler>(
                 let handler = handler.clone();
                 let shutdown = shutdown.clone();
                 tokio::spawn(async move {
-                    connection(stream, handler, limits, shutdown).await;
+                    // A peer gets as long for the handshake as for one frame.
+                    let transport = transport::current();
+                    match tokio::time::timeout(limits.read.frame, transport.accept(stream)).await {
+                        Ok(Ok((stream, identity))) => {
+                            connection(stream, identity, handler, limits, shutdown).await;
+                        }
+                        Ok(Err(e)) => {
+                            warn!(%peer, error = %e, "native connection refused: TLS handshake failed")
+                        }
+                        Err(_) => warn!(%peer, "native connection refused: TLS handshake timed out"),
+                    }
                     drop(permit);
                 });
             }
@@ -163,22 +179,27 @@ pub fn refusal_frame() -> Vec<u8> {
     frame
 }
 
-async fn refuse(mut stream: TcpStream) {
+async fn refuse(stream: TcpStream) {
     let frame = refusal_frame();
     let _ = tokio::time::timeout(REFUSAL_WRITE_TIMEOUT, async {
-        let _ = stream.write_all(&frame).await;
-        let _ = stream.shutdown().await;
+        let Ok((stream, _)) = transport::current().accept(stream).await else { return };
+        let (_reader, mut writer) = stream.into_split();
+        let _ = writer.write_all(&frame).await;
+        let _ = writer.shutdown().await;
     })
     .await;
 }
 
+/// Serves one connection from `peer` (its certificate's identity; `None` on plain TCP). A
+/// request or chain link the peer may not send ([`auth`]) is answered with an error, logged,
+/// and the connection closed.
 async fn connection<H: Handler>(
-    stream: TcpStream,
+    stream: NetStream,
+    peer: Option<Identity>,
     handler: Arc<H>,
     limits: NativeLimits,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let _ = stream.set_nodelay(true);
     let (reader, writer) = stream.into_split();
     let (tx, rx) = mpsc::channel::<Output>(CONNECTION_RESPONSES_QUEUED_MAX);
     let output = Arc::new(Semaphore::new(CONNECTION_OUTPUT_BYTES_MAX));
@@ -200,6 +221,10 @@ async fn connection<H: Handler>(
         };
         match next {
             Ok(Some((id, Message::Request(req)))) => {
+                if let Err(refused) = auth::request(peer.as_ref(), &req) {
+                    refuse_peer(id, refused, &tx, &output).await;
+                    break;
+                }
                 let Ok(permit) = in_flight.clone().acquire_owned().await else { break };
                 let charge = response_charge(&req) as u32;
                 let charged = tokio::select! {
@@ -215,7 +240,13 @@ async fn connection<H: Handler>(
                     drop(permit);
                 });
             }
-            Ok(Some((_, Message::Chain(ChainMsg::Hello { from: node })))) => from = Some(node),
+            Ok(Some((id, Message::Chain(ChainMsg::Hello { from: node })))) => {
+                if let Err(refused) = auth::hello(peer.as_ref(), node) {
+                    refuse_peer(id, refused, &tx, &output).await;
+                    break;
+                }
+                from = Some(node);
+            }
             Ok(Some((_, Message::Chain(msg)))) => match from {
                 Some(node) => {
                     // Every chain message already read is handled as one batch.
@@ -264,6 +295,15 @@ async fn connection<H: Handler>(
     let _ = writer_task.await;
 }
 
+/// Logs a refused request or link and answers it with an error (the caller then closes).
+async fn refuse_peer(id: u64, refused: auth::Refused, tx: &mpsc::Sender<Output>, output: &Arc<Semaphore>) {
+    warn!(error = %refused, "native request refused; closing the connection");
+    let err = Response::Error(WireError::Invalid(format!("refused: {refused}")));
+    if let Ok(charged) = output.clone().try_acquire_many_owned(RESPONSE_CHARGE_BYTES as u32) {
+        let _ = tx.send(output_frame(id, err, charged, output)).await;
+    }
+}
+
 /// An encoded response and its share of the connection's output budget, returned once it is
 /// written.
 struct Output {
@@ -300,11 +340,7 @@ fn output_frame(
     Output { frame, _charged: charged }
 }
 
-async fn write_responses(
-    mut writer: tokio::net::tcp::OwnedWriteHalf,
-    mut rx: mpsc::Receiver<Output>,
-    write_timeout: Duration,
-) {
+async fn write_responses(mut writer: NetWrite, mut rx: mpsc::Receiver<Output>, write_timeout: Duration) {
     let mut buf = Vec::new();
     // Held until their frames are written.
     let mut charges = Vec::new();

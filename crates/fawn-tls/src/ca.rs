@@ -22,7 +22,7 @@ use time::{Duration, OffsetDateTime};
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::CertificateDer;
 
-use crate::identity::{check_cluster_name, cluster_dns_name, Identity};
+use crate::identity::{check_cluster_name, cluster_dns_name, Identity, Role};
 use crate::TlsError;
 
 /// How long the CA certificate is valid.
@@ -51,6 +51,11 @@ impl Credentials {
         let stem = Self::file_stem(identity);
         write_durably(&dir.join(format!("{stem}.pem")), self.cert_pem.as_bytes(), PUBLIC_MODE)?;
         write_durably(&dir.join(format!("{stem}.key")), self.key_pem.as_bytes(), SECRET_MODE)
+    }
+
+    /// Whether `dir` holds a certificate for `identity`.
+    pub fn exist(dir: &Path, identity: &Identity) -> bool {
+        dir.join(format!("{}.pem", Self::file_stem(identity))).exists()
     }
 
     /// Reads what [`Credentials::save`] wrote.
@@ -139,6 +144,31 @@ impl ClusterCa {
         let cluster = ca_cluster(&cert_pem)?;
         Ok(ClusterCa { cluster, cert_pem, key })
     }
+
+    /// The CA in `dir`, created for `cluster` if `dir` holds none, and credentials for each of
+    /// `members` (of this CA's cluster, whatever `cluster` says when the CA exists already)
+    /// that `dir` lacks. Existing files are kept: running it again issues nothing new.
+    pub fn ensure(dir: &Path, cluster: &str, members: &[(Role, u32)]) -> Result<Self, TlsError> {
+        let ca = if dir.join("ca.pem").exists() {
+            Self::load(dir)?
+        } else {
+            let ca = Self::create(cluster)?;
+            ca.save(dir)?;
+            ca
+        };
+        for &(role, node) in members {
+            let identity = Identity::new(&ca.cluster, role, node)?;
+            if !Credentials::exist(dir, &identity) {
+                ca.issue(&identity)?.save(dir, &identity)?;
+            }
+        }
+        Ok(ca)
+    }
+}
+
+/// The cluster whose CA certificate is `dir/ca.pem` (every process's directory holds it).
+pub fn cluster_in(dir: &Path) -> Result<String, TlsError> {
+    ca_cluster(&read(&dir.join("ca.pem"))?)
 }
 
 /// Validity starts a day back, so a peer whose clock is a little behind accepts a fresh

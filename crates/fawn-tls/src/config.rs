@@ -17,7 +17,7 @@ use tokio_rustls::{TlsAcceptor, TlsConnector};
 use x509_parser::extensions::GeneralName;
 
 use crate::ca::Credentials;
-use crate::identity::{cluster_dns_name, Identity};
+use crate::identity::{cluster_dns_name, Identity, Role};
 use crate::TlsError;
 
 /// One process's side of the cluster's mutual TLS.
@@ -69,6 +69,12 @@ impl TlsSetup {
             .map_err(|e| TlsError::Io(format!("{}: {e}", dir.join("ca.pem").display())))?;
         let credentials = Credentials::load(dir, &identity)?;
         Self::new(&ca_pem, &credentials, identity)
+    }
+
+    /// Loads the credentials of `role` `node` from `dir`, of the cluster its `ca.pem` names.
+    pub fn load_as(dir: &std::path::Path, role: Role, node: u32) -> Result<Self, TlsError> {
+        let cluster = crate::ca::cluster_in(dir)?;
+        Self::load(dir, Identity::new(&cluster, role, node)?)
     }
 
     pub fn identity(&self) -> &Identity {

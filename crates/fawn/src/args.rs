@@ -14,6 +14,9 @@ use fawn_kv::frontend::FrontendOptions;
 use fawn_kv::local::LocalCluster;
 use fawn_kv::manager::ManagerOptions;
 use fawn_kv::run;
+use fawn_tls::Role;
+
+use crate::security::{AdminTransportArgs, TransportArgs};
 
 /// FAWN: a fast, replicated, log-structured key-value store that speaks memcached.
 #[derive(Parser, Debug)]
@@ -45,6 +48,8 @@ pub enum Command {
     Leave(LeaveArgs),
     /// Add a manager to the manager group, or remove one, while the cluster runs.
     Managers(ManagersArgs),
+    /// Create the cluster's certificate authority and issue each process's certificate.
+    Ca(crate::security::CaArgs),
     /// Load generation, engine benchmarks and the paper's evaluation.
     Bench(fawn_bench::BenchArgs),
 }
@@ -144,6 +149,12 @@ pub struct UpArgs {
     /// this file (`user:password` lines, as memcached's `-Y`).
     #[arg(long)]
     memcached_auth_file: Option<PathBuf>,
+    /// Run the cluster's native connections in plain TCP. Without it, the first start creates
+    /// a cluster CA and every process's certificate in `<data-dir>/tls` and all native
+    /// connections are mutual TLS (`fawn status` and the other admin tools find the admin
+    /// certificate there).
+    #[arg(long)]
+    plaintext: bool,
 }
 
 impl UpArgs {
@@ -179,6 +190,7 @@ impl UpArgs {
             metrics: self.metrics,
             extra_args: Vec::new(),
             memcached_auth_file,
+            tls: !self.plaintext,
         };
         cluster.run(run::shutdown_on_signals()).await
     }
@@ -235,6 +247,8 @@ pub struct ManagerArgs {
     /// latest snapshot are dropped.
     #[arg(long, default_value_t = fawn_kv::manager::raft::SNAPSHOT_EVERY_ENTRIES)]
     raft_snapshot_every: u64,
+    #[command(flatten)]
+    transport: TransportArgs,
 }
 
 impl ManagerArgs {
@@ -264,6 +278,7 @@ impl ManagerArgs {
             replicas: self.replicas,
             vnodes: self.vnodes,
         };
+        self.transport.apply(Role::Manager, u32::try_from(id).context("--id too large")?)?;
         run::apply_limits(fawn_kv::server::NativeLimits::default(), None);
         run::manager(options, &self.listen, self.metrics.as_deref(), run::shutdown_on_signals()).await
     }
@@ -333,6 +348,8 @@ pub struct BackendArgs {
     join_copy_rate_mib: u64,
     #[command(flatten)]
     native: NativeBoundsArgs,
+    #[command(flatten)]
+    transport: TransportArgs,
 }
 
 impl BackendArgs {
@@ -349,6 +366,7 @@ impl BackendArgs {
             copy_bytes_per_s: self.copy_rate_mib.saturating_mul(1 << 20),
             join_copy_bytes_per_s: self.join_copy_rate_mib.saturating_mul(1 << 20),
         };
+        self.transport.apply(Role::Backend, self.node)?;
         run::apply_limits(self.native.limits(), None);
         run::backend(options, &self.listen, self.metrics.as_deref(), run::shutdown_on_signals()).await
     }
@@ -426,10 +444,13 @@ pub struct FrontendArgs {
     heartbeat_ms: u64,
     #[command(flatten)]
     native: NativeBoundsArgs,
+    #[command(flatten)]
+    transport: TransportArgs,
 }
 
 impl FrontendArgs {
     pub async fn run(self) -> anyhow::Result<()> {
+        self.transport.apply(Role::Frontend, self.id)?;
         let options = FrontendOptions {
             id: self.id,
             manager: self.manager,
@@ -515,6 +536,8 @@ pub struct LeaveArgs {
     /// Native addresses of the managers, comma-separated.
     #[arg(long, default_value = LOCAL_MANAGERS)]
     pub manager: String,
+    #[command(flatten)]
+    pub transport: AdminTransportArgs,
 }
 
 #[derive(Args, Debug)]
@@ -523,6 +546,8 @@ pub struct StatusArgs {
     /// and log position; the configuration comes from the leader. Default: `fawn up`'s.
     #[arg(long, default_value = LOCAL_MANAGERS)]
     pub manager: String,
+    #[command(flatten)]
+    pub transport: AdminTransportArgs,
 }
 
 #[derive(Args, Debug)]
@@ -540,4 +565,6 @@ pub struct ManagersArgs {
     /// Native addresses of the current managers, comma-separated.
     #[arg(long, default_value = LOCAL_MANAGERS)]
     pub manager: String,
+    #[command(flatten)]
+    pub transport: AdminTransportArgs,
 }

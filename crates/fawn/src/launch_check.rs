@@ -21,6 +21,7 @@ fn every_role_command_line_parses() {
         group: Some("127.0.0.1:7400,127.0.0.1:7651,127.0.0.1:7652".into()),
         data_dir: PathBuf::from("/tmp/m"),
         ring,
+        tls_dir: None,
     };
     let backend = BackendCommand {
         node: 2,
@@ -30,6 +31,7 @@ fn every_role_command_line_parses() {
         data_dir: PathBuf::from("/tmp/b"),
         sync: "always".into(),
         expected_keys: Some(1_000),
+        tls_dir: Some(PathBuf::from("/tmp/tls")),
     };
     let frontend = FrontendCommand {
         id: 1,
@@ -40,8 +42,10 @@ fn every_role_command_line_parses() {
         cache_entries: Some(0),
         request_timeout_ms: Some(1500),
         memcached_auth_file: Some(PathBuf::from("/tmp/users")),
+        tls_dir: Some(PathBuf::from("/tmp/tls")),
     };
     let group_of_one = ManagerCommand { group: None, ..manager.clone() };
+    assert!(format!("{:?}", parses(manager.args()).command).contains("plaintext: true"), "--plaintext lost");
     for args in [manager.args(), group_of_one.args(), backend.args(), frontend.args()] {
         let role = args[0].clone();
         let cli = parses(with_metrics(args, Some("127.0.0.1:9100".into())));
@@ -50,11 +54,11 @@ fn every_role_command_line_parses() {
         assert!(debug.contains("9100"), "{role}: --metrics lost: {debug}");
     }
     let debug = format!("{:?}", parses(frontend.args()).command);
-    for expected in ["11212", "1500", "/tmp/users"] {
+    for expected in ["11212", "1500", "/tmp/users", "/tmp/tls"] {
         assert!(debug.contains(expected), "frontend: {expected} lost: {debug}");
     }
     let debug = format!("{:?}", parses(backend.args()).command);
-    for expected in ["10.0.0.2:7403", "1000", "Always"] {
+    for expected in ["10.0.0.2:7403", "1000", "Always", "/tmp/tls"] {
         assert!(debug.contains(expected), "backend: {expected} lost: {debug}");
     }
 }

@@ -5,6 +5,7 @@ mod args;
 mod flagdoc;
 #[cfg(test)]
 mod launch_check;
+mod security;
 mod status;
 
 use args::{Cli, Command};
@@ -40,6 +41,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Status(a) => status::run(a).await,
         Command::Leave(a) => status::leave(a).await,
         Command::Managers(a) => status::change_managers(a).await,
+        Command::Ca(a) => a.run(),
         Command::Bench(a) => tokio::task::spawn_blocking(move || fawn_bench::run(a)).await?,
     }
 }

@@ -14,6 +14,7 @@ const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 const CHANGE_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
+    args.transport.apply()?;
     let pool = Pool::new(STATUS_TIMEOUT);
     let config = match client::call(&pool, &args.manager, Request::GetConfig, STATUS_TIMEOUT).await {
         Ok(Response::Config(c)) => c,
@@ -124,6 +125,7 @@ fn print_chains(config: &ClusterConfig) {
 
 /// `fawn leave`: asks the manager to move a back-end's replicas elsewhere, then to drop it.
 pub async fn leave(args: LeaveArgs) -> anyhow::Result<()> {
+    args.transport.apply()?;
     let pool = Pool::new(STATUS_TIMEOUT);
     match client::call(&pool, &args.manager, Request::Leave { node: args.node }, STATUS_TIMEOUT).await {
         Ok(Response::Config(c)) => {
@@ -139,6 +141,7 @@ pub async fn leave(args: LeaveArgs) -> anyhow::Result<()> {
 
 /// `fawn managers add|remove`: changes the manager group's membership through its leader.
 pub async fn change_managers(args: ManagersArgs) -> anyhow::Result<()> {
+    args.transport.apply()?;
     let add = args.action == "add";
     anyhow::ensure!(!add || !args.addr.is_empty(), "`add` needs --addr");
     let request = Request::ChangeManagers { id: args.id, addr: args.addr.clone(), add };

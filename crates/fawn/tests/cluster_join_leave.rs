@@ -89,6 +89,7 @@ async fn join_then_leave_under_writes() {
     let mut joiner = Command::new(env!("CARGO_BIN_EXE_fawn"))
         .args(["backend", "--node", "3", "--listen", &format!("127.0.0.1:{}", cluster.base_port + 4)])
         .args(["--manager", &cluster.manager_addr(), "--data-dir", &joiner_dir.display().to_string()])
+        .args(cluster.transport_args(fawn_tls::Role::Backend, 3))
         .stdin(Stdio::null())
         .stdout(log.try_clone().expect("log"))
         .stderr(log)

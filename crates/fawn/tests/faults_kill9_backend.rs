@@ -13,14 +13,5 @@ use common::history::{run_scenario, Scenario};
 fn kill9_backend_then_restart_under_load() {
     let mut sc = Scenario::new("faults_kill9_backend");
     sc.cooldown = std::time::Duration::from_secs(4);
-    run_scenario(&sc, &[201], |f| {
-        let node = f.pick_backend();
-        f.procs.kill9(node);
-        f.note(format!("kill -9 backend-{node}"));
-        // Past the failure-detection threshold (~2 s) and the chain repair.
-        f.pause_ms(4000, 6000);
-        f.procs.restart_backend(node);
-        f.note(format!("restart backend-{node} on its data directory"));
-        f.pause_ms(4000, 5000);
-    });
+    run_scenario(&sc, &[201], |f| f.kill9_and_restart_backend());
 }

@@ -1,15 +1,15 @@
-//! Outbound chain links: one TCP connection per peer back-end, carrying chain messages in
+//! Outbound chain links: one connection (plain or TLS) per peer back-end, carrying chain messages in
 //! order, reconnecting (and resending what is unacknowledged) when it breaks.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
+use fawn_client::transport::{self, NetStream};
 use fawn_proto::native::{encode_frame, ChainMsg, Message};
 use fawn_ring::NodeId;
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tracing::{debug, info};
 
@@ -78,13 +78,13 @@ async fn run_link<O: LinkOwner>(owner: Weak<O>, peer: NodeId, mut rx: mpsc::Rece
     }
 }
 
-async fn connect<O: LinkOwner>(owner: &Weak<O>, peer: NodeId) -> Option<TcpStream> {
+async fn connect<O: LinkOwner>(owner: &Weak<O>, peer: NodeId) -> Option<NetStream> {
     loop {
         let addr = owner.upgrade()?.peer_addr(peer);
         if let Some(addr) = addr {
-            if let Ok(Ok(s)) = tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(&addr)).await {
-                let _ = s.set_nodelay(true);
-                return Some(s);
+            match transport::current().connect(&addr, Duration::from_secs(1)).await {
+                Ok(s) => return Some(s),
+                Err(e) => debug!(peer, %addr, error = %e, "chain link connect failed"),
             }
         }
         tokio::time::sleep(RECONNECT_PAUSE).await;
@@ -96,7 +96,7 @@ enum Pump {
     WriteFailed,
 }
 
-async fn pump(stream: TcpStream, first: Vec<ChainMsg>, rx: &mut mpsc::Receiver<ChainMsg>) -> Pump {
+async fn pump(stream: NetStream, first: Vec<ChainMsg>, rx: &mut mpsc::Receiver<ChainMsg>) -> Pump {
     let (mut reader, mut stream) = stream.into_split();
     let mut buf = Vec::new();
     for msg in first {

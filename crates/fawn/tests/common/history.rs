@@ -662,6 +662,19 @@ impl FaultCtx<'_> {
         std::thread::sleep(Duration::from_millis(ms));
     }
 
+    /// Kills a random back-end with kill -9, waits past failure detection and chain repair,
+    /// restarts it on its data directory (it rejoins and resyncs) and lets it catch up.
+    pub fn kill9_and_restart_backend(&mut self) {
+        let node = self.pick_backend();
+        self.procs.kill9(node);
+        self.note(format!("kill -9 backend-{node}"));
+        // Past the failure-detection threshold (~2 s) and the chain repair.
+        self.pause_ms(4000, 6000);
+        self.procs.restart_backend(node);
+        self.note(format!("restart backend-{node} on its data directory"));
+        self.pause_ms(4000, 5000);
+    }
+
     /// A random back-end among the running ones.
     pub fn pick_backend(&mut self) -> u32 {
         let nodes: Vec<u32> =

@@ -1,5 +1,7 @@
 //! Shared helpers for multi-process cluster tests: a `fawn up` cluster on loopback with
-//! free ports and a temporary data directory, stopped (SIGTERM, then SIGKILL) on drop.
+//! free ports and a temporary data directory, stopped (SIGTERM, then SIGKILL) on drop. Its
+//! native connections are mutual TLS, with the test binary's CA ([`tls`]), as `fawn up`'s
+//! are by default; this process talks to it as admin 0.
 
 #![allow(dead_code)]
 
@@ -118,6 +120,10 @@ impl Cluster {
 
     fn spawn(&mut self) {
         std::fs::create_dir_all(&self.dir).expect("data dir");
+        if !self.args.iter().any(|a| a == "--plaintext") {
+            // `fawn up` issues the roles' certificates with the CA it finds there.
+            tls::provision(&self.dir.join("tls"), &[]);
+        }
         let log = std::fs::File::create(self.dir.join("up.log")).expect("log");
         let child = Command::new(env!("CARGO_BIN_EXE_fawn"))
             .args(&self.args)
@@ -186,6 +192,14 @@ impl Cluster {
     pub fn restart(&mut self) {
         self.stop();
         self.spawn();
+    }
+
+    /// The flags a role started by hand beside this cluster needs: `--tls-dir` with a
+    /// certificate for `role` `id` issued there.
+    pub fn transport_args(&self, role: fawn_tls::Role, id: u32) -> Vec<String> {
+        let dir = self.dir.join("tls");
+        tls::provision(&dir, &[(role, id)]);
+        vec!["--tls-dir".into(), dir.display().to_string()]
     }
 
     /// The managers `fawn up` started (3, comma-separated).
@@ -304,6 +318,7 @@ pub mod history;
 pub mod memc;
 pub mod netns;
 pub mod procs;
+pub mod tls;
 
 /// A range's committed contents on one back-end, key -> latest record (paged `RangeDigest`).
 pub async fn range_digest(

@@ -50,6 +50,11 @@ pub struct ProcShape {
     pub managers: u32,
     /// Extra flags for every manager (e.g. `--raft-snapshot-every 2`).
     pub manager_args: Vec<String>,
+    /// Mutual TLS between every process, this test's client included (admin 0): the test
+    /// binary's CA ([`super::tls`]) and certificates in `<dir>/tls` ([`Procs::tls_dir`]).
+    /// Off: every role gets `--plaintext`, and so does this process unless another cluster of
+    /// this binary uses TLS.
+    pub tls: bool,
 }
 
 impl Default for ProcShape {
@@ -71,6 +76,7 @@ impl Default for ProcShape {
             netns: false,
             managers: 1,
             manager_args: Vec::new(),
+            tls: false,
         }
     }
 }
@@ -166,6 +172,14 @@ impl Procs {
         let tmp = tempfile::tempdir().expect("tempdir");
         let dir = tmp.path().to_path_buf();
         let m = shape.managers.max(1) as usize;
+        let tls_dir = shape.tls.then(|| dir.join("tls"));
+        if let Some(tls) = &tls_dir {
+            use fawn_tls::Role;
+            let mut members: Vec<(Role, u32)> = (1..=m as u32).map(|id| (Role::Manager, id)).collect();
+            members.extend((0..shape.backends).map(|node| (Role::Backend, node)));
+            members.extend((0..shape.frontends).map(|id| (Role::Frontend, id)));
+            super::tls::provision(tls, &members);
+        }
         let n = m + shape.backends as usize + 2 * shape.frontends as usize;
         let ports = free_ports(n);
         let mut netns = shape.netns.then(super::netns::Netns::create);
@@ -201,6 +215,7 @@ impl Procs {
                         replicas: shape.replicas,
                         vnodes: shape.vnodes,
                     },
+                    tls_dir: tls_dir.clone(),
                 }
                 .args()
                 .into_iter()
@@ -242,6 +257,7 @@ impl Procs {
                 cache_entries: None,
                 request_timeout_ms: Some(1500),
                 memcached_auth_file: None,
+                tls_dir: procs.tls_dir(),
             }
             .args();
             args.extend(shape.frontend_args.iter().cloned());
@@ -260,7 +276,15 @@ impl Procs {
         procs
     }
 
+    /// Where the CA and every process's credentials are, under TLS.
+    pub fn tls_dir(&self) -> Option<PathBuf> {
+        self.shape.tls.then(|| self.dir.join("tls"))
+    }
+
     fn add_backend(&mut self, node: u32, addr: String) {
+        if let Some(tls) = self.tls_dir() {
+            super::tls::provision(&tls, &[(fawn_tls::Role::Backend, node)]);
+        }
         let prefix = self.netns.as_mut().map(|x| x.exec_prefix(node)).unwrap_or_default();
         let mut p = Proc {
             name: format!("backend-{node}"),
@@ -273,6 +297,7 @@ impl Procs {
                 data_dir: self.dir.join(format!("backend-{node}")),
                 sync: self.shape.sync.clone(),
                 expected_keys: None,
+                tls_dir: self.tls_dir(),
             }
             .args(),
             env: Vec::new(),
