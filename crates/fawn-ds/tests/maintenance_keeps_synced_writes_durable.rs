@@ -127,14 +127,7 @@ fn run(hot_cold: bool, op: Op) {
     let synced = probe.synced_new.load(Ordering::Acquire);
     // Power loss right after the rename: the new log holds only what was fsynced before it.
     let lost = scratch();
-    for entry in std::fs::read_dir(dir.path()).unwrap() {
-        let entry = entry.unwrap();
-        let name = entry.file_name();
-        if name == "LOCK" || name == "index.ckpt" {
-            continue;
-        }
-        std::fs::copy(entry.path(), lost.path().join(&name)).unwrap();
-    }
+    copy_files_settled(dir.path(), lost.path());
     let log = std::fs::OpenOptions::new().write(true).open(lost.path().join("data.log")).unwrap();
     assert!(log.metadata().unwrap().len() >= synced);
     log.set_len(synced).unwrap();
@@ -172,4 +165,33 @@ fn hot_compaction_keeps_a_write_synced_during_it() {
 #[test]
 fn merge_keeps_a_write_synced_in_the_merged_store_during_it() {
     run(false, Op::Merge);
+}
+
+/// Copies the store's files (not its lock or checkpoint) from `from` into `to`. The store is
+/// still open, so a background task may rename or remove a file between the listing and its
+/// copy (a temporary `*.tmp`); then the whole copy is taken again from a fresh listing.
+fn copy_files_settled(from: &std::path::Path, to: &std::path::Path) {
+    for _attempt in 0..20 {
+        let mut vanished = false;
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let name = entry.file_name();
+            if name == "LOCK" || name == "index.ckpt" {
+                continue;
+            }
+            match std::fs::copy(entry.path(), to.join(&name)) {
+                Ok(_) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => vanished = true,
+                Err(e) => panic!("copying {name:?}: {e}"),
+            }
+        }
+        if !vanished {
+            return;
+        }
+        for entry in std::fs::read_dir(to).unwrap() {
+            std::fs::remove_file(entry.unwrap().path()).unwrap();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("the store's files kept changing while copying them");
 }
