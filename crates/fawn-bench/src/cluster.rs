@@ -219,18 +219,8 @@ fn tls(rt: &tokio::runtime::Runtime, env: &mut Env, args: &ClusterArgs, rep: &mu
         })?;
         let pids = c.pids();
         for (op, g) in [("get", "1"), ("put", "0")] {
-            let mut e = vec![
-                s("--value-size"),
-                s(vs),
-                s("--get-ratio"),
-                s(g),
-                s("--connections"),
-                s(args.connections),
-                s("--timeout"),
-                s(20),
-                s("--scenario"),
-                format!("cluster/tls/{op}/v{vs}"),
-            ];
+            let mut e = load_args(vs, g, args.connections);
+            e.extend([s("--scenario"), format!("cluster/tls/{op}/v{vs}")]);
             if op == "put" {
                 e.push(s("--no-preload"));
             }
@@ -282,6 +272,21 @@ pub(crate) fn s(x: impl ToString) -> String {
     x.to_string()
 }
 
+/// The load generator's flags for one value size, get ratio ("1": gets only, "0": sets only) and
+/// connection count, with a 20 s request time-out.
+fn load_args(vs: usize, get_ratio: &str, connections: usize) -> Vec<String> {
+    vec![
+        s("--value-size"),
+        s(vs),
+        s("--get-ratio"),
+        s(get_ratio),
+        s("--connections"),
+        s(connections),
+        s("--timeout"),
+        s(20),
+    ]
+}
+
 /// Get-only and put-only at each value size, memcached protocol and native, `fawn up` defaults.
 fn throughput(
     rt: &tokio::runtime::Runtime,
@@ -295,16 +300,7 @@ fn throughput(
     for &vs in &args.value_sizes {
         for (op, g) in [("get", "1"), ("put", "0")] {
             let sc = format!("cluster/{op}/v{vs}/c{}", args.connections);
-            let extra = [
-                s("--value-size"),
-                s(vs),
-                s("--get-ratio"),
-                s(g),
-                s("--connections"),
-                s(args.connections),
-                s("--timeout"),
-                s(20),
-            ];
+            let extra = load_args(vs, g, args.connections);
             let mut e = extra.to_vec();
             e.extend([s("--scenario"), format!("{sc}/memcached-protocol")]);
             if op == "put" {
