@@ -379,10 +379,11 @@ impl Handler for Backend {
             Request::Status => Ok(self.status()),
             Request::Ping => Ok(Response::Pong),
             Request::GetConfig => Ok(Response::Config(self.current().config.clone())),
+            // A pushed configuration is only a prompt: the node fetches the configuration from
+            // the manager group (a linearizable read from its leader) and installs that, so no
+            // single frame can make it drop ranges or delete data.
             Request::Install { config } => {
-                if let Err(e) = self.install(config).await {
-                    error!(error = %e, "cannot install pushed configuration");
-                }
+                self.catch_up_to(config.epoch).await;
                 Ok(Response::Ok)
             }
             other => Err(WireError::Invalid(format!("a back-end does not serve {other:?}"))),

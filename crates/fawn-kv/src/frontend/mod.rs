@@ -582,8 +582,10 @@ impl Handler for Frontend {
                 }
                 Ok(Response::Ok)
             }
+            // A pushed configuration is only a prompt to fetch it from the manager group (see
+            // the back-end's handler).
             Request::Install { config } => {
-                self.install(config);
+                self.refresh_after(config.epoch.saturating_sub(1)).await;
                 Ok(Response::Ok)
             }
             Request::FlushAll { at_unix } => self.flush(at_unix).await.map(|_| Response::Ok),
