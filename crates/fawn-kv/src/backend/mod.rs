@@ -683,8 +683,11 @@ async fn poll_config(backend: Weak<Backend>) {
     loop {
         tokio::time::sleep(CONFIG_POLL_INTERVAL).await;
         let Some(b) = backend.upgrade() else { return };
+        // The lease runs from when the request was sent, not from when the answer arrived: the
+        // manager's answer says its group still led at some moment after the send, no later.
+        let sent = Instant::now();
         let Ok(config) = fetch_config(&b.pool, &b.options.manager).await else { continue };
-        *b.last_manager_contact.lock() = Instant::now();
+        *b.last_manager_contact.lock() = sent;
         let me = config.backends.iter().find(|x| x.node == b.options.node).map(|x| x.state);
         if me == Some(NodeState::Failed) {
             warn!("the manager declared this back-end failed; registering again to rejoin");
