@@ -32,8 +32,7 @@ async fn ask(addr: &str, request: Request) -> Response {
 
 #[test]
 fn a_forged_install_changes_nothing() {
-    let mut shape = ProcShape::default();
-    shape.backends = 3;
+    let shape = ProcShape { backends: 3, ..ProcShape::default() };
     let (procs, rt, client, want) = start_filled(shape, 200);
     let before = procs.config().expect("config");
     let mut forged: ClusterConfig = before.clone();
