@@ -224,16 +224,7 @@ fn tls(rt: &tokio::runtime::Runtime, env: &mut Env, args: &ClusterArgs, rep: &mu
             if op == "put" {
                 e.push(s("--no-preload"));
             }
-            let w = w_of(args, &e)?;
-            let st = rt.block_on(drive(
-                c.spec.memcached_addr(0),
-                Protocol::Memcached,
-                &w,
-                &pids,
-                system,
-                env.quiet,
-            ))?;
-            netbench::report(rep, &w, system, &st)?;
+            memcached_run(rt, env, &c, &pids, args, &e, system, rep)?;
         }
     }
     for op in ["get", "put"] {
@@ -255,6 +246,25 @@ fn tls(rt: &tokio::runtime::Runtime, env: &mut Env, args: &ClusterArgs, rep: &mu
         }
     }
     Ok(())
+}
+
+/// One memcached-protocol run of the workload `extra` describes against front-end 0 of `c`,
+/// reported as `system`.
+#[allow(clippy::too_many_arguments)]
+fn memcached_run(
+    rt: &tokio::runtime::Runtime,
+    env: &Env,
+    c: &Cluster,
+    pids: &[u32],
+    args: &ClusterArgs,
+    extra: &[String],
+    system: &str,
+    rep: &mut Reporter,
+) -> Result<()> {
+    let w = w_of(args, extra)?;
+    let st =
+        rt.block_on(drive(c.spec.memcached_addr(0), Protocol::Memcached, &w, pids, system, env.quiet))?;
+    netbench::report(rep, &w, system, &st)
 }
 
 fn timing(args: &ClusterArgs) -> Vec<String> {
@@ -301,22 +311,13 @@ fn throughput(
         for (op, g) in [("get", "1"), ("put", "0")] {
             let sc = format!("cluster/{op}/v{vs}/c{}", args.connections);
             let extra = load_args(vs, g, args.connections);
-            let mut e = extra.to_vec();
+            let mut e = extra.clone();
             e.extend([s("--scenario"), format!("{sc}/memcached-protocol")]);
             if op == "put" {
                 e.push(s("--no-preload"));
             }
-            let w = w_of(args, &e)?;
-            let st = rt.block_on(drive(
-                c.spec.memcached_addr(0),
-                Protocol::Memcached,
-                &w,
-                &pids,
-                "fawn",
-                env.quiet,
-            ))?;
-            netbench::report(rep, &w, "fawn", &st)?;
-            let mut e = extra.to_vec();
+            memcached_run(rt, env, &c, &pids, args, &e, "fawn", rep)?;
+            let mut e = extra;
             e.extend([s("--scenario"), format!("{sc}/native")]);
             // The native client is already loaded with the same keys: no second preload.
             e.push(s("--no-preload"));
