@@ -28,6 +28,11 @@ pub struct Cli {
     /// Log as JSON lines instead of text.
     #[arg(long, global = true)]
     pub log_json: bool,
+    /// Async worker threads of this process [default: one per core]. Where several FAWN
+    /// processes share one host (`fawn up`, the benchmarks), fewer workers each means fewer
+    /// context switches between them.
+    #[arg(long, global = true, env = "FAWN_WORKER_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub worker_threads: Option<u16>,
     #[command(subcommand)]
     pub command: Command,
 }

@@ -16,7 +16,11 @@ fn main() -> std::process::ExitCode {
         Err(e) => e.exit(),
     };
     init_logging(&cli);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if let Some(workers) = cli.worker_threads {
+        builder.worker_threads(usize::from(workers));
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("fawn: cannot start the async runtime: {e}");
