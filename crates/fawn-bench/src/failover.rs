@@ -205,12 +205,12 @@ pub fn run(args: &FailoverArgs, quiet: bool, rep: &mut Reporter) -> Result<()> {
             w.errors
         ));
     }
-    let groups: [(&str, Box<dyn Fn(Group) -> bool>); 3] = [
-        ("survivor_memcached", Box::new(move |g| matches!(g, Group::Memcached(f) if f != victim))),
-        ("reconnecting_memcached", Box::new(move |g| g == Group::Memcached(victim))),
-        ("native", Box::new(|g| g == Group::Native)),
-    ];
-    for (name, member) in groups {
+    for name in ["survivor_memcached", "reconnecting_memcached", "native"] {
+        let member = |g: Group| match name {
+            "survivor_memcached" => matches!(g, Group::Memcached(f) if f != victim),
+            "reconnecting_memcached" => g == Group::Memcached(victim),
+            _ => g == Group::Native,
+        };
         let w = window(histories.iter().filter(|h| member(h.group)), killed_window.0, killed_window.1);
         let mut p = base.clone();
         p["clients"] = json!(name);
