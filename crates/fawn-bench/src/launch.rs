@@ -27,8 +27,10 @@ pub struct ClusterSpec {
     /// Data directory (one sub-directory per role; logs beside them).
     pub dir: PathBuf,
     /// Manager port; back-end i listens on base+1+i, front-end i (native) on base+100+i,
-    /// memcached of front-end i on base+200+i.
+    /// memcached of front-end i on base+200+i; managers 2.. of a group on base+20+id.
     pub base_port: u16,
+    /// Managers in the manager group (1: a group of one).
+    pub managers: u32,
     pub backends: u32,
     pub frontends: u32,
     pub replicas: u32,
@@ -50,6 +52,7 @@ impl ClusterSpec {
             bin,
             dir,
             base_port,
+            managers: 1,
             backends: 3,
             frontends: 1,
             replicas: 3,
@@ -68,6 +71,27 @@ impl ClusterSpec {
 
     pub fn manager_addr(&self) -> SocketAddr {
         loopback(self.base_port)
+    }
+
+    /// Every manager's address; manager `id` (1-based) is element `id - 1`.
+    pub fn manager_addrs(&self) -> Vec<SocketAddr> {
+        (1..=self.managers.max(1))
+            .map(|id| if id == 1 { self.manager_addr() } else { loopback(self.base_port + 20 + id as u16) })
+            .collect()
+    }
+
+    /// The managers' addresses as every role is given them (comma-separated).
+    pub fn managers_list(&self) -> String {
+        self.manager_addrs().iter().map(SocketAddr::to_string).collect::<Vec<_>>().join(",")
+    }
+
+    /// The role name (log file, data directory) of manager `id`.
+    pub fn manager_name(&self, id: u32) -> String {
+        if self.managers <= 1 {
+            "manager".to_string()
+        } else {
+            format!("manager-{id}")
+        }
     }
 
     pub fn backend_addr(&self, node: u32) -> SocketAddr {
@@ -132,7 +156,7 @@ pub fn free_base_port(seed: u64) -> Result<u16> {
     for attempt in 0..200u64 {
         let base = 10_000 + ((seed.wrapping_mul(7919).wrapping_add(attempt * 1009)) % 20_000) as u16;
         let base = base - base % 10;
-        let ports = (0..16).chain(50..58).chain(100..104).chain(200..204);
+        let ports = (0..16).chain(21..26).chain(50..58).chain(100..104).chain(200..204);
         if ports.map(|o| base + o).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
             return Ok(base);
         }
@@ -148,22 +172,30 @@ impl Cluster {
         std::fs::create_dir_all(&spec.dir).with_context(|| format!("creating {}", spec.dir.display()))?;
         let mut c = Cluster { spec, roles: Vec::new() };
         let s = c.spec.clone();
-        c.ensure_credentials(&[(fawn_tls::Role::Manager, 1), (fawn_tls::Role::Admin, 0)])?;
+        let mut members: Vec<(fawn_tls::Role, u32)> =
+            (1..=s.managers.max(1)).map(|id| (fawn_tls::Role::Manager, id)).collect();
+        members.push((fawn_tls::Role::Admin, 0));
+        c.ensure_credentials(&members)?;
         let ring = RingShape {
             backends: s.backends,
             frontends: s.frontends,
             replicas: s.replicas,
             vnodes: s.vnodes,
         };
-        let manager = ManagerCommand {
-            listen: s.manager_addr().to_string(),
-            group: None,
-            data_dir: s.dir.join("manager"),
-            ring,
-            tls_dir: s.tls_dir(),
-        };
-        c.spawn("manager", manager.args())?;
-        wait_port(s.manager_addr(), &mut c.roles)?;
+        for (i, addr) in s.manager_addrs().into_iter().enumerate() {
+            let name = s.manager_name(i as u32 + 1);
+            let manager = ManagerCommand {
+                listen: addr.to_string(),
+                group: (s.managers > 1).then(|| s.managers_list()),
+                data_dir: s.dir.join(&name),
+                ring,
+                tls_dir: s.tls_dir(),
+            };
+            c.spawn(&name, manager.args())?;
+        }
+        for addr in s.manager_addrs() {
+            wait_port(addr, &mut c.roles)?;
+        }
         for node in 0..s.backends {
             c.add_backend(node)?;
         }
@@ -172,7 +204,7 @@ impl Cluster {
                 id: i,
                 listen: s.native_addr(i).to_string(),
                 memcached: s.memcached_addr(i).to_string(),
-                managers: s.manager_addr().to_string(),
+                managers: s.managers_list(),
                 data_dir: s.dir.join(format!("frontend-{i}")),
                 cache_entries: s.cache_entries,
                 request_timeout_ms: None,
@@ -210,7 +242,7 @@ impl Cluster {
                 .as_ref()
                 .and_then(|a| a.get(node as usize))
                 .map(|port| loopback(*port).to_string()),
-            managers: s.manager_addr().to_string(),
+            managers: s.managers_list(),
             data_dir: s.dir.join(format!("backend-{node}")),
             sync: s.sync.clone(),
             expected_keys: None,
@@ -289,9 +321,10 @@ impl Cluster {
     pub async fn manager_client(&self) -> Result<Arc<Client>> {
         let options =
             ClientOptions { request_timeout: Duration::from_millis(500), ..ClientOptions::default() };
-        Client::connect(&[self.spec.manager_addr().to_string()], options)
+        let bootstrap: Vec<String> = self.spec.manager_addrs().iter().map(SocketAddr::to_string).collect();
+        Client::connect(&bootstrap, options)
             .await
-            .map_err(|e| anyhow!("asking the manager at {}: {e}", self.spec.manager_addr()))
+            .map_err(|e| anyhow!("asking the managers at {}: {e}", self.spec.managers_list()))
     }
 
     /// Bytes on disk under every back-end's data directory.

@@ -13,6 +13,7 @@
 //!   RocksDB with the `rocksdb` feature).
 //! * `files`: semi-random writes into 1..N datastores vs N raw files (Figure 9).
 //! * `device`: the raw device under a directory with O_DIRECT (sequential MB/s, random 4 KiB IOPS).
+//! * `failover`: clients' gaps and errors while managers freeze and a front-end dies.
 //! * `report`: regenerate the tables of `docs/BENCHMARKS.md` from the kept result lines.
 //!
 //! The `fawn` binary embeds this as `fawn bench` through [`BenchArgs`] and [`run`].
@@ -25,6 +26,7 @@ pub mod cluster;
 pub mod device;
 pub mod distance;
 pub mod ds;
+pub mod failover;
 pub mod files;
 pub mod keydist;
 pub mod launch;
@@ -90,6 +92,10 @@ pub enum BenchCommand {
     /// Throughput vs concurrency with 0/1/5 ms between front-end and back-ends (netns + netem
     /// when the kernel has it, else a delay proxy).
     Distance(distance::DistanceArgs),
+    /// The control plane failing under load: each manager of a 3-manager group frozen in
+    /// turn (SIGSTOP), then a front-end killed for good; the longest gap and the errors
+    /// clients saw.
+    Failover(failover::FailoverArgs),
     /// The paper's evaluation end to end (Tables 1-3, Figures 9-15, failure timing): JSON, CSV
     /// and SVG plots in --out-dir.
     Paper(paper::PaperArgs),
@@ -125,6 +131,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         BenchCommand::Paper(p) => paper::run(p, args.quiet),
         BenchCommand::Distance(d) => distance::run(d, args.quiet, &mut rep),
         BenchCommand::Maint(m) => maint::run(m, args.quiet, &mut rep),
+        BenchCommand::Failover(f) => failover::run(f, args.quiet, &mut rep),
         BenchCommand::Report(r) => report::run(r),
     }
 }

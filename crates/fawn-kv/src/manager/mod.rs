@@ -14,6 +14,7 @@ pub mod state;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -73,6 +74,13 @@ pub const FRONTEND_SILENCE_MIN: Duration = Duration::from_millis(2000);
 
 const _: () = assert!(FRONTEND_SILENCE_MIN.as_millis() > FRONTEND_LEASE.as_millis());
 
+/// How long a follower waits for the leader's answer to a `GetConfig` it passes on: within
+/// the caller's wait for one manager, so that a caller whose follower cannot reach the leader
+/// either still has time to try another.
+const CONFIG_FORWARD_TIMEOUT: Duration = Duration::from_millis(300);
+
+const _: () = assert!(CONFIG_FORWARD_TIMEOUT.as_millis() < client::ATTEMPT_TIMEOUT.as_millis());
+
 /// How long a request waits for a new group's first configuration to be committed.
 const FIRST_CONFIG_WAIT: Duration = Duration::from_secs(2);
 
@@ -97,6 +105,9 @@ pub struct Manager {
     /// Connections for confirming link-cut reports.
     pool: fawn_client::pool::Pool,
     started: Instant,
+    /// Another member showed this replica a newer membership without it: it no longer
+    /// stands for election (`watch_removal`).
+    removed: AtomicBool,
 }
 
 impl Manager {
@@ -127,6 +138,7 @@ impl Manager {
             one_sided_logged: Mutex::new(HashMap::new()),
             pool: fawn_client::pool::Pool::new(LINK_CUT_CONFIRM_TIMEOUT),
             started: Instant::now(),
+            removed: AtomicBool::new(false),
         }))
     }
 
@@ -158,6 +170,7 @@ impl Manager {
         tokio::spawn(detector::detect_failures(Arc::downgrade(&self), shutdown.clone()));
         tokio::spawn(push_configs(Arc::downgrade(&self), self.published.subscribe(), shutdown.clone()));
         tokio::spawn(lead(Arc::downgrade(&self), shutdown.clone()));
+        tokio::spawn(watch_removal(Arc::downgrade(&self), shutdown.clone()));
         server::serve(listener, self.clone(), shutdown).await;
         if let Err(e) = self.raft.shutdown().await {
             warn!(error = %e, "stopping the manager's raft");
@@ -290,6 +303,25 @@ impl Manager {
         }
     }
 
+    /// `GetConfig`: answered by the leader (`linearizable_config`), or by a follower that asks
+    /// the leader it knows on the caller's behalf. A back-end cut off from the leader but not
+    /// from a follower (a partial partition) thus keeps renewing its lease through the
+    /// follower; the lease stays as safe as when asked directly, since the leader confirms a
+    /// majority follows it after the back-end sent its request, from which the lease runs.
+    async fn config_for_caller(&self) -> Response {
+        if self.is_leader() {
+            return self.linearizable_config().await;
+        }
+        match raft::leader(&self.raft) {
+            Some((id, addr)) if id != self.options.id => {
+                raft::network::config_from(&self.pool, &addr, CONFIG_FORWARD_TIMEOUT)
+                    .await
+                    .unwrap_or_else(|| self.not_leader())
+            }
+            _ => self.not_leader(),
+        }
+    }
+
     /// The applied configuration, waiting a little for the group's first (a new leader of a
     /// new group proposes it at once).
     async fn first_config(&self) -> Option<ClusterConfig> {
@@ -339,6 +371,7 @@ impl Manager {
             ("raft_last_log_index".to_string(), m.last_log_index.unwrap_or(0)),
             ("raft_applied_index".to_string(), m.last_applied.map_or(0, |l| l.index)),
             ("raft_voters".to_string(), m.membership_config.membership().voter_ids().count() as u64),
+            ("raft_removed".to_string(), u64::from(self.removed.load(Ordering::Relaxed))),
         ]
     }
 }
@@ -365,8 +398,10 @@ impl crate::metrics::Exposition for Manager {
 impl Handler for Manager {
     async fn request(self: Arc<Self>, request: Request) -> Response {
         match request {
-            Request::Raft(body) => raft::network::serve(&self.raft, &body).await,
-            Request::GetConfig => self.linearizable_config().await,
+            Request::Raft(body) => {
+                raft::network::serve(&self.raft, &body, || self.linearizable_config()).await
+            }
+            Request::GetConfig => self.config_for_caller().await,
             Request::RegisterBackend { node, addr, logs_complete } => {
                 let expected = self.options.expected_backends;
                 let cuts = self.link_cuts();
@@ -461,6 +496,38 @@ async fn lead(manager: std::sync::Weak<Manager>, mut shutdown: watch::Receiver<b
             r = metrics.changed() => if r.is_err() { return },
             _ = tokio::time::sleep(Duration::from_millis(500)) => {}
             _ = shutdown.changed() => return,
+        }
+    }
+}
+
+/// How often a replica that knows no leader asks the other members whether it was removed.
+const REMOVAL_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// A replica removed from the group stops standing for election: without a leader it would
+/// otherwise start one election after another for as long as it runs (openraft's leader
+/// stops replicating to a removed member, so its log never shows the removal; see
+/// `raft::removed`). One added back hears from the leader again and stands again.
+async fn watch_removal(manager: std::sync::Weak<Manager>, mut shutdown: watch::Receiver<bool>) {
+    let pool = fawn_client::pool::Pool::new(LINK_CUT_CONFIRM_TIMEOUT);
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(REMOVAL_CHECK_INTERVAL) => {}
+            _ = shutdown.changed() => return,
+        }
+        let Some(m) = manager.upgrade() else { return };
+        // Once removed, only a leader's word (replication reaching it again) undoes it: a
+        // member that does not answer now proves nothing.
+        let was = m.removed.load(Ordering::Relaxed);
+        let leaderless = m.raft.metrics().borrow().current_leader.is_none();
+        let removed = leaderless && (was || raft::removed(&m.raft, &pool).await);
+        if was != removed {
+            m.removed.store(removed, Ordering::Relaxed);
+            m.raft.runtime_config().elect(!removed);
+            if removed {
+                warn!(id = m.options.id, "removed from the manager group: no longer standing for election");
+            } else {
+                info!(id = m.options.id, "a member of the manager group again: standing for election");
+            }
         }
     }
 }

@@ -28,6 +28,9 @@ pub fn fawn_binary() -> PathBuf {
     std::env::var_os("FAWN_BIN").map_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_fawn")), PathBuf::from)
 }
 
+/// Namespace node id of manager 0 (`netns`); manager `i` is this + `i`, clear of back-end ids.
+pub const MANAGER_NETNS_NODE: u32 = 200;
+
 /// How long a cluster gets to form (every back-end and front-end registered).
 pub const FORM_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -46,6 +49,9 @@ pub struct ProcShape {
     pub backend_args: Vec<String>,
     /// Each back-end in its own network namespace (needs root), for [`Procs::cut`].
     pub netns: bool,
+    /// With `netns`, each manager in its own namespace too (node [`MANAGER_NETNS_NODE`] + i),
+    /// for [`Procs::partition_manager`].
+    pub manager_netns: bool,
     /// Managers in the manager group (an odd number).
     pub managers: u32,
     /// Extra flags for every manager (e.g. `--raft-snapshot-every 2`).
@@ -74,6 +80,7 @@ impl Default for ProcShape {
                 .map(|s| s.split_whitespace().map(String::from).collect())
                 .unwrap_or_default(),
             netns: false,
+            manager_netns: false,
             managers: 1,
             manager_args: Vec::new(),
             tls: false,
@@ -184,7 +191,22 @@ impl Procs {
         let ports = free_ports(n);
         let mut netns = shape.netns.then(super::netns::Netns::create);
         let host = netns.as_ref().map_or_else(|| "127.0.0.1".to_string(), |x| x.host_ip());
-        let manager_addrs: Vec<String> = (0..m).map(|i| format!("{host}:{}", ports[i])).collect();
+        let in_ns = shape.netns && shape.manager_netns;
+        let manager_addrs: Vec<String> = (0..m)
+            .map(|i| {
+                let ip = match netns.as_mut() {
+                    Some(x) if in_ns => x.node(MANAGER_NETNS_NODE + i as u32).1,
+                    _ => host.clone(),
+                };
+                format!("{ip}:{}", ports[i])
+            })
+            .collect();
+        let manager_prefixes: Vec<Vec<String>> = (0..m)
+            .map(|i| match netns.as_mut() {
+                Some(x) if in_ns => x.exec_prefix(MANAGER_NETNS_NODE + i as u32),
+                _ => Vec::new(),
+            })
+            .collect();
         let manager_addr = manager_addrs.join(",");
         let backend_addrs: BTreeMap<u32, String> = (0..shape.backends)
             .map(|i| {
@@ -204,7 +226,7 @@ impl Procs {
         let managers = (0..m)
             .map(|i| Proc {
                 name: manager_name(m, i),
-                prefix: Vec::new(),
+                prefix: manager_prefixes[i].clone(),
                 args: ManagerCommand {
                     listen: manager_addrs[i].clone(),
                     group: Some(manager_addr.clone()),
@@ -682,6 +704,26 @@ impl Procs {
         for n in [a, b] {
             self.mark(&format!("backend-{n}"), &format!("link healed backend-{a} <-> backend-{b}"));
         }
+    }
+
+    /// Cuts manager `i` (in its own namespace: `ProcShape::manager_netns`) off from every
+    /// back-end, both directions; it still reaches the other managers, the front-ends and the
+    /// clients.
+    pub fn partition_manager(&mut self, i: usize) {
+        let name = self.managers[i].name.clone();
+        for node in self.backend_nodes() {
+            self.netns_mut().cut(MANAGER_NETNS_NODE + i as u32, node);
+        }
+        self.mark(&name, "cut off from every back-end");
+    }
+
+    /// Heals [`Procs::partition_manager`].
+    pub fn heal_manager(&mut self, i: usize) {
+        let name = self.managers[i].name.clone();
+        for node in self.backend_nodes() {
+            self.netns_mut().heal(MANAGER_NETNS_NODE + i as u32, node);
+        }
+        self.mark(&name, "link to every back-end healed");
     }
 
     /// kill -9 a front-end.

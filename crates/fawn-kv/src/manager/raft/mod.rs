@@ -85,10 +85,69 @@ pub async fn open(
     Ok((raft, published))
 }
 
+/// How long a manager waits for another's membership (`removed`).
+const MEMBERSHIP_ASK_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Whether another member of this replica's group holds a newer membership that leaves this
+/// replica out. openraft stops replicating to a removed member as soon as the leader sees the
+/// membership without it, so the removed replica never learns of its removal from its own
+/// log: it only sees the leader go quiet and starts one election after another. It must ask.
+/// The answer of any member suffices: a newer membership leaving this replica out was
+/// proposed by a leader that removed it (if that change were lost, the group's next leader
+/// replicates to this replica again, and its membership, with it, catches up).
+pub async fn removed(raft: &Raft, pool: &fawn_client::pool::Pool) -> bool {
+    let (me, mine) = {
+        let m = raft.metrics().borrow().clone();
+        (m.id, m.membership_config.clone())
+    };
+    let others: Vec<String> =
+        mine.membership().nodes().filter(|(id, _)| **id != me).map(|(_, n)| n.addr.clone()).collect();
+    for addr in others {
+        if let Some(theirs) = network::membership_of(pool, &addr, MEMBERSHIP_ASK_TIMEOUT).await {
+            if leaves_out(&theirs, &mine, me) {
+                return true;
+            }
+        }
+    }
+    false
+}
+
+/// `theirs` is newer than `mine` and has no place for `me`, voter or learner.
+fn leaves_out(
+    theirs: &openraft::StoredMembership<ManagerId, BasicNode>,
+    mine: &openraft::StoredMembership<ManagerId, BasicNode>,
+    me: ManagerId,
+) -> bool {
+    theirs.log_id() > mine.log_id() && theirs.membership().get_node(&me).is_none()
+}
+
 /// The id and address of the leader this replica knows of.
 pub fn leader(raft: &Raft) -> Option<(ManagerId, String)> {
     let m = raft.metrics().borrow().clone();
     let id = m.current_leader?;
     let addr = m.membership_config.membership().get_node(&id).map(|n| n.addr.clone())?;
     Some((id, addr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::{CommittedLeaderId, LogId, Membership, StoredMembership};
+
+    fn stored(index: u64, voters: &[u64]) -> StoredMembership<ManagerId, BasicNode> {
+        let nodes: BTreeMap<u64, BasicNode> =
+            voters.iter().map(|v| (*v, BasicNode::new(format!("m{v}")))).collect();
+        let config = vec![voters.iter().copied().collect()];
+        let log_id = LogId::new(CommittedLeaderId::new(1, 1), index);
+        StoredMembership::new(Some(log_id), Membership::new(config, nodes))
+    }
+
+    #[test]
+    fn only_a_newer_membership_without_this_replica_removes_it() {
+        let mine = stored(3, &[1, 2, 3]);
+        assert!(leaves_out(&stored(5, &[1, 2]), &mine, 3), "removed by a newer membership");
+        assert!(!leaves_out(&stored(5, &[1, 2, 3]), &mine, 3), "still a member");
+        assert!(!leaves_out(&stored(2, &[1, 2]), &mine, 3), "an older membership proves nothing");
+        assert!(!leaves_out(&stored(3, &[1, 2]), &mine, 3), "the same position proves nothing");
+    }
 }

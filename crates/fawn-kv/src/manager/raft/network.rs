@@ -1,7 +1,11 @@
 //! Raft RPCs between the managers of the group over our own TCP: each RPC is one native
 //! request (`Request::Raft`) whose body is the bincode encoding of openraft's request, on the
 //! manager's ordinary listener and the pooled multiplexed connections every process uses.
+//! Two more requests ride the same channel: a manager's membership, asked by a replica that
+//! may have been removed from the group (`super::removed`), and the configuration as the
+//! leader answers `GetConfig`, asked by a follower on a caller's behalf (`config_from`).
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -14,7 +18,7 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use openraft::BasicNode;
+use openraft::{BasicNode, StoredMembership};
 use serde::{Deserialize, Serialize};
 
 use super::{ManagerId, Raft, TypeConfig};
@@ -28,6 +32,10 @@ enum Rpc {
     AppendEntries(AppendEntriesRequest<TypeConfig>),
     Vote(VoteRequest<u64>),
     InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+    /// The membership the receiver has (last, so the earlier variants keep their tags).
+    Membership,
+    /// The configuration, answered as the receiver answers `GetConfig` when it leads.
+    Config,
 }
 
 /// Its answer.
@@ -36,14 +44,21 @@ enum Reply {
     AppendEntries(Result<AppendEntriesResponse<u64>, RaftError<u64>>),
     Vote(Result<VoteResponse<u64>, RaftError<u64>>),
     InstallSnapshot(Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>),
+    Membership(StoredMembership<u64, BasicNode>),
+    Config(Response),
 }
 
 fn codec() -> impl bincode::Options {
     bincode::DefaultOptions::new().with_limit(FRAME_BYTES_MAX as u64)
 }
 
-/// Answers one encoded RPC from another manager with the local replica.
-pub async fn serve(raft: &Raft, body: &[u8]) -> Response {
+/// Answers one encoded RPC from another manager with the local replica; `config` answers a
+/// follower asking for the configuration.
+pub async fn serve<F: Future<Output = Response>>(
+    raft: &Raft,
+    body: &[u8],
+    config: impl FnOnce() -> F,
+) -> Response {
     let rpc: Rpc = match codec().deserialize(body) {
         Ok(r) => r,
         Err(e) => return Response::Error(fawn_proto::native::WireError::Invalid(format!("raft rpc: {e}"))),
@@ -52,10 +67,42 @@ pub async fn serve(raft: &Raft, body: &[u8]) -> Response {
         Rpc::AppendEntries(r) => Reply::AppendEntries(raft.append_entries(r).await),
         Rpc::Vote(r) => Reply::Vote(raft.vote(r).await),
         Rpc::InstallSnapshot(r) => Reply::InstallSnapshot(raft.install_snapshot(r).await),
+        Rpc::Membership => Reply::Membership(raft.metrics().borrow().membership_config.as_ref().clone()),
+        Rpc::Config => Reply::Config(config().await),
     };
     match codec().serialize(&reply) {
         Ok(bytes) => Response::Raft(bytes),
         Err(e) => Response::Error(fawn_proto::native::WireError::Invalid(format!("raft reply: {e}"))),
+    }
+}
+
+/// The membership the manager at `addr` has (its latest, committed or not), if it answers
+/// within `timeout`.
+pub async fn membership_of(
+    pool: &Pool,
+    addr: &str,
+    timeout: Duration,
+) -> Option<StoredMembership<u64, BasicNode>> {
+    let bytes = codec().serialize(&Rpc::Membership).ok()?;
+    match pool.call(addr, Request::Raft(bytes), timeout).await {
+        Ok(Response::Raft(b)) => match codec().deserialize(&b) {
+            Ok(Reply::Membership(m)) => Some(m),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The configuration as the manager at `addr` answers `GetConfig` if it leads (never passed
+/// on further), if it answers within `timeout`.
+pub async fn config_from(pool: &Pool, addr: &str, timeout: Duration) -> Option<Response> {
+    let bytes = codec().serialize(&Rpc::Config).ok()?;
+    match pool.call(addr, Request::Raft(bytes), timeout).await {
+        Ok(Response::Raft(b)) => match codec().deserialize(&b) {
+            Ok(Reply::Config(r)) => Some(r),
+            _ => None,
+        },
+        _ => None,
     }
 }
 

@@ -1,0 +1,111 @@
+//! Guards the removal of a manager from the group: three real managers over real TCP, one
+//! removed with `ChangeManagers` while it keeps running. The leader stops replicating to it at
+//! once, so its own log never shows the removal; it must find out from the others and stop
+//! standing for election (before, it started a new election, a new term, every ~0.5 s for as
+//! long as it ran). The two left keep one leader and their term.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fawn_client::pool::Pool;
+use fawn_kv::manager::{Manager, ManagerOptions};
+use fawn_proto::native::{Request, Response};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// Each manager's status counters (empty if it does not answer).
+async fn counters(pool: &Pool, addr: &str) -> BTreeMap<String, u64> {
+    match pool.call(addr, Request::Status, Duration::from_secs(1)).await {
+        Ok(Response::Status(s)) => s.counters.into_iter().collect(),
+        _ => BTreeMap::new(),
+    }
+}
+
+async fn counter(pool: &Pool, addr: &str, name: &str) -> u64 {
+    counters(pool, addr).await.get(name).copied().unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_removed_manager_stops_campaigning() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (_stop, shutdown) = watch::channel(false);
+    let mut listeners = Vec::new();
+    for _ in 0..3 {
+        listeners.push(TcpListener::bind("127.0.0.1:0").await.expect("bind manager"));
+    }
+    let addrs: Vec<String> = listeners.iter().map(|l| l.local_addr().expect("addr").to_string()).collect();
+    let mut managers: Vec<Arc<Manager>> = Vec::new();
+    for (i, listener) in listeners.into_iter().enumerate() {
+        let m = Manager::open(ManagerOptions {
+            group: addrs.clone(),
+            id: i as u64 + 1,
+            snapshot_every: fawn_kv::manager::raft::SNAPSHOT_EVERY_ENTRIES,
+            data_dir: dir.path().join(format!("manager-{}", i + 1)),
+            expected_backends: 3,
+            replicas: 3,
+            vnodes: 2,
+            expected_frontends: 1,
+            heartbeat: Duration::from_millis(200),
+            fd_threshold: 10,
+        })
+        .await
+        .expect("open manager");
+        tokio::spawn(m.clone().serve(listener, shutdown.clone()));
+        managers.push(m);
+    }
+    let pool = Pool::new(Duration::from_secs(1));
+    let list = addrs.join(",");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    // Remove a follower (removing the leader works too, but then the group first elects anew).
+    let leader = loop {
+        if let Some(i) = managers.iter().position(|m| m.is_leader()) {
+            break i;
+        }
+        assert!(Instant::now() < deadline, "no manager leads");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let victim = (leader + 1) % 3;
+    let id = victim as u64 + 1;
+    let request = Request::ChangeManagers { id, addr: addrs[victim].clone(), add: false };
+    let answer = fawn_kv::manager::client::call(&pool, &list, request, Duration::from_secs(10)).await;
+    assert!(matches!(answer, Ok(Response::Ok)), "removing manager {id}: {answer:?}");
+
+    // The removed manager finds out and stops: its term stays put for 3 s (election time-outs
+    // are 0.2-0.35 s after a 0.35 s lease: a campaigner would have moved it several times).
+    let quiet_for = Duration::from_secs(3);
+    let mut since = (Instant::now(), counter(&pool, &addrs[victim], "raft_term").await);
+    loop {
+        let term = counter(&pool, &addrs[victim], "raft_term").await;
+        if term != since.1 {
+            since = (Instant::now(), term);
+        } else if since.0.elapsed() >= quiet_for {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the removed manager {id} is still campaigning: term {term}, status {:?}",
+            counters(&pool, &addrs[victim]).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(counter(&pool, &addrs[victim], "raft_removed").await, 1, "it says it was removed");
+
+    // The two left still have one leader, and their term did not move meanwhile.
+    let left: Vec<&String> = addrs.iter().enumerate().filter(|(i, _)| *i != victim).map(|(_, a)| a).collect();
+    let terms = each(&pool, &left, "raft_term").await;
+    assert_eq!(each(&pool, &left, "raft_voters").await, vec![2, 2], "the group has two voters");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(each(&pool, &left, "raft_term").await, terms, "the remaining managers' term moved");
+    let leaders = each(&pool, &left, "raft_leader").await;
+    assert!(leaders[0] == leaders[1] && leaders[0] != id && leaders[0] != 0, "leaders {leaders:?}");
+}
+
+/// One counter of each manager at `addrs`.
+async fn each(pool: &Pool, addrs: &[&String], name: &str) -> Vec<u64> {
+    let mut v = Vec::new();
+    for a in addrs {
+        v.push(counter(pool, a, name).await);
+    }
+    v
+}
