@@ -49,6 +49,7 @@ fn config() -> ClusterConfig {
         formed: true,
         ranges: vec![split, merge],
         wedges: vec![0],
+        cluster_id: 0x5eed_c0de,
     }
 }
 
