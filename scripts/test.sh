@@ -32,6 +32,10 @@ if [ ${#need[@]} -gt 0 ]; then
 fi
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
+step "python venv with pymemcache (the memcached TLS test runs it)"
+[ -x .venv/bin/python ] || python3 -m venv .venv
+.venv/bin/pip install -q pymemcache==4.0.0
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 

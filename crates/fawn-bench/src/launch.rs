@@ -209,6 +209,7 @@ impl Cluster {
                 cache_entries: s.cache_entries,
                 request_timeout_ms: None,
                 memcached_auth_file: None,
+                memcached_tls: None,
                 tls_dir: s.tls_dir(),
             };
             c.ensure_credentials(&[(fawn_tls::Role::Frontend, i)])?;

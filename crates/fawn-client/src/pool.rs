@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fawn_proto::native::{Request, Response};
+use fawn_proto::native::{ClusterConfig, NodeState, Request, Response};
 use parking_lot::Mutex;
 
 use crate::rpc::{Connection, RpcError};
@@ -97,6 +97,18 @@ impl Pool {
         self.conns.lock().map.retain(|addr, _| keep(addr));
     }
 
+    /// On a configuration change: closes the connections to processes `config` no longer
+    /// names (back-ends that left, front-ends gone, an old `reply_to` front-end), keeping those
+    /// to its members and to `managers`. A caller still holding a dropped connection finishes
+    /// its call on it.
+    pub fn retain_members(&self, config: &ClusterConfig, managers: &[String]) {
+        self.retain(|addr| {
+            config.backends.iter().any(|b| b.addr == addr && b.state != NodeState::Left)
+                || config.frontends.iter().any(|f| f.native_addr == addr)
+                || managers.iter().any(|m| m == addr)
+        });
+    }
+
     /// Peers with a pooled connection now.
     pub fn len(&self) -> usize {
         self.conns.lock().map.len()
@@ -111,5 +123,40 @@ impl Pool {
     pub async fn call(&self, addr: &str, request: Request, timeout: Duration) -> Result<Response, RpcError> {
         let conn = self.get(addr).await?;
         conn.call(request, timeout).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fawn_proto::native::{BackendInfo, FrontendInfo};
+
+    #[tokio::test]
+    async fn a_configuration_change_forgets_peers_that_left() {
+        let mut listeners = Vec::new();
+        let mut addrs = Vec::new();
+        for _ in 0..4 {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+            addrs.push(listener.local_addr().expect("addr").to_string());
+            listeners.push(listener);
+        }
+        let pool = Pool::new(Duration::from_secs(5));
+        for addr in &addrs {
+            pool.get(addr).await.expect("connect");
+        }
+        assert_eq!(pool.len(), 4);
+        let config = ClusterConfig {
+            backends: vec![BackendInfo { node: 0, addr: addrs[0].clone(), state: NodeState::Alive }],
+            frontends: vec![FrontendInfo {
+                id: 0,
+                native_addr: addrs[1].clone(),
+                memcache_addr: String::new(),
+            }],
+            ..ClusterConfig::default()
+        };
+        pool.retain_members(&config, std::slice::from_ref(&addrs[2]));
+        assert_eq!(pool.len(), 3, "the fourth peer is named nowhere");
+        pool.retain_members(&ClusterConfig::default(), &[]);
+        assert!(pool.is_empty());
     }
 }

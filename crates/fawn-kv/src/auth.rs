@@ -87,6 +87,20 @@ pub fn hello(peer: Option<&Identity>, from: NodeId) -> Result<(), Refused> {
     }
 }
 
+/// A chain `Hello` naming cluster `theirs` is refused by a node of cluster `ours`: the check
+/// that fences off processes of another cluster without TLS too (with TLS their certificates
+/// already fail the handshake). A node with no configuration yet (`None`) takes chain
+/// messages from no one anyway.
+pub fn same_cluster(theirs: u64, ours: Option<u64>) -> Result<(), Refused> {
+    match ours {
+        Some(ours) if ours != theirs => Err(Refused {
+            peer: format!("a process of cluster {theirs:016x}"),
+            what: format!("chain messages to cluster {ours:016x}"),
+        }),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -103,8 +103,17 @@ pub struct FrontendCommand {
     pub cache_entries: Option<u64>,
     pub request_timeout_ms: Option<u64>,
     pub memcached_auth_file: Option<PathBuf>,
+    /// TLS on the memcached port (`None`: plain TCP).
+    pub memcached_tls: Option<MemcachedTlsFiles>,
     /// `--tls-dir` (`None`: `--plaintext`).
     pub tls_dir: Option<PathBuf>,
+}
+
+/// A front-end's `--memcached-tls-cert` and `--memcached-tls-key`.
+#[derive(Clone, Debug)]
+pub struct MemcachedTlsFiles {
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 impl FrontendCommand {
@@ -130,6 +139,10 @@ impl FrontendCommand {
         }
         if let Some(path) = &self.memcached_auth_file {
             args.extend(["--memcached-auth-file".into(), path.display().to_string()]);
+        }
+        if let Some(tls) = &self.memcached_tls {
+            args.extend(["--memcached-tls-cert".into(), tls.cert.display().to_string()]);
+            args.extend(["--memcached-tls-key".into(), tls.key.display().to_string()]);
         }
         with_transport(args, self.tls_dir.as_deref())
     }

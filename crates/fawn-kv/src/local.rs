@@ -10,7 +10,9 @@ use tokio::process::{Child, Command};
 use tokio::sync::watch;
 use tracing::{error, info, warn};
 
-use crate::launch::{with_metrics, BackendCommand, FrontendCommand, ManagerCommand, RingShape};
+use crate::launch::{
+    with_metrics, BackendCommand, FrontendCommand, ManagerCommand, MemcachedTlsFiles, RingShape,
+};
 
 /// How long `fawn up` waits for the cluster to accept memcached connections.
 pub const STARTUP_TIMEOUT: Duration = Duration::from_secs(60);
@@ -51,6 +53,10 @@ pub struct LocalCluster {
     /// Mutual TLS between the roles: the first start creates a CA and every role's
     /// certificate in `<data_dir>/tls` ([`LocalCluster::tls_dir`]); `false`: `--plaintext`.
     pub tls: bool,
+    /// TLS on every front-end's memcached port, with a server certificate that each start
+    /// issues from the cluster CA in `<data_dir>/tls` (created if missing, also under
+    /// `--plaintext`) for the memcached host and the loopback names.
+    pub memcached_tls: bool,
 }
 
 /// One started role.
@@ -108,9 +114,15 @@ impl LocalCluster {
         let started = self.start_all(&addrs, &mut roles).await;
         let outcome = match started {
             Ok(()) => {
-                print_ready(&addrs, &self.data_dir);
+                print_ready(&addrs, &self.data_dir, self.memcached_tls);
                 if let Some(dir) = self.tls_dir() {
                     println!("  native mutual TLS  CA and certificates in {}", dir.display());
+                }
+                if self.memcached_tls {
+                    println!(
+                        "  memcached TLS      clients verify with {}",
+                        self.credentials_dir().join("ca.pem").display()
+                    );
                 }
                 if self.metrics {
                     println!(
@@ -130,23 +142,50 @@ impl LocalCluster {
 
     /// Where the CA and the roles' credentials are, when TLS is on.
     pub fn tls_dir(&self) -> Option<PathBuf> {
-        self.tls.then(|| self.data_dir.join("tls"))
+        self.tls.then(|| self.credentials_dir())
+    }
+
+    /// Where the CA and certificates are kept (used only with TLS on either kind of port).
+    fn credentials_dir(&self) -> PathBuf {
+        self.data_dir.join("tls")
     }
 
     /// Creates the CA (a new cluster name) on first start, and whatever credentials a role
-    /// of this shape lacks, admin 0 (for `fawn status`) included.
+    /// of this shape lacks, admin 0 (for `fawn status`) included; with `memcached_tls`, a new
+    /// memcached server certificate.
     fn ensure_credentials(&self) -> anyhow::Result<()> {
-        let Some(dir) = self.tls_dir() else { return Ok(()) };
+        if !self.tls && !self.memcached_tls {
+            return Ok(());
+        }
+        let dir = self.credentials_dir();
         use fawn_tls::Role as R;
-        let mut members = vec![(R::Admin, 0)];
-        members.extend((1..=self.managers.max(1)).map(|id| (R::Manager, id)));
-        members.extend((0..self.backends).map(|node| (R::Backend, node)));
-        members.extend((0..self.frontends).map(|id| (R::Frontend, id)));
+        let mut members = Vec::new();
+        if self.tls {
+            members.push((R::Admin, 0));
+            members.extend((1..=self.managers.max(1)).map(|id| (R::Manager, id)));
+            members.extend((0..self.backends).map(|node| (R::Backend, node)));
+            members.extend((0..self.frontends).map(|id| (R::Frontend, id)));
+        }
         let cluster = format!("fawn-{:08x}", rand::random::<u32>());
         let ca = fawn_tls::ClusterCa::ensure(&dir, &cluster, &members)
             .with_context(|| format!("creating the cluster CA and certificates in {}", dir.display()))?;
+        if self.memcached_tls {
+            let host = self.memcached.rsplit_once(':').map_or("", |(host, _)| host);
+            fawn_tls::clients::issue_memcached_into(&dir, host)
+                .with_context(|| format!("issuing the memcached certificate in {}", dir.display()))?;
+        }
         info!(cluster = ca.cluster(), dir = %dir.display(), "cluster CA and certificates ready");
         Ok(())
+    }
+
+    /// Every front-end's memcached certificate and key, when memcached TLS is on.
+    fn memcached_tls_files(&self) -> Option<MemcachedTlsFiles> {
+        let dir = self.credentials_dir();
+        let stem = fawn_tls::clients::MEMCACHED_CERT_STEM;
+        self.memcached_tls.then(|| MemcachedTlsFiles {
+            cert: dir.join(format!("{stem}.pem")),
+            key: dir.join(format!("{stem}.key")),
+        })
     }
 
     async fn start_all(&self, addrs: &Addresses, roles: &mut Vec<Role>) -> anyhow::Result<()> {
@@ -199,6 +238,7 @@ impl LocalCluster {
                 cache_entries: None,
                 request_timeout_ms: None,
                 memcached_auth_file: self.memcached_auth_file.clone(),
+                memcached_tls: self.memcached_tls_files(),
                 tls_dir: tls_dir.clone(),
             };
             roles.push(
@@ -322,7 +362,7 @@ async fn stop_all(roles: &mut [Role]) {
     }
 }
 
-fn print_ready(addrs: &Addresses, data_dir: &Path) {
+fn print_ready(addrs: &Addresses, data_dir: &Path, memcached_tls: bool) {
     println!("fawn up: cluster ready");
     for (i, m) in addrs.managers.iter().enumerate() {
         println!("  manager-{}          {m}", i + 1);
@@ -335,7 +375,16 @@ fn print_ready(addrs: &Addresses, data_dir: &Path) {
     }
     println!("  data and logs      {}", data_dir.display());
     if let Some((host, port)) = addrs.frontends_memcached[0].rsplit_once(':') {
-        println!("Try:   printf 'set hello 0 0 5\\r\\nworld\\r\\nget hello\\r\\n' | nc {host} {port}");
+        let requests = "set hello 0 0 5\\r\\nworld\\r\\nget hello\\r\\n";
+        if memcached_tls {
+            let ca = data_dir.join("tls/ca.pem");
+            println!(
+                "Try:   printf '{requests}quit\\r\\n' | openssl s_client -quiet -ign_eof -CAfile {} -connect {host}:{port}",
+                ca.display()
+            );
+        } else {
+            println!("Try:   printf '{requests}' | nc {host} {port}");
+        }
     }
     println!("Stop with Ctrl-C; data is kept for the next `fawn up`.");
 }

@@ -106,6 +106,12 @@ pub trait Handler: Send + Sync + 'static {
         async {}
     }
 
+    /// The id of the cluster this process belongs to, which a chain `Hello` must name
+    /// (`None`: this role takes no chain connections, or has no configuration yet).
+    fn cluster_id(&self) -> Option<u64> {
+        None
+    }
+
     /// Handles chain messages from `from` that arrived together, in order (a handler may
     /// batch their work); by default one at a time.
     fn chain_batch(self: Arc<Self>, from: NodeId, msgs: Vec<ChainMsg>) -> impl Future<Output = ()> + Send {
@@ -240,8 +246,10 @@ async fn connection<H: Handler>(
                     drop(permit);
                 });
             }
-            Ok(Some((id, Message::Chain(ChainMsg::Hello { from: node })))) => {
-                if let Err(refused) = auth::hello(peer.as_ref(), node) {
+            Ok(Some((id, Message::Chain(ChainMsg::Hello { from: node, cluster })))) => {
+                let hello = auth::hello(peer.as_ref(), node)
+                    .and_then(|()| auth::same_cluster(cluster, handler.cluster_id()));
+                if let Err(refused) = hello {
                     refuse_peer(id, refused, &tx, &output).await;
                     break;
                 }

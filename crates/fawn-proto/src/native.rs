@@ -30,7 +30,8 @@ use fawn_ring::{KeyId, NodeId, Range};
 /// `RangeConfig::unproven_tail` (a new tail is a copy only once it reports `TailReady`);
 /// items and replicated puts carry memcached's access marks (`state`), with the `Claim`,
 /// `Invalidate` and `CasStale` mutations and their outcomes.
-pub const PROTOCOL_VERSION: u8 = 8;
+/// 9: `ClusterConfig::cluster_id`, carried in `ChainMsg::Hello`.
+pub const PROTOCOL_VERSION: u8 = 9;
 /// Largest frame body accepted (a 1 MiB value plus key and headers fits many times over).
 pub const FRAME_BYTES_MAX: usize = 8 << 20;
 /// Bytes before the body: length (4) + version (1) + request id (8).
@@ -188,8 +189,9 @@ pub enum WireError {
 /// Messages between chain neighbours, in sequence order per range.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ChainMsg {
-    /// First frame of a chain connection: who is sending.
-    Hello { from: NodeId },
+    /// First frame of a chain connection: who is sending, and of which cluster
+    /// ([`ClusterConfig::cluster_id`]): a receiver of another cluster refuses it.
+    Hello { from: NodeId, cluster: u64 },
     /// A syncing replica asks the last in-sync replica for a snapshot of the range.
     SyncRequest { epoch: Epoch, range: Range },
     /// Start of a snapshot; the receiver empties its copy of the range. `snapshot` names this
@@ -436,6 +438,11 @@ pub struct ClusterConfig {
     /// [`ClusterConfig::wedge_server`].
     #[serde(default)]
     pub wedges: Vec<u32>,
+    /// The cluster's id, drawn by the manager group's first leader when it creates the
+    /// cluster's first configuration (0: none, a configuration saved before ids). Every chain
+    /// `Hello` carries it, so a back-end of another cluster is refused even without TLS.
+    #[serde(default)]
+    pub cluster_id: u64,
 }
 
 /// Health and counters of one process.

@@ -49,6 +49,7 @@ fn config() -> ClusterConfig {
         formed: true,
         ranges: vec![split, merge],
         wedges: vec![0],
+        cluster_id: 0x5eed_c0de,
     }
 }
 
@@ -149,7 +150,7 @@ fn samples() -> Vec<Message> {
     let mark =
         RecordMark { key: b"k".to_vec(), seq: 11, delete: false, value_crc: 12, flags: 13, expiry: 14 };
     let chain = vec![
-        ChainMsg::Hello { from: 3 },
+        ChainMsg::Hello { from: 3, cluster: 0x5eed },
         ChainMsg::SyncRequest { epoch: 4, range: range() },
         ChainMsg::SnapshotBegin { epoch: 4, range: range(), snapshot: 77 },
         ChainMsg::SnapshotBatch {

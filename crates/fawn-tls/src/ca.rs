@@ -48,7 +48,11 @@ impl Credentials {
 
     /// Writes `<role>-<node>.pem` and `.key` into `dir`.
     pub fn save(&self, dir: &Path, identity: &Identity) -> Result<(), TlsError> {
-        let stem = Self::file_stem(identity);
+        self.save_as(dir, &Self::file_stem(identity))
+    }
+
+    /// Writes `<stem>.pem` and `<stem>.key` into `dir`.
+    pub fn save_as(&self, dir: &Path, stem: &str) -> Result<(), TlsError> {
         write_durably(&dir.join(format!("{stem}.pem")), self.cert_pem.as_bytes(), PUBLIC_MODE)?;
         write_durably(&dir.join(format!("{stem}.key")), self.key_pem.as_bytes(), SECRET_MODE)
     }
@@ -118,9 +122,14 @@ impl ClusterCa {
         params.subject_alt_names.push(SanType::URI(identity.uri().try_into()?));
         params.distinguished_name = DistinguishedName::new();
         params.distinguished_name.push(DnType::CommonName, identity.to_string());
-        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
         params.extended_key_usages =
             vec![ExtendedKeyUsagePurpose::ServerAuth, ExtendedKeyUsagePurpose::ClientAuth];
+        self.sign(params)
+    }
+
+    /// Signs a leaf certificate valid for [`NODE_VALIDITY_DAYS`] with a new key.
+    fn sign(&self, mut params: CertificateParams) -> Result<Credentials, TlsError> {
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature, KeyUsagePurpose::KeyEncipherment];
         params.use_authority_key_identifier_extension = true;
         params.not_before = yesterday();
         params.not_after = params.not_before + Duration::days(NODE_VALIDITY_DAYS);
@@ -128,6 +137,19 @@ impl ClusterCa {
         let issuer = Issuer::from_ca_cert_pem(&self.cert_pem, &self.key)?;
         let cert = params.signed_by(&key, &issuer)?;
         Ok(Credentials { cert_pem: cert.pem(), key_pem: key.serialize_pem() })
+    }
+
+    /// Issues a memcached server's certificate for `names` (DNS names or IP addresses): for
+    /// server authentication only, and with neither a `fawn://` identity nor the cluster's DNS
+    /// name, so it is no credential for the cluster's native connections.
+    pub fn issue_memcached(&self, names: &[String]) -> Result<Credentials, TlsError> {
+        let mut params = CertificateParams::new(names.to_vec())?;
+        params.distinguished_name = DistinguishedName::new();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, format!("FAWN cluster {} memcached", self.cluster));
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        self.sign(params)
     }
 
     /// Writes `ca.pem` and `ca.key` into `dir` (created if missing).
@@ -181,12 +203,12 @@ fn io_error(path: &Path, e: std::io::Error) -> TlsError {
     TlsError::Io(format!("{}: {e}", path.display()))
 }
 
-fn read(path: &Path) -> Result<String, TlsError> {
+pub(crate) fn read(path: &Path) -> Result<String, TlsError> {
     fs::read_to_string(path).map_err(|e| io_error(path, e))
 }
 
 /// Reads a private key, refusing one that other users can read.
-fn read_secret(path: &Path) -> Result<String, TlsError> {
+pub(crate) fn read_secret(path: &Path) -> Result<String, TlsError> {
     let mode = fs::metadata(path).map_err(|e| io_error(path, e))?.permissions().mode();
     if mode & 0o077 != 0 {
         return Err(TlsError::Io(format!(

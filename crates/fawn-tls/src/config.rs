@@ -108,7 +108,7 @@ impl TlsSetup {
     }
 }
 
-fn provider() -> CryptoProvider {
+pub(crate) fn provider() -> CryptoProvider {
     default_provider()
 }
 

@@ -7,14 +7,19 @@
 //! - [`config`]: one process's mutual-TLS acceptor and connector (rustls with the ring provider),
 //!   trusting the cluster's CA only, and the identity of a connected peer.
 //!
-//! Layering: `identity` is a leaf; `ca` and `config` use it; nothing here knows the wire
+//! - [`clients`]: TLS on the memcached port, for clients outside the cluster (memcached's
+//!   `-Z`): a server certificate, and client certificates only if a CA for them is given.
+//!
+//! Layering: `identity` is a leaf; `ca` and `config` use it, `clients` uses those; nothing here knows the wire
 //! protocol, which decides what each role may ask for.
 
 pub mod ca;
+pub mod clients;
 pub mod config;
 pub mod identity;
 
 pub use ca::{ClusterCa, Credentials};
+pub use clients::ClientTls;
 pub use config::TlsSetup;
 pub use identity::{Identity, Role};
 

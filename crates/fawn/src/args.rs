@@ -160,6 +160,12 @@ pub struct UpArgs {
     /// certificate there).
     #[arg(long)]
     plaintext: bool,
+    /// TLS on every front-end's memcached port (as memcached's `-Z`). Each start issues the
+    /// front-ends a server certificate from the cluster CA in `<data-dir>/tls` (made if
+    /// missing, also with --plaintext) naming the --memcached host, localhost, 127.0.0.1 and
+    /// ::1; clients verify it with `<data-dir>/tls/ca.pem`. No client certificate is asked for.
+    #[arg(long)]
+    memcached_tls: bool,
 }
 
 impl UpArgs {
@@ -196,6 +202,7 @@ impl UpArgs {
             extra_args: Vec::new(),
             memcached_auth_file,
             tls: !self.plaintext,
+            memcached_tls: self.memcached_tls,
         };
         cluster.run(run::shutdown_on_signals()).await
     }
@@ -441,6 +448,20 @@ pub struct FrontendArgs {
     /// clients with SASL PLAIN.
     #[arg(long)]
     memcached_auth_file: Option<PathBuf>,
+    /// TLS on the memcached port (memcached's `-Z` with `ssl_chain_cert`): the server's
+    /// certificate chain in this PEM file, its own certificate first. Every memcached
+    /// connection is then TLS; one that fails the handshake is closed.
+    #[arg(long, value_name = "FILE", requires = "memcached_tls_key")]
+    memcached_tls_cert: Option<PathBuf>,
+    /// The private key of --memcached-tls-cert, PEM, readable by its owner only (memcached's
+    /// `ssl_key`).
+    #[arg(long, value_name = "FILE", requires = "memcached_tls_cert")]
+    memcached_tls_key: Option<PathBuf>,
+    /// Require memcached clients to present a certificate signed by a CA in this PEM file
+    /// (memcached's `ssl_ca_cert` with `ssl_verify_mode=2`). Without it, no client
+    /// certificate is asked for.
+    #[arg(long, value_name = "FILE", requires = "memcached_tls_cert")]
+    memcached_tls_client_ca: Option<PathBuf>,
     /// Milliseconds between this front-end's heartbeats to each back-end (t_hb). Each round
     /// is reported to the manager, which declares a back-end failed after the manager's
     /// `--fd-threshold` heartbeat intervals of silence; keep it equal to the manager's
@@ -478,6 +499,12 @@ impl FrontendArgs {
             let users = fawn_kv::memcache::auth::Users::load(path)
                 .map_err(|e| anyhow::anyhow!("--memcached-auth-file {}: {e}", path.display()))?;
             mc.users = Some(std::sync::Arc::new(users));
+        }
+        if let (Some(cert), Some(key)) = (&self.memcached_tls_cert, &self.memcached_tls_key) {
+            let client_ca = self.memcached_tls_client_ca.as_deref();
+            let tls = fawn_tls::ClientTls::load(cert, key, client_ca)
+                .map_err(|e| anyhow::anyhow!("--memcached-tls-cert {}: {e}", cert.display()))?;
+            mc.tls = Some(tls);
         }
         let metrics = self.metrics.as_deref();
         let shutdown = run::shutdown_on_signals();

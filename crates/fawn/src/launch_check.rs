@@ -42,6 +42,10 @@ fn every_role_command_line_parses() {
         cache_entries: Some(0),
         request_timeout_ms: Some(1500),
         memcached_auth_file: Some(PathBuf::from("/tmp/users")),
+        memcached_tls: Some(fawn_kv::launch::MemcachedTlsFiles {
+            cert: PathBuf::from("/tmp/mc.pem"),
+            key: PathBuf::from("/tmp/mc.key"),
+        }),
         tls_dir: Some(PathBuf::from("/tmp/tls")),
     };
     let group_of_one = ManagerCommand { group: None, ..manager.clone() };
@@ -54,7 +58,7 @@ fn every_role_command_line_parses() {
         assert!(debug.contains("9100"), "{role}: --metrics lost: {debug}");
     }
     let debug = format!("{:?}", parses(frontend.args()).command);
-    for expected in ["11212", "1500", "/tmp/users", "/tmp/tls"] {
+    for expected in ["11212", "1500", "/tmp/users", "/tmp/tls", "/tmp/mc.pem", "/tmp/mc.key"] {
         assert!(debug.contains(expected), "frontend: {expected} lost: {debug}");
     }
     let debug = format!("{:?}", parses(backend.args()).command);

@@ -123,7 +123,7 @@ fn forged_frames_are_refused_and_change_nothing() {
         forwarded: true,
         reply_to: Some("127.0.0.1:9".into()),
     });
-    let hello_as = |node| Message::Chain(ChainMsg::Hello { from: node });
+    let hello_as = |node| Message::Chain(ChainMsg::Hello { from: node, cluster: before.cluster_id });
     let forged_ack = Message::Chain(ChainMsg::Ack {
         epoch: before.epoch,
         range: before.ranges[0].range,

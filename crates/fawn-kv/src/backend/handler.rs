@@ -360,6 +360,11 @@ pub(super) fn chain_epoch(msg: &ChainMsg) -> Option<Epoch> {
 }
 
 impl Handler for Backend {
+    fn cluster_id(&self) -> Option<u64> {
+        let view = self.current();
+        (view.config.epoch > 0).then_some(view.config.cluster_id)
+    }
+
     async fn request(self: Arc<Self>, request: Request) -> Response {
         let result = match request {
             Request::Get { epoch, key, .. } => {

@@ -37,6 +37,7 @@ impl Backend {
             }
         }
         info!(epoch, "configuration installed");
+        self.pool.retain_members(&config, &crate::manager::client::parse_list(&self.options.manager));
         *self.view.write() = Arc::new(View::new(config));
         self.installed_epoch.send_replace(epoch);
         let view = self.current();

@@ -28,6 +28,8 @@ pub trait LinkOwner: Send + Sync + 'static {
     fn peer_addr(&self, peer: NodeId) -> Option<String>;
     /// This node's id (sent in the Hello).
     fn node_id(&self) -> NodeId;
+    /// This node's cluster id (sent in the Hello).
+    fn cluster_id(&self) -> u64;
     /// Messages to send first on a fresh connection: unacked updates for ranges whose
     /// successor is `peer`, the latest acks for ranges whose predecessor is `peer`.
     fn on_connected(&self, peer: NodeId) -> impl std::future::Future<Output = Vec<ChainMsg>> + Send;
@@ -64,7 +66,7 @@ async fn run_link<O: LinkOwner>(owner: Weak<O>, peer: NodeId, mut rx: mpsc::Rece
     loop {
         let Some(stream) = connect(&owner, peer).await else { return };
         let Some(o) = owner.upgrade() else { return };
-        let mut first = vec![ChainMsg::Hello { from: o.node_id() }];
+        let mut first = vec![ChainMsg::Hello { from: o.node_id(), cluster: o.cluster_id() }];
         first.extend(o.on_connected(peer).await);
         drop(o);
         info!(peer, resent = first.len() - 1, "chain link up");

@@ -607,6 +607,10 @@ impl LinkOwner for Backend {
         self.options.node
     }
 
+    fn cluster_id(&self) -> u64 {
+        self.current().config.cluster_id
+    }
+
     async fn on_connected(&self, peer: NodeId) -> Vec<ChainMsg> {
         let replicas: Vec<_> = self.replicas.read().values().cloned().collect();
         let mut out = Vec::new();

@@ -160,6 +160,7 @@ impl Frontend {
         }
         self.ownership.moving(old, &config, &self.cache);
         info!(epoch = config.epoch, "configuration installed");
+        self.pool.retain_members(&config, &crate::manager::client::parse_list(&self.options.manager));
         *view = Arc::new(View::new(config));
     }
 

@@ -487,6 +487,11 @@ async fn lead(manager: std::sync::Weak<Manager>, mut shutdown: watch::Receiver<b
                     state::initial(m.options.replicas, m.options.vnodes, m.options.expected_frontends)
                 }
             };
+            // The cluster's id is drawn once, here, and then lives in the replicated log.
+            let mut first = first;
+            if first.cluster_id == 0 {
+                first.cluster_id = rand::random::<u64>().max(1);
+            }
             if let Response::Error(e) = m.propose(Command::Init(first)).await {
                 warn!(error = %e, "proposing the group's first configuration");
             }

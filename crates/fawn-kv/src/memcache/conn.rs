@@ -3,9 +3,13 @@
 
 use std::time::Duration;
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
 
 use super::stats::Stats;
 
@@ -15,8 +19,59 @@ const FLUSH_AT_BYTES: usize = 64 * 1024;
 /// Most bytes asked of one socket read.
 const READ_CHUNK_BYTES: usize = 16 * 1024;
 
+/// A client's socket: plain TCP, or TLS on a port started with a certificate.
+pub(super) enum ClientStream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl ClientStream {
+    fn tcp(&self) -> &TcpStream {
+        match self {
+            ClientStream::Plain(tcp) => tcp,
+            ClientStream::Tls(tls) => tls.get_ref().0,
+        }
+    }
+}
+
+impl AsyncRead for ClientStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Plain(tcp) => Pin::new(tcp).poll_read(cx, buf),
+            ClientStream::Tls(tls) => Pin::new(tls).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for ClientStream {
+    fn poll_write(self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            ClientStream::Plain(tcp) => Pin::new(tcp).poll_write(cx, buf),
+            ClientStream::Tls(tls) => Pin::new(tls).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Plain(tcp) => Pin::new(tcp).poll_flush(cx),
+            ClientStream::Tls(tls) => Pin::new(tls).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            ClientStream::Plain(tcp) => Pin::new(tcp).poll_shutdown(cx),
+            ClientStream::Tls(tls) => Pin::new(tls).poll_shutdown(cx),
+        }
+    }
+}
+
 pub(super) struct Connection {
-    stream: TcpStream,
+    stream: ClientStream,
     /// Received bytes not yet parsed.
     pub input: BytesMut,
     /// Replies not yet sent.
@@ -29,9 +84,9 @@ pub(super) struct Connection {
 }
 
 impl Connection {
-    pub fn new(stream: TcpStream, write_timeout: Duration) -> Self {
+    pub fn new(stream: ClientStream, write_timeout: Duration) -> Self {
         // Replies are batched per read, so Nagle's delay only adds latency.
-        let _ = stream.set_nodelay(true);
+        let _ = stream.tcp().set_nodelay(true);
         Connection {
             stream,
             input: BytesMut::with_capacity(READ_CHUNK_BYTES),
@@ -49,7 +104,8 @@ impl Connection {
     /// The socket's descriptor and peer, for `stats conns`.
     pub fn identity(&self) -> (i32, Option<std::net::SocketAddr>) {
         use std::os::fd::AsRawFd;
-        (self.stream.as_raw_fd(), self.stream.peer_addr().ok())
+        let tcp = self.stream.tcp();
+        (tcp.as_raw_fd(), tcp.peer_addr().ok())
     }
 
     pub fn is_broken(&self) -> bool {
@@ -75,7 +131,14 @@ impl Connection {
         }
         // A client that stopped reading is closed after the timeout: the pending replies (at
         // most FLUSH_AT_BYTES plus one value, see `flush_if_full`) are all it holds meanwhile.
-        let written = crate::stall::write_all_or_stall(&mut self.stream, &self.out, self.write_timeout).await;
+        let mut written =
+            crate::stall::write_all_or_stall(&mut self.stream, &self.out, self.write_timeout).await;
+        if written.is_ok() && matches!(self.stream, ClientStream::Tls(_)) {
+            // TLS may hold the last records (at most its buffer limit) until flushed.
+            written = tokio::time::timeout(self.write_timeout, self.stream.flush())
+                .await
+                .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()));
+        }
         if written.is_err() {
             self.broken = true;
         }

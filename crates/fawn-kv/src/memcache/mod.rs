@@ -32,6 +32,8 @@ pub const MEMCACHE_WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// Most time from a request's first byte to its last (its data block included): a client
 /// dripping a request byte by byte is closed. Leaves room for a 1 MiB value over a slow link.
 pub const MEMCACHE_REQUEST_READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// Most time a client may take over its TLS handshake; the connection holds a permit meanwhile.
+pub const MEMCACHE_TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Settings of the memcached front-end.
 #[derive(Debug, Clone)]
@@ -55,6 +57,10 @@ pub struct MemcacheConfig {
     /// Users allowed in (`None`: no authentication). Text connections must first send an
     /// authenticating `set`; binary ones SASL `PLAIN` (see [`auth`]).
     pub users: Option<Arc<auth::Users>>,
+    /// TLS on this port (memcached's `-Z`; `None`: plain TCP). Every connection is TLS then:
+    /// one that fails the handshake (a plaintext client, a client certificate that is missing
+    /// or not of the clients' CA when one is required) is closed before it is served.
+    pub tls: Option<fawn_tls::ClientTls>,
     /// At shutdown, how long connections may take to finish the request they are running
     /// (a request waiting on an unresponsive chain must not hold the process up forever).
     pub shutdown_grace: Duration,
@@ -71,6 +77,7 @@ impl Default for MemcacheConfig {
             version: format!("1.6.21-fawn-{}", env!("CARGO_PKG_VERSION")),
             threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             users: None,
+            tls: None,
             shutdown_grace: Duration::from_secs(5),
         }
     }
@@ -117,15 +124,20 @@ pub async fn serve<S: KvService>(
                 Ok((stream, _)) => {
                     let Ok(permit) = permits.clone().try_acquire_owned() else {
                         shared.stats.rejected_connection();
-                        tokio::spawn(refuse(stream));
+                        // A TLS client could not read the plaintext refusal: it is just closed.
+                        if shared.config.tls.is_none() {
+                            tokio::spawn(refuse(stream));
+                        }
                         continue;
                     };
                     let shared = shared.clone();
                     let stop = stop_rx.clone();
                     let done = done_tx.clone();
                     tokio::spawn(async move {
-                        let conn = conn::Connection::new(stream, shared.config.write_timeout);
-                        session::Session::new(conn, shared, stop).run().await;
+                        if let Some(stream) = client_stream(stream, shared.config.tls.as_ref()).await {
+                            let conn = conn::Connection::new(stream, shared.config.write_timeout);
+                            session::Session::new(conn, shared, stop).run().await;
+                        }
                         drop(permit);
                         drop(done);
                     });
@@ -144,6 +156,24 @@ pub async fn serve<S: KvService>(
     let grace = shared.config.shutdown_grace;
     if tokio::time::timeout(grace, done_rx.recv()).await.is_err() {
         tracing::warn!("memcached front-end: connections still busy after {grace:?}; leaving them");
+    }
+}
+
+/// The accepted connection, after the TLS handshake on a TLS port; `None` if that fails or
+/// takes longer than [`MEMCACHE_TLS_HANDSHAKE_TIMEOUT`] (the connection is closed).
+async fn client_stream(tcp: TcpStream, tls: Option<&fawn_tls::ClientTls>) -> Option<conn::ClientStream> {
+    let Some(tls) = tls else { return Some(conn::ClientStream::Plain(tcp)) };
+    let peer = tcp.peer_addr().ok();
+    match tokio::time::timeout(MEMCACHE_TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(tcp)).await {
+        Ok(Ok(stream)) => Some(conn::ClientStream::Tls(Box::new(stream))),
+        Ok(Err(e)) => {
+            tracing::debug!(?peer, error = %e, "memcached front-end: TLS handshake failed; closed");
+            None
+        }
+        Err(_) => {
+            tracing::debug!(?peer, "memcached front-end: TLS handshake timed out; closed");
+            None
+        }
     }
 }
 

@@ -279,6 +279,7 @@ impl Procs {
                 cache_entries: None,
                 request_timeout_ms: Some(1500),
                 memcached_auth_file: None,
+                memcached_tls: None,
                 tls_dir: procs.tls_dir(),
             }
             .args();

@@ -88,6 +88,9 @@ impl crate::backend::link::LinkOwner for RealLinks {
     fn node_id(&self) -> NodeId {
         1
     }
+    fn cluster_id(&self) -> u64 {
+        0
+    }
     async fn on_connected(&self, _peer: NodeId) -> Vec<ChainMsg> {
         Vec::new()
     }
