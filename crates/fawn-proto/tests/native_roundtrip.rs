@@ -282,8 +282,8 @@ fn variant_name(m: &Message) -> &'static str {
     }
 }
 
-/// Variants `variant_name` knows: 22 requests, 9 responses + 8 errors, 13 chain messages.
-const VARIANTS: usize = 22 + 9 + 8 + 13;
+/// Variants `variant_name` knows: 23 requests, 9 responses + 8 errors, 13 chain messages.
+const VARIANTS: usize = 23 + 9 + 8 + 13;
 
 fn frame(id: u64, m: &Message) -> Vec<u8> {
     let mut out = Vec::new();
