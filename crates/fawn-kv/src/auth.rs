@@ -49,7 +49,8 @@ pub fn request(peer: Option<&Identity>, request: &Request) -> Result<(), Refused
         | Request::LinkCut { node, .. }
         | Request::TailReady { node, .. }
         | Request::SplitReady { node, .. }
-        | Request::MergeReady { node, .. } => {
+        | Request::MergeReady { node, .. }
+        | Request::DiskFault { node, .. } => {
             (is_node(Role::Backend, *node), format!("a back-end report as node {node}"))
         }
         Request::RegisterFrontend { id, .. } => {

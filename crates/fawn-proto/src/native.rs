@@ -136,6 +136,12 @@ pub enum Request {
     Raft(#[serde(with = "serde_bytes")] Vec<u8>),
     /// Add (`add: true`) or remove a manager of the group (to any manager; the leader acts).
     ChangeManagers { id: u64, addr: String, add: bool },
+    /// Back-end `node` cannot write one of its datastores (a full disk, an I/O error, a store
+    /// poisoned by a failed fsync; `reason` says which) although it still runs and answers
+    /// pings (to the manager; answered with `Config`). The manager takes it out of its chains
+    /// and re-replicates them elsewhere (`NodeState::Degraded`). Re-sent while the
+    /// configuration does not show it degraded.
+    DiskFault { node: NodeId, reason: String },
 }
 
 /// Answers, one per request, with the request's id.
@@ -307,6 +313,9 @@ pub struct BackendInfo {
     pub node: NodeId,
     pub addr: String,
     pub state: NodeState,
+    /// Why the node is `Degraded` (its datastore's write error); `None` in every other state.
+    #[serde(default)]
+    pub reason: Option<String>,
 }
 
 /// Membership state of a back-end.
@@ -320,6 +329,11 @@ pub enum NodeState {
     Leaving,
     /// Left: in no chain.
     Left,
+    /// Its datastore failed a write (`Request::DiskFault`; `BackendInfo::reason`): removed
+    /// from every chain but where it is the last proven replica, never chosen for a chain,
+    /// not watched by failure detection. It becomes `Alive` again only by registering again
+    /// (a restart of the back-end, once the operator freed or replaced the disk).
+    Degraded,
 }
 
 /// One range of the key space and the back-ends replicating it.

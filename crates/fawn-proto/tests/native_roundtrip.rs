@@ -34,10 +34,16 @@ fn config() -> ClusterConfig {
         replicas: 3,
         vnodes: 2,
         backends: vec![
-            BackendInfo { node: 1, addr: "127.0.0.1:7001".into(), state: NodeState::Alive },
-            BackendInfo { node: 2, addr: "127.0.0.1:7002".into(), state: NodeState::Failed },
-            BackendInfo { node: 3, addr: "127.0.0.1:7003".into(), state: NodeState::Leaving },
-            BackendInfo { node: 4, addr: "127.0.0.1:7004".into(), state: NodeState::Left },
+            BackendInfo { node: 1, addr: "127.0.0.1:7001".into(), state: NodeState::Alive, reason: None },
+            BackendInfo { node: 2, addr: "127.0.0.1:7002".into(), state: NodeState::Failed, reason: None },
+            BackendInfo { node: 3, addr: "127.0.0.1:7003".into(), state: NodeState::Leaving, reason: None },
+            BackendInfo { node: 4, addr: "127.0.0.1:7004".into(), state: NodeState::Left, reason: None },
+            BackendInfo {
+                node: 5,
+                addr: "127.0.0.1:7005".into(),
+                state: NodeState::Degraded,
+                reason: Some("no space left on device".into()),
+            },
         ],
         frontends: vec![FrontendInfo {
             id: 0,
@@ -110,6 +116,7 @@ fn samples() -> Vec<Message> {
         Request::Heartbeats { frontend: 0, silent_ms: vec![(1, 0), (2, 4_000)] },
         Request::Raft(vec![1, 2, 3]),
         Request::ChangeManagers { id: 4, addr: "127.0.0.1:7004".into(), add: true },
+        Request::DiskFault { node: 3, reason: "no space left on device".into() },
     ];
     let responses = vec![
         Response::Get(Some(Item { value: vec![1, 2, 3], flags: 4, expiry: 5, cas: 6, state: 3 })),
@@ -235,6 +242,7 @@ fn variant_name(m: &Message) -> &'static str {
             Request::Heartbeats { .. } => "Heartbeats",
             Request::Raft(_) => "Raft",
             Request::ChangeManagers { .. } => "ChangeManagers",
+            Request::DiskFault { .. } => "DiskFault",
         },
         Message::Response(r) => match r {
             Response::Get(_) => "Response::Get",
@@ -275,8 +283,8 @@ fn variant_name(m: &Message) -> &'static str {
     }
 }
 
-/// Variants `variant_name` knows: 22 requests, 9 responses + 8 errors, 13 chain messages.
-const VARIANTS: usize = 22 + 9 + 8 + 13;
+/// Variants `variant_name` knows: 23 requests, 9 responses + 8 errors, 13 chain messages.
+const VARIANTS: usize = 23 + 9 + 8 + 13;
 
 fn frame(id: u64, m: &Message) -> Vec<u8> {
     let mut out = Vec::new();

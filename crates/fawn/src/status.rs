@@ -5,7 +5,7 @@ use std::time::Duration;
 use anyhow::Context;
 use fawn_client::pool::Pool;
 use fawn_kv::manager::{client, RAFT_STATES};
-use fawn_proto::native::{ClusterConfig, Request, Response};
+use fawn_proto::native::{BackendInfo, ClusterConfig, Request, Response};
 
 use crate::args::{LeaveArgs, ManagersArgs, StatusArgs};
 
@@ -35,7 +35,13 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     }
     println!("\nprocesses:");
     for b in &config.backends {
-        println!("  backend-{:<3} {:<22} {:?}: {}", b.node, b.addr, b.state, health(&pool, &b.addr).await);
+        println!(
+            "  backend-{:<3} {:<22} {}: {}",
+            b.node,
+            b.addr,
+            backend_state(b),
+            health(&pool, &b.addr).await
+        );
     }
     for f in &config.frontends {
         let wedges: Vec<String> = (0..config.frontends_expected)
@@ -53,6 +59,15 @@ pub async fn run(args: StatusArgs) -> anyhow::Result<()> {
     }
     print_chains(&config);
     Ok(())
+}
+
+/// A back-end's membership state, with the reason when it is degraded (its datastore failed
+/// a write: docs/OPERATIONS.md, "A degraded back-end").
+fn backend_state(b: &BackendInfo) -> String {
+    match &b.reason {
+        Some(reason) => format!("{:?} ({reason})", b.state),
+        None => format!("{:?}", b.state),
+    }
 }
 
 /// One manager's place in the group: its role, term and log position.

@@ -22,12 +22,11 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::history::{run_scenario, FaultCtx, Scenario};
-use fawn_client::{Client, ClientOptions};
+use common::probe::Probe;
 use fawn_kv::backend::LINK_REPAIR_AFTER;
 use rand::Rng;
 
@@ -36,55 +35,6 @@ const RECOVERY_MAX: Duration = Duration::from_secs(10);
 /// Time the repair may take past the back-ends' stall threshold: the stall check runs every
 /// 300 ms, the manager pushes the new chains, the probe's put in flight times out (600 ms).
 const REPAIR_SLACK: Duration = Duration::from_millis(1500);
-
-/// Puts to `key` every 50 ms until stopped; the times of acknowledged puts.
-struct Probe {
-    stop: Arc<AtomicBool>,
-    acked: Arc<Mutex<Vec<Instant>>>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-impl Probe {
-    fn start(bootstrap: Vec<String>, key: String) -> Probe {
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        let acked: Arc<Mutex<Vec<Instant>>> = Arc::default();
-        let ack = acked.clone();
-        let thread = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-            rt.block_on(async move {
-                let options = ClientOptions {
-                    connect_timeout: Duration::from_secs(1),
-                    request_timeout: Duration::from_millis(500),
-                    ..ClientOptions::default()
-                };
-                let Ok(client) = Client::connect(&bootstrap, options).await else { return };
-                let mut i = 0u64;
-                while !s.load(Ordering::Relaxed) {
-                    i += 1;
-                    let value = format!("p{i}");
-                    let put = client.put(key.as_bytes(), value.as_bytes());
-                    if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_millis(600), put).await {
-                        ack.lock().expect("lock").push(Instant::now());
-                    }
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                }
-            })
-        });
-        Probe { stop, acked, thread }
-    }
-
-    fn acked(&self) -> Vec<Instant> {
-        self.acked.lock().expect("lock").clone()
-    }
-
-    fn finish(self) -> Vec<Instant> {
-        self.stop.store(true, Ordering::Relaxed);
-        let _ = self.thread.join();
-        let acked = self.acked.lock().expect("lock").clone();
-        acked
-    }
-}
 
 /// The back-ends' link-repair threshold: `--link-repair-ms` among the extra back-end flags
 /// (`FAWN_BACKEND_ARGS`), else the default; `None` when repair is off (0).

@@ -113,6 +113,7 @@ impl Backend {
             ("stalled_links".to_string(), self.stalled_links.lock().len() as u64),
             ("link_cuts_reported".to_string(), c.link_cuts_reported.load(Ordering::Relaxed)),
             ("cut_links".to_string(), self.reported_cuts.lock().len() as u64),
+            ("disk_faults".to_string(), c.disk_faults.load(Ordering::Relaxed)),
             ("ranges".to_string(), replicas.len() as u64),
         ];
         let (mut keys, mut log_bytes, mut unacked) = (0, 0, 0);

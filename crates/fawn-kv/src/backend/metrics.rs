@@ -23,6 +23,7 @@ impl Exposition for Backend {
             ("fawn_backend_suffix_refusals_total", &*c.suffix_refusals),
             ("fawn_backend_link_stalls_total", &c.link_stalls),
             ("fawn_backend_link_cuts_reported_total", &c.link_cuts_reported),
+            ("fawn_backend_disk_faults_total", &c.disk_faults),
         ] {
             metrics::line(&mut out, name, &node, v.load(Ordering::Relaxed));
         }

@@ -2,6 +2,7 @@
 //! syncing replica of each range's chain (paper §3.4.3–3.4.4).
 
 mod boot;
+mod disk;
 mod drain;
 mod handler;
 mod health;
@@ -11,6 +12,8 @@ mod merge;
 mod metrics;
 mod presplit;
 mod range;
+
+pub use disk::DISK_FAULT_REPORT_INTERVAL;
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
@@ -152,6 +155,8 @@ struct Counters {
     suffix_refusals: Arc<AtomicU64>,
     link_stalls: AtomicU64,
     link_cuts_reported: AtomicU64,
+    /// Datastore write faults noticed (at most one per process: the fault is sticky).
+    disk_faults: AtomicU64,
     get_latency: Histogram,
     update_latency: Histogram,
 }
@@ -174,6 +179,8 @@ pub struct Backend {
     link_probes: parking_lot::Mutex<HashMap<NodeId, LinkProbe>>,
     /// Peers reported to the manager as cut off, with the time of the latest report.
     reported_cuts: parking_lot::Mutex<HashMap<NodeId, Instant>>,
+    /// A datastore of this node failed a write (`disk.rs`).
+    disk_fault: parking_lot::Mutex<Option<disk::DiskFault>>,
     /// Ranges being split or merged whose drain this node (their head) is watching
     /// (`drain.rs`).
     drain_watch: parking_lot::Mutex<std::collections::HashSet<Range>>,
@@ -220,6 +227,7 @@ impl Backend {
             stalled_links: parking_lot::Mutex::new(HashMap::new()),
             link_probes: parking_lot::Mutex::new(HashMap::new()),
             reported_cuts: parking_lot::Mutex::new(HashMap::new()),
+            disk_fault: parking_lot::Mutex::new(None),
             drain_watch: parking_lot::Mutex::new(std::collections::HashSet::new()),
             installed_epoch: watch::Sender::new(0),
             pre_splits: parking_lot::Mutex::new(HashMap::new()),
@@ -469,6 +477,7 @@ impl Backend {
         }
         self.check_links(&sync_heard);
         self.check_cuts();
+        self.check_disk(&replicas);
         let links = self.linker();
         let view = self.current();
         for r in replicas {

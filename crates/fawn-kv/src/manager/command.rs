@@ -62,6 +62,12 @@ pub enum Command {
         node: NodeId,
         cuts: Cuts,
     },
+    /// A back-end's datastore fails writes (`Request::DiskFault`).
+    DegradeNode {
+        node: NodeId,
+        reason: String,
+        cuts: Cuts,
+    },
     Settle {
         cuts: Cuts,
     },
@@ -132,6 +138,9 @@ pub fn transition(config: &ClusterConfig, command: &Command) -> Result<Option<Cl
         Command::SetFlush { at_micros } => Ok(Some(state::set_flush(config, *at_micros))),
         Command::FailNode { node, cuts } => {
             state::fail_node(config, *node, &link_cuts(cuts)).map_err(refused)
+        }
+        Command::DegradeNode { node, reason, cuts } => {
+            state::degrade_node(config, *node, reason, &link_cuts(cuts)).map_err(refused)
         }
         Command::Settle { cuts } => Ok(state::settle(config, &link_cuts(cuts))),
         Command::FailFrontend { id } => state::fail_frontend(config, *id).map_err(refused),

@@ -427,6 +427,10 @@ impl Handler for Manager {
                 self.propose(Command::MergeReady { node, range, cuts: self.link_cuts() }).await
             }
             Request::SetFlush { at_micros } => self.propose(Command::SetFlush { at_micros }).await,
+            Request::DiskFault { node, reason } => {
+                warn!(node, reason, "a back-end cannot write its datastore: taking it out of its chains");
+                self.propose(Command::DegradeNode { node, reason, cuts: self.link_cuts() }).await
+            }
             Request::Status => {
                 let mut counters = self.group_counters();
                 counters.push(("cut_links".to_string(), self.cuts.lock().len() as u64));

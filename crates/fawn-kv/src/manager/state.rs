@@ -73,8 +73,8 @@ pub fn initial(replicas: u32, vnodes: u32, frontends: u32) -> ClusterConfig {
 
 /// A back-end announces its address. Before the cluster forms, this collects members; once
 /// `expected_backends` registered, the ranges and chains are fixed. Afterwards a new node is a
-/// join, and a failed or departed node coming back rejoins: both are added to the chains that
-/// prefer them as syncing replicas. Returns `None` when nothing changed.
+/// join, and a failed, departed or degraded node coming back rejoins: both are added to the
+/// chains that prefer them as syncing replicas. Returns `None` when nothing changed.
 pub fn register_backend(
     config: &ClusterConfig,
     expected_backends: usize,
@@ -89,12 +89,14 @@ pub fn register_backend(
         }
         Some(b) => {
             b.addr = addr.to_string();
-            if matches!(b.state, NodeState::Failed | NodeState::Left) {
+            if matches!(b.state, NodeState::Failed | NodeState::Left | NodeState::Degraded) {
                 b.state = NodeState::Alive;
+                b.reason = None;
             }
         }
         None => {
-            next.backends.push(BackendInfo { node, addr: addr.to_string(), state: NodeState::Alive });
+            let state = NodeState::Alive;
+            next.backends.push(BackendInfo { node, addr: addr.to_string(), state, reason: None });
             next.backends.sort_by_key(|b| b.node);
         }
     }
@@ -447,10 +449,56 @@ pub fn fail_node(
 ) -> Result<Option<ClusterConfig>, Refused> {
     let mut next = config.clone();
     let b = next.backends.iter_mut().find(|b| b.node == node).ok_or(Refused::UnknownNode(node))?;
-    if matches!(b.state, NodeState::Failed | NodeState::Left) {
+    if matches!(b.state, NodeState::Failed | NodeState::Left | NodeState::Degraded) {
         return Ok(None);
     }
     b.state = NodeState::Failed;
+    drop_from_chains(&mut next, node);
+    Ok(Some(rebalanced(next, cuts)))
+}
+
+/// Longest `BackendInfo::reason` kept (bytes): a reason is one error message, and a back-end
+/// must not grow the configuration every process fetches.
+pub const REASON_BYTES_MAX: usize = 256;
+
+/// Back-end `node` reports that one of its datastores fails writes (`reason`: a full disk, an
+/// I/O error, a store poisoned by a failed fsync) while it still runs and answers pings, so
+/// the failure detector never removes it and every put to its ranges would wait for it. It
+/// leaves every chain as for a failure ([`fail_node`]: the last proven replica of a range
+/// stays, so that range waits for it, gets included) and re-replication elsewhere starts; it
+/// is marked [`NodeState::Degraded`] with the reason, so the ring leaves it out and the
+/// detector stops watching it. It serves again only after it registers again
+/// ([`register_backend`]: a restart of the back-end once its disk has room), or it is retired
+/// ([`leave`]). A report from a node that is not alive or leaving changes nothing.
+pub fn degrade_node(
+    config: &ClusterConfig,
+    node: NodeId,
+    reason: &str,
+    cuts: &LinkCuts,
+) -> Result<Option<ClusterConfig>, Refused> {
+    let mut next = config.clone();
+    let b = next.backends.iter_mut().find(|b| b.node == node).ok_or(Refused::UnknownNode(node))?;
+    if !matches!(b.state, NodeState::Alive | NodeState::Leaving) {
+        return Ok(None);
+    }
+    b.state = NodeState::Degraded;
+    b.reason = Some(truncated(reason, REASON_BYTES_MAX));
+    drop_from_chains(&mut next, node);
+    Ok(Some(rebalanced(next, cuts)))
+}
+
+/// `text` cut to at most `max` bytes, at a character boundary.
+fn truncated(text: &str, max: usize) -> String {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    text[..end].to_string()
+}
+
+/// Takes `node` out of every range's forwarding path, but where it is the last proven replica
+/// ([`last_proven`]), and stops any split of a range it was on.
+fn drop_from_chains(next: &mut ClusterConfig, node: NodeId) {
     for rc in &mut next.ranges {
         if rc.path().any(|n| n == node) {
             // A split waits for a whole chain again (`plan_splits`).
@@ -464,10 +512,11 @@ pub fn fail_node(
         }
         rc.syncing.retain(|n| *n != node);
     }
-    Ok(Some(rebalanced(next, cuts)))
 }
 
-/// Graceful leave: replacements sync first; the node leaves each chain once they are in.
+/// Graceful leave: replacements sync first; the node leaves each chain once they are in. A
+/// degraded node ([`degrade_node`]) may leave too: it is in no chain but where it is a range's
+/// last proven replica, so it has left once those ranges have other proven replicas.
 pub fn leave(
     config: &ClusterConfig,
     node: NodeId,
@@ -475,10 +524,11 @@ pub fn leave(
 ) -> Result<Option<ClusterConfig>, Refused> {
     let mut next = config.clone();
     let b = next.backends.iter_mut().find(|b| b.node == node).ok_or(Refused::UnknownNode(node))?;
-    if b.state != NodeState::Alive {
+    if !matches!(b.state, NodeState::Alive | NodeState::Degraded) {
         return Ok(None);
     }
     b.state = NodeState::Leaving;
+    b.reason = None;
     Ok(Some(rebalanced(next, cuts)))
 }
 

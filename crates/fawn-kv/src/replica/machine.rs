@@ -176,6 +176,10 @@ pub struct Replica<S> {
     held_back: Option<u64>,
     /// An ack upstream did not fit its link: `Tick` sends the latest one again.
     ack_dropped: bool,
+    /// The predecessor and `after_seq` of the last `Resend` a gap made this replica ask for
+    /// since the last `Tick`: until the resend arrives every later update shows the same gap,
+    /// and each ask costs the predecessor a scan of its log, so one ask per gap and tick.
+    gap_asked: Option<(NodeId, u64)>,
     #[cfg(feature = "faults")]
     fault: Option<Fault>,
 }
@@ -198,6 +202,7 @@ impl<S: ReplicaStore> Replica<S> {
             shell_sync: false,
             held_back: None,
             ack_dropped: false,
+            gap_asked: None,
             #[cfg(feature = "faults")]
             fault: None,
         }
@@ -479,6 +484,16 @@ impl<S: ReplicaStore> Replica<S> {
         self.ask_resend_after(self.store.max_seq(), out)
     }
 
+    /// A gap after `have`: asks for a resend unless it was asked for since the last tick.
+    fn ask_resend_for_gap(&mut self, have: u64, out: &mut Vec<Action>) {
+        let Some(pred) = self.route.predecessor() else { return };
+        if self.gap_asked == Some((pred, have)) {
+            return;
+        }
+        self.gap_asked = Some((pred, have));
+        self.ask_resend_after(have, out);
+    }
+
     fn ask_resend_after(&self, after_seq: u64, out: &mut Vec<Action>) {
         if let Some(pred) = self.route.predecessor() {
             let msg = ChainMsg::Resend { epoch: self.route.epoch, range: self.range, after_seq };
@@ -570,7 +585,7 @@ impl<S: ReplicaStore> Replica<S> {
             match verdict {
                 Incoming::Duplicate if self.route.is_tail() => self.ack_upstream(have, out),
                 Incoming::Duplicate => {}
-                Incoming::Gap => self.ask_resend_after(have, out),
+                Incoming::Gap => self.ask_resend_for_gap(have, out),
                 Incoming::Next if appended => self.applied(msg, out),
                 Incoming::Next => {
                     // Applied one by one, the updates after the first would each have found a
@@ -789,6 +804,7 @@ impl<S: ReplicaStore> Replica<S> {
     /// Periodic retries: updates and an ack a full link held back are sent again, a promoted
     /// tail asks for its catch-up confirmation, a syncing replica for its copy.
     fn tick(&mut self, out: &mut Vec<Action>) {
+        self.gap_asked = None;
         self.send_held_back(out);
         if self.ack_dropped {
             if self.route.is_head() || self.route.is_syncing() {
@@ -892,12 +908,21 @@ mod tests {
             effect: ReplEffect::Delete,
             origin: None,
         };
-        let out = r.step(Event::Chain { from: 1, msg });
+        let out = r.step(Event::Chain { from: 1, msg: msg.clone() });
         assert!(
             matches!(&out[..], [Action::Send { to: 1, msg: ChainMsg::Resend { after_seq: 0, .. } }]),
             "{out:?}"
         );
         assert_eq!(r.store().max_seq(), 0);
+        // The same gap again before a tick: no second scan of the predecessor's log; after
+        // a tick (the resend may be lost) it is asked for again.
+        assert_eq!(r.step(Event::Chain { from: 1, msg: msg.clone() }), vec![]);
+        r.step(Event::Tick);
+        let again = r.step(Event::Chain { from: 1, msg });
+        assert!(
+            matches!(&again[..], [Action::Send { msg: ChainMsg::Resend { after_seq: 0, .. }, .. }]),
+            "{again:?}"
+        );
     }
 
     #[test]

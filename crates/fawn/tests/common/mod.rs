@@ -317,8 +317,10 @@ pub mod bounds;
 pub mod history;
 pub mod memc;
 pub mod netns;
+pub mod probe;
 pub mod procs;
 pub mod tls;
+pub mod tmpfs;
 
 /// A range's committed contents on one back-end, key -> latest record (paged `RangeDigest`).
 pub async fn range_digest(

@@ -61,6 +61,9 @@ pub struct ProcShape {
     /// Off: every role gets `--plaintext`, and so does this process unless another cluster of
     /// this binary uses TLS.
     pub tls: bool,
+    /// Back-end `node`'s data directory is a tmpfs of this many bytes (`.0`, `.1`), mounted
+    /// before it starts and unmounted when the cluster is dropped (needs root).
+    pub backend_tmpfs: Option<(u32, u64)>,
 }
 
 impl Default for ProcShape {
@@ -84,6 +87,7 @@ impl Default for ProcShape {
             managers: 1,
             manager_args: Vec::new(),
             tls: false,
+            backend_tmpfs: None,
         }
     }
 }
@@ -138,6 +142,9 @@ pub struct Procs {
     frontends: Vec<Proc>,
     /// The back-ends' namespaces (with `ProcShape::netns`); dropped after every process.
     pub netns: Option<super::netns::Netns>,
+    /// The tmpfs of `ProcShape::backend_tmpfs`: unmounted after every process was killed
+    /// (`Drop`) and before the directory is removed.
+    pub tmpfs: Option<super::tmpfs::Tmpfs>,
     _tmp: tempfile::TempDir,
 }
 
@@ -259,6 +266,7 @@ impl Procs {
             backends: BTreeMap::new(),
             frontends: Vec::new(),
             netns,
+            tmpfs: None,
             _tmp: tmp,
         };
         let mut managers = std::mem::take(&mut procs.managers);
@@ -309,6 +317,9 @@ impl Procs {
             super::tls::provision(&tls, &[(fawn_tls::Role::Backend, node)]);
         }
         let prefix = self.netns.as_mut().map(|x| x.exec_prefix(node)).unwrap_or_default();
+        if let Some((_, bytes)) = self.shape.backend_tmpfs.filter(|(n, _)| *n == node) {
+            self.tmpfs = Some(super::tmpfs::Tmpfs::mount(&self.dir.join(format!("backend-{node}")), bytes));
+        }
         let mut p = Proc {
             name: format!("backend-{node}"),
             prefix,

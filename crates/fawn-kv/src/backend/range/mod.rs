@@ -56,22 +56,37 @@ pub trait LinkTo: Send + Sync {
     fn committed(&self, reply_to: &str, req: ReqId, outcome: Outcome, key: &[u8]);
 }
 
+/// The first write error of a range's datastore (a full disk, an I/O error, a poisoned
+/// store), kept for the back-end to report (`Backend::check_disk`).
+type WriteFault = Arc<Mutex<Option<String>>>;
+
+/// Keeps `e` as the datastore's write fault unless one is kept already. A record too large is
+/// the client's error, not the disk's.
+fn note_write_fault(fault: &WriteFault, e: &StoreError) {
+    if let StoreError::Failed(why) = e {
+        fault.lock().get_or_insert_with(|| why.clone());
+    }
+}
+
 /// The range's datastore as the machine writes it: appends that may wait for an fsync run
-/// with `block_in_place` (`writes_block`).
+/// with `block_in_place` (`writes_block`); a failed append is kept as the write fault.
 struct ShellStore {
     ds: Arc<DataStore>,
     writes_block: bool,
+    fault: WriteFault,
 }
 
 impl ReplicaStore for ShellStore {
     fn append(&mut self, key: &[u8], effect: &ReplEffect, seq: u64) -> Result<(), StoreError> {
         let ds = &mut self.ds;
-        blocking(self.writes_block, || ds.append(key, effect, seq))
+        let r = blocking(self.writes_block, || ds.append(key, effect, seq));
+        r.inspect_err(|e| note_write_fault(&self.fault, e))
     }
 
     fn append_batch(&mut self, records: &[(&[u8], &ReplEffect, u64)]) -> Result<(), StoreError> {
         let ds = &mut self.ds;
-        blocking(self.writes_block, || ds.append_batch(records))
+        let r = blocking(self.writes_block, || ds.append_batch(records));
+        r.inspect_err(|e| note_write_fault(&self.fault, e))
     }
 
     fn max_seq(&self) -> u64 {
@@ -129,6 +144,8 @@ pub struct RangeReplica {
     /// A suffix request is being decided by a scan of the log (the successor's retries
     /// meanwhile are ignored).
     suffix_scan: Arc<AtomicBool>,
+    /// The first failed write of the datastore (chain appends and snapshot batches).
+    write_fault: WriteFault,
 }
 
 impl RangeReplica {
@@ -203,7 +220,9 @@ impl RangeReplica {
         let sync =
             route.is_syncing().then(|| SyncProgress::new(route.predecessor().unwrap_or(route.me), plan));
         let range = route.rc.range;
-        let shell_store = ShellStore { ds: Arc::clone(&store), writes_block };
+        let write_fault = WriteFault::default();
+        let shell_store =
+            ShellStore { ds: Arc::clone(&store), writes_block, fault: Arc::clone(&write_fault) };
         let machine = Replica::new(shell_store, route).with_shell_sync();
         let (acked, readable) = (machine.acked(), machine.readable());
         RangeReplica {
@@ -219,7 +238,25 @@ impl RangeReplica {
             snapshot_sending: AtomicU64::new(0),
             pending: Mutex::new(HashMap::new()),
             suffix_scan: Arc::new(AtomicBool::new(false)),
+            write_fault,
             state: tokio::sync::Mutex::new(WriteState { machine, sync }),
+        }
+    }
+
+    /// Why this replica's datastore cannot be written, if it failed a write or is poisoned
+    /// (a background fsync failed: every later write fails). Sticky: a full disk that got room
+    /// again does not make the node a safe replica by itself (see `Backend::check_disk`).
+    pub fn write_fault(&self) -> Option<String> {
+        if let Some(why) = self.write_fault.lock().clone() {
+            return Some(why);
+        }
+        self.store.stats().poisoned.then(|| fawn_ds::Error::Poisoned.to_string())
+    }
+
+    /// Keeps a failed snapshot write as the write fault (see [`RangeReplica::write_fault`]).
+    fn note_write_error(&self, e: &fawn_ds::Error) {
+        if !matches!(e, fawn_ds::Error::KeyTooLarge { .. } | fawn_ds::Error::ValueTooLarge { .. }) {
+            self.write_fault.lock().get_or_insert_with(|| e.to_string());
         }
     }
 
@@ -432,7 +469,8 @@ impl RangeReplica {
         }
         st.heard(from);
         if let Some(sync) = st.sync.as_mut().filter(|s| !s.done) {
-            return msgs.into_iter().try_for_each(|msg| sync.buffer(msg));
+            msgs.into_iter().for_each(|msg| sync.buffer(msg, &self.range));
+            return Ok(());
         }
         let actions = st.machine.step(Event::Replicates { from, msgs });
         self.execute(&mut st, actions, links, None);

@@ -11,11 +11,17 @@ use fawn_ring::NodeId;
 use tracing::{info, warn};
 
 use super::source::effect_bytes;
-use super::{blocking, queue, storage, LinkTo, RangeReplica, WriteState};
+use super::{blocking, queue, storage, warn_full, LinkTo, RangeReplica, WriteState};
 use crate::replica::machine::Event;
 
-/// Updates a syncing replica buffers while its snapshot streams in.
-pub const SYNC_BUFFER_MESSAGES_MAX: usize = 1_000_000;
+/// Bytes of live updates a syncing replica buffers while its snapshot streams in (keys,
+/// values and `SYNC_BUFFER_UPDATE_OVERHEAD_BYTES` each). Past it the updates are not kept:
+/// once the copy is complete the replica asks its source to resend what follows the last one
+/// it holds, from the source's log, so a long copy under heavy put load costs a resend instead
+/// of unbounded memory.
+pub const SYNC_BUFFER_BYTES_MAX: usize = 64 << 20;
+/// What one buffered update costs beyond its key and value (the message and its vector slot).
+pub const SYNC_BUFFER_UPDATE_OVERHEAD_BYTES: usize = 128;
 /// A snapshot stream that has sent nothing for this long (its sender restarted, or could not
 /// read its log) is abandoned; the syncing replica asks for a new one.
 pub const SNAPSHOT_SILENCE_MAX: Duration = Duration::from_secs(10);
@@ -29,6 +35,10 @@ pub struct SyncProgress {
     pub started: bool,
     pub done: bool,
     buffered: Vec<ChainMsg>,
+    /// What `buffered` costs (`SYNC_BUFFER_BYTES_MAX`).
+    buffered_bytes: usize,
+    /// Updates arrived past the budget and were not kept: a resend follows the copy.
+    overflowed: bool,
     /// The snapshot stream taken (named by its `SnapshotBegin`, or `SuffixBegin`) and the
     /// index of its next batch: batches and ends of any other stream are ignored, a missing
     /// batch abandons it.
@@ -88,13 +98,23 @@ impl SyncProgress {
         SyncProgress { source, suffix, heard_at: Some(Instant::now()), ..SyncProgress::default() }
     }
 
-    /// Keeps a live update until the copy is complete.
-    pub(super) fn buffer(&mut self, msg: ChainMsg) -> Result<(), WireError> {
-        if self.buffered.len() >= SYNC_BUFFER_MESSAGES_MAX {
-            return Err(WireError::Unavailable("sync buffer full".into()));
+    /// Keeps a live update until the copy is complete, within `SYNC_BUFFER_BYTES_MAX`; past
+    /// it this and every later update is left to a resend after the copy.
+    pub(super) fn buffer(&mut self, msg: ChainMsg, range: &fawn_ring::Range) {
+        let bytes = match &msg {
+            ChainMsg::Replicate { key, effect, .. } => key.len() + effect_bytes(effect),
+            _ => 0,
+        } + SYNC_BUFFER_UPDATE_OVERHEAD_BYTES;
+        if self.overflowed || self.buffered_bytes + bytes > SYNC_BUFFER_BYTES_MAX {
+            if !self.overflowed {
+                warn!(range = %range.id_string(), buffered = self.buffered.len(), bytes = self.buffered_bytes,
+                    "sync buffer full: later updates are asked for again once the copy is complete");
+            }
+            self.overflowed = true;
+            return;
         }
+        self.buffered_bytes += bytes;
         self.buffered.push(msg);
-        Ok(())
     }
 }
 
@@ -251,6 +271,7 @@ impl RangeReplica {
             })
             .collect();
         if let Err(e) = blocking(self.writes_block, || self.store.write_batch(&ops)) {
+            self.note_write_error(&e);
             sync.abandon();
             return Err(storage(e));
         }
@@ -283,12 +304,23 @@ impl RangeReplica {
         sync.done = true;
         let report = SyncReport { suffix: sync.receiving_suffix, records: sync.records, bytes: sync.bytes };
         let buffered = std::mem::take(&mut sync.buffered);
+        let overflowed = std::mem::take(&mut sync.overflowed);
+        sync.buffered_bytes = 0;
         let replayed = buffered.len();
         if let Some(pred) = st.machine.route().predecessor() {
             for msg in buffered {
                 if matches!(msg, ChainMsg::Replicate { seq, .. } if seq > upto_seq) {
                     let actions = st.machine.step(Event::Chain { from: pred, msg });
                     self.execute(&mut st, actions, links, None);
+                }
+            }
+            if overflowed {
+                // What did not fit the buffer: everything after the last update held.
+                let (epoch, range) = (st.machine.route().epoch, self.range);
+                let after_seq = self.store.max_seq();
+                info!(range = %range.id_string(), after_seq, "asking for the updates the sync buffer did not keep");
+                if !queue(links, pred, ChainMsg::Resend { epoch, range, after_seq }) {
+                    warn_full(range, pred);
                 }
             }
         }
@@ -341,7 +373,9 @@ impl RangeReplica {
             info!(range = %self.range.id_string(), keys = ops.len(), "emptying an abandoned snapshot copy");
         }
         for chunk in ops.chunks(EMPTY_BATCH_OPS) {
-            blocking(self.writes_block, || self.store.write_batch(chunk)).map_err(storage)?;
+            blocking(self.writes_block, || self.store.write_batch(chunk))
+                .inspect_err(|e| self.note_write_error(e))
+                .map_err(storage)?;
         }
         Ok(())
     }

@@ -410,3 +410,36 @@ async fn a_snapshot_carries_the_outcomes_that_let_the_copy_answer_a_retry_as_hea
     assert!(matches!(retry, Ordered::Reply(ref o) if *o == first), "the retry was answered differently");
     assert_eq!(copy.store.max_seq(), seq, "the retry was ordered a second time");
 }
+
+#[tokio::test]
+async fn a_sync_buffer_past_its_byte_budget_asks_for_the_rest_once_the_copy_is_complete() {
+    // Live updates that arrive while the snapshot streams in are buffered up to
+    // `SYNC_BUFFER_BYTES_MAX`; the rest are dropped and asked for again (`Resend` after the
+    // last one held) when the copy ends, instead of growing memory without bound.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wires = Wires::default();
+    let s = replica(dir.path(), route(5, 3, &[1, 2], &[3]));
+    s.on_snapshot_begin(2, 8).await.expect("begin");
+    let value = vec![b'v'; 1 << 20];
+    let per_update = (1 << 20) + 8 + sink::SYNC_BUFFER_UPDATE_OVERHEAD_BYTES;
+    let kept = (sink::SYNC_BUFFER_BYTES_MAX / per_update) as u64;
+    let msgs: Vec<ChainMsg> = (1..=kept + 3)
+        .map(|seq| ChainMsg::Replicate {
+            epoch: 5,
+            range: Range::full(),
+            seq,
+            prev_seq: seq - 1,
+            key: format!("k{seq:07}").into_bytes(),
+            effect: ReplEffect::Put { value: value.clone(), flags: 0, expiry: 0, state: 0 },
+            origin: None,
+        })
+        .collect();
+    s.on_replicates(2, msgs, &wires).await.expect("buffered");
+    assert!(s.on_snapshot_end(2, 8, 0, 0, &wires).await.expect("end").sync_done);
+    assert_eq!(s.store.max_seq(), kept, "the buffered updates are applied");
+    let sent = wires.sent(2);
+    assert!(
+        sent.iter().any(|m| matches!(m, ChainMsg::Resend { after_seq, .. } if *after_seq == kept)),
+        "no resend of what the buffer dropped: {sent:?}"
+    );
+}

@@ -2,6 +2,8 @@
 
 use super::*;
 
+mod degraded;
+
 fn none() -> LinkCuts {
     LinkCuts::default()
 }
