@@ -146,7 +146,12 @@ mod tests {
         }
         assert_eq!(pool.len(), 4);
         let config = ClusterConfig {
-            backends: vec![BackendInfo { node: 0, addr: addrs[0].clone(), state: NodeState::Alive }],
+            backends: vec![BackendInfo {
+                node: 0,
+                addr: addrs[0].clone(),
+                state: NodeState::Alive,
+                reason: None,
+            }],
             frontends: vec![FrontendInfo {
                 id: 0,
                 native_addr: addrs[1].clone(),
