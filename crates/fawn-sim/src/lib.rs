@@ -30,6 +30,8 @@ pub struct Config {
     pub keys: usize,
     /// Node crashes per run, at most.
     pub crashes_max: usize,
+    /// Network partitions per run, at most (`world::partition`).
+    pub partitions_max: usize,
     /// Print every event and a failing key's history to stderr.
     pub trace: bool,
     /// A fault switched on in every replica.
@@ -46,6 +48,7 @@ impl Default for Config {
             ops_per_client: 40,
             keys: 4,
             crashes_max: 3,
+            partitions_max: 2,
             trace: false,
             #[cfg(feature = "faults")]
             fault: None,

@@ -26,6 +26,9 @@ struct Args {
     /// Node crashes per run, at most.
     #[arg(long, default_value_t = 3)]
     crashes: usize,
+    /// Network partitions per run, at most.
+    #[arg(long, default_value_t = 2)]
+    partitions: usize,
     /// Operations per client.
     #[arg(long, default_value_t = 40)]
     ops: usize,
@@ -51,6 +54,7 @@ fn main() {
         ops_per_client: args.ops,
         trace: args.trace,
         crashes_max: args.crashes,
+        partitions_max: args.partitions,
         ..Default::default()
     };
     #[cfg(feature = "faults")]

@@ -22,6 +22,7 @@ use crate::Config;
 mod checks;
 mod clients;
 mod manager;
+mod partition;
 
 /// Simulated time, in microseconds.
 type Micros = u64;
@@ -41,6 +42,11 @@ const CLIENT_ATTEMPTS_MAX: u32 = 10;
 const WAIT_MAX: Micros = 5_000 * MS;
 /// After the clients are done, faults stop and the cluster runs this long to settle.
 const SETTLE: Micros = 5_000 * MS;
+
+/// Mixed into the seed for the partitions' random stream.
+const PARTITION_STREAM: u64 = 0x9e37_79b9_7f4a_7c15;
+/// Longest gap between two chances of a partition.
+const PARTITION_GAP_MAX: Micros = 2_000 * MS;
 
 /// A range by its index in the formed configuration (the simulator neither splits nor
 /// merges, so the ranges stay those the cluster formed with).
@@ -111,6 +117,15 @@ enum Ev {
         node: NodeId,
         range: RangeIx,
     },
+    /// A partition may start (drawn from the partitions' own random stream).
+    PartitionStart,
+    /// The partition `id`, if still in force, is noticed; or it ends.
+    PartitionNoticed {
+        id: u64,
+    },
+    Heal {
+        id: u64,
+    },
     TailReady {
         node: NodeId,
         range: RangeIx,
@@ -175,6 +190,7 @@ pub struct Stats {
     pub events: u64,
     pub crashes: usize,
     pub cuts: usize,
+    pub partitions: usize,
     pub epochs: u64,
     pub ranges: usize,
     pub sim_ms: u64,
@@ -197,6 +213,10 @@ pub struct World {
     configs: BTreeMap<u64, ClusterConfig>,
     /// The link cuts the manager believes in.
     cuts: LinkCuts,
+    /// The partition in force, partitions so far, and their random stream.
+    partition: Option<partition::Partition>,
+    partitions: usize,
+    prng: SmallRng,
     /// The ranges the cluster formed with, by index.
     ranges: Vec<Range>,
     /// Manager -> node is one connection per node: installs arrive in epoch order.
@@ -245,6 +265,9 @@ impl World {
             links: HashMap::new(),
             configs: BTreeMap::new(),
             cuts: LinkCuts::default(),
+            partition: None,
+            partitions: 0,
+            prng: SmallRng::seed_from_u64(seed ^ PARTITION_STREAM),
             ranges: Vec::new(),
             install_arrival: HashMap::new(),
             clients: Vec::new(),
@@ -277,6 +300,10 @@ impl World {
         }
         let first = w.fault_gap();
         w.at(first, Ev::Fault);
+        if w.cfg.partitions_max > 0 {
+            let first = w.prng.gen_range(100 * MS..PARTITION_GAP_MAX);
+            w.at(first, Ev::PartitionStart);
+        }
         w
     }
 
@@ -355,6 +382,7 @@ impl World {
             events: self.steps,
             crashes: self.crashes,
             cuts: self.cuts_made,
+            partitions: self.partitions,
             epochs: self.config().epoch,
             ranges: self.ranges.len(),
             sim_ms: self.now / MS,
@@ -402,8 +430,22 @@ impl World {
                     self.manager_failed(node);
                 }
             }
+            Ev::SyncDone { node, range } if self.isolated(node) => {
+                // The report is retried until it reaches the manager.
+                self.at(100 * MS, Ev::SyncDone { node, range });
+            }
             Ev::SyncDone { node, range } => self.manager_sync_done(node, range),
+            Ev::TailReady { node, .. } if self.isolated(node) => {}
             Ev::TailReady { node, range } => self.manager_tail_ready(node, range),
+            Ev::PartitionStart => {
+                if self.faults_on {
+                    self.start_partition();
+                    let gap = self.prng.gen_range(100 * MS..PARTITION_GAP_MAX);
+                    self.at(gap, Ev::PartitionStart);
+                }
+            }
+            Ev::PartitionNoticed { id } => self.partition_noticed(id),
+            Ev::Heal { id } => self.heal(id),
             Ev::Fault => self.fault(),
         }
     }
@@ -439,6 +481,7 @@ impl World {
                 }
                 self.send(node, to, msg)
             }
+            Action::Reply { .. } | Action::GetReply { .. } if self.isolated(node) => {}
             Action::Reply { req, result } => {
                 if let Ok(outcome) = &result {
                     self.note_answered(req, outcome);
@@ -480,6 +523,9 @@ impl World {
     }
 
     fn send(&mut self, from: NodeId, to: NodeId, msg: ChainMsg) {
+        if self.partitioned(from, to) {
+            return;
+        }
         let delay = self.delay();
         let now = self.now;
         let link = self.links.entry((from, to)).or_default();
@@ -520,6 +566,7 @@ impl World {
     /// The configuration of `epoch` reaches `node` (over its connection to the manager).
     fn on_install(&mut self, node: NodeId, epoch: u64) {
         let fresh = self.nodes.get(&node).is_some_and(|n| n.alive && epoch >= n.registered);
+        let fresh = fresh && !self.isolated(node);
         if fresh {
             self.install_now(node, epoch);
         }
@@ -538,6 +585,18 @@ impl World {
             let Some(n) = self.nodes.get(&node) else { return };
             match n.replicas.get(&ix) {
                 Some(r) if r.route().epoch >= epoch => {}
+                Some(r)
+                    if route.is_syncing()
+                        && !r.route().is_syncing()
+                        && !self.suffix_provable(ix, r, &route) =>
+                {
+                    // The source refuses a suffix: the replica starts over from an empty copy.
+                    let replica = self.new_replica(route);
+                    self.high.remove(&(node, ix, self.nodes[&node].life));
+                    if let Some(n) = self.nodes.get_mut(&node) {
+                        n.replicas.insert(ix, replica);
+                    }
+                }
                 Some(_) => self.step(node, ix, Event::Install(route)),
                 None if route.rc.path().any(|m| m == node) => {
                     let replica = self.new_replica(route);
@@ -548,6 +607,22 @@ impl World {
                 None => {}
             }
         }
+    }
+
+    /// Whether the sync source would grant `replica`, which rejoins its range as a syncing
+    /// replica with what it kept, the suffix after its last record (the real back-end's
+    /// suffix sync, docs/PROTOCOL.md): only if the source, the range's tail, holds that very
+    /// record, so it committed and everything the replica holds below it is the range's. A
+    /// refused suffix means a full copy.
+    fn suffix_provable(&self, ix: RangeIx, replica: &Replica<MemStore>, route: &Route) -> bool {
+        let top = replica.store().max_seq();
+        if top == 0 {
+            return true;
+        }
+        let record =
+            |store: &MemStore| store.updates_after(top - 1).ok()?.into_iter().next().filter(|u| u.seq == top);
+        let source = route.rc.tail().and_then(|t| self.nodes.get(&t).filter(|n| n.alive)?.replicas.get(&ix));
+        source.is_some_and(|s| record(s.store()).is_some_and(|r| Some(r) == record(replica.store())))
     }
 
     /// The manager pushes a new configuration to every node, each over its own connection.
@@ -575,11 +650,8 @@ impl World {
 
     /// As the back-end's tick: the range's unproven tail that caught up says so, each tick.
     fn report_tail_ready(&mut self, node: NodeId, ix: RangeIx) {
-        let ready = self
-            .nodes
-            .get(&node)
-            .and_then(|n| n.replicas.get(&ix))
-            .is_some_and(|r| r.reports_tail_ready());
+        let ready =
+            self.nodes.get(&node).and_then(|n| n.replicas.get(&ix)).is_some_and(|r| r.reports_tail_ready());
         if ready {
             let d = self.delay();
             self.at(d, Ev::TailReady { node, range: ix });
@@ -612,10 +684,13 @@ impl World {
     /// node's data, which no chain survives for its last copy.
     fn crash(&mut self, node: NodeId) {
         let config = self.config();
+        // A proven replica cut off by a partition counts for none: the failure detector may
+        // drop it from the chain, leaving this node the last (see `world::partition`).
         let alone = config.ranges.iter().any(|rc| {
-            rc.chain.contains(&node) && !proven(rc).any(|m| m != node && self.nodes[&m].alive)
+            rc.chain.contains(&node)
+                && !proven(rc).any(|m| m != node && self.nodes[&m].alive && !self.partitioned_off(m))
         });
-        if !self.nodes[&node].alive || alone {
+        if !self.nodes[&node].alive || alone || self.partition.is_some() {
             return;
         }
         self.crashes += 1;

@@ -9,10 +9,16 @@ use fawn_sim::{run_seed, Config};
 
 #[test]
 fn an_update_the_lone_node_acknowledged_outlives_its_removal() {
-    let cfg = Config { nodes: 3, replicas: 3, crashes_max: 3, ops_per_client: 80, ..Config::default() };
-    for seed in [1010] {
-        let r = run_seed(seed, &cfg);
-        assert!(r.violations.is_empty(), "seed {seed}: {}", r.violations.join("; "));
-        assert!(r.stats.answered > 0 && r.stats.crashes > 0, "seed {seed} did little: {:?}", r.stats);
-    }
+    let cfg = Config {
+        nodes: 3,
+        replicas: 3,
+        crashes_max: 3,
+        ops_per_client: 80,
+        partitions_max: 0,
+        ..Config::default()
+    };
+    let seed = 1010;
+    let r = run_seed(seed, &cfg);
+    assert!(r.violations.is_empty(), "seed {seed}: {}", r.violations.join("; "));
+    assert!(r.stats.answered > 0 && r.stats.crashes > 0, "seed {seed} did little: {:?}", r.stats);
 }

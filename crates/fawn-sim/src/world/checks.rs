@@ -8,6 +8,7 @@ use fawn_proto::native::ReplEffect;
 use fawn_proto::op::Outcome;
 
 use super::clients::parse_value;
+use super::partition::PARTITION_MAX;
 use super::{key_bytes, RangeIx, World, DEDUP_LOST, MS, WAIT_MAX};
 use crate::check::{Op, OpKind, OpResult};
 
@@ -18,10 +19,13 @@ impl World {
             self.check_range(ix, &mut problems);
         }
         self.check_orderings(&mut problems);
-        // Answered operations only: a client gives up after a few quick refusals too.
+        // Answered operations only: a client gives up after a few quick refusals too. A range
+        // may wait out a partition (its last proven replica cut off), so runs with partitions
+        // allow that much longer.
+        let wait_max = if self.partitions > 0 { WAIT_MAX + PARTITION_MAX } else { WAIT_MAX };
         for op in &self.history {
             let waited = op.ret.map_or(0, |(t, _)| t - op.call);
-            if waited > WAIT_MAX {
+            if waited > wait_max {
                 problems.push(format!(
                     "client {} waited {} ms for {:?} (liveness)",
                     op.client,

@@ -5,8 +5,8 @@
 use std::collections::HashMap;
 
 use fawn_kv::replica::machine::{ClientUpdate, Event};
-use fawn_proto::op::{Mutation, Outcome, Update};
 use fawn_proto::native::ReqId;
+use fawn_proto::op::{Mutation, Outcome, Update};
 use fawn_ring::NodeId;
 use rand::Rng;
 
@@ -71,7 +71,9 @@ impl World {
     }
 
     pub(super) fn send_request(&mut self, client: u32) {
-        let Some((index, req, range, attempt)) = self.clients[client as usize].current.clone() else { return };
+        let Some((index, req, range, attempt)) = self.clients[client as usize].current.clone() else {
+            return;
+        };
         let rc = self.range_config(range);
         let node = match req {
             Req::Update { .. } => rc.head(),
@@ -114,7 +116,9 @@ impl World {
             }),
             Req::Get { key } => Event::Get { token: ((client as u64) << 32) | tag, key, now },
         };
-        self.step(node, range, event);
+        if !self.isolated(node) {
+            self.step(node, range, event);
+        }
     }
 
     pub(super) fn on_answer(&mut self, client: u32, tag: u64, answer: Answer) {

@@ -28,7 +28,10 @@ impl World {
 
     /// Runs one transition on the current configuration and publishes its result. A refusal
     /// is an old report (the real manager answers it with an error the back-end logs).
-    fn transition(&mut self, f: impl FnOnce(&ClusterConfig, &LinkCuts) -> Result<Option<ClusterConfig>, Refused>) {
+    fn transition(
+        &mut self,
+        f: impl FnOnce(&ClusterConfig, &LinkCuts) -> Result<Option<ClusterConfig>, Refused>,
+    ) {
         let next = f(self.config(), &self.cuts);
         if let Ok(Some(next)) = next {
             assert!(next.epoch > self.config().epoch, "a new configuration has a newer epoch");
@@ -46,6 +49,24 @@ impl World {
     pub(super) fn manager_registered_unproven(&mut self, node: NodeId) {
         let expected = self.cfg.nodes;
         self.transition(|c, cuts| state::register_backend_unproven(c, expected, node, &addr(node), cuts));
+    }
+
+    /// A node the manager declared failed while its process kept running registers again,
+    /// its datastores intact.
+    pub(super) fn manager_registered(&mut self, node: NodeId) {
+        let expected = self.cfg.nodes;
+        self.transition(|c, cuts| state::register_backend(c, expected, node, &addr(node), cuts));
+    }
+
+    /// Two nodes that both reach the manager report their chain link cut (`self.cuts` holds
+    /// the pair already).
+    pub(super) fn manager_cut_link(&mut self, a: NodeId, b: NodeId) {
+        self.transition(|c, cuts| state::cut_link(c, a, b, cuts));
+    }
+
+    /// The manager no longer hears of a cut: re-replication may cross it again.
+    pub(super) fn manager_settle(&mut self) {
+        self.transition(|c, cuts| Ok(state::settle(c, cuts)));
     }
 
     pub(super) fn manager_sync_done(&mut self, node: NodeId, ix: RangeIx) {
@@ -70,7 +91,8 @@ impl World {
                 self.violations.push(format!("epoch {}: a split or merge started: {rc:?}", next.epoch));
             }
             if super::proven(rc).next().is_none() {
-                self.violations.push(format!("epoch {}: a range without a proven replica: {rc:?}", next.epoch));
+                self.violations
+                    .push(format!("epoch {}: a range without a proven replica: {rc:?}", next.epoch));
             }
         }
     }
