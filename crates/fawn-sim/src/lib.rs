@@ -32,6 +32,13 @@ pub struct Config {
     pub crashes_max: usize,
     /// Network partitions per run, at most (`world::partition`).
     pub partitions_max: usize,
+    /// Crashes of three kinds (process: nothing lost; host: what was not synced lost from a
+    /// random point on; disk: everything lost), a node that kept its logs registering as the
+    /// back-end does. Off (the default until a restarted replica keeps its request outcomes:
+    /// `tests/restarted_head_decides_a_retry_again.rs`): every crash loses the node's data.
+    pub disks: bool,
+    /// When appended records become durable.
+    pub sync: disk::SyncPolicy,
     /// Print every event and a failing key's history to stderr.
     pub trace: bool,
     /// A fault switched on in every replica.
@@ -49,6 +56,8 @@ impl Default for Config {
             keys: 4,
             crashes_max: 3,
             partitions_max: 2,
+            disks: false,
+            sync: disk::SyncPolicy::Interval(100_000),
             trace: false,
             #[cfg(feature = "faults")]
             fault: None,

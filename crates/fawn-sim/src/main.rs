@@ -29,6 +29,10 @@ struct Args {
     /// Network partitions per run, at most.
     #[arg(long, default_value_t = 2)]
     partitions: usize,
+    /// Crashes of three kinds, process, host and disk, over datastores synced every 100 ms
+    /// (default: every crash loses the node's data).
+    #[arg(long)]
+    disks: bool,
     /// Operations per client.
     #[arg(long, default_value_t = 40)]
     ops: usize,
@@ -55,6 +59,7 @@ fn main() {
         trace: args.trace,
         crashes_max: args.crashes,
         partitions_max: args.partitions,
+        disks: args.disks,
         ..Default::default()
     };
     #[cfg(feature = "faults")]

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 use fawn_kv::manager::state::LinkCuts;
 use fawn_kv::replica::machine::{Action, Event, Replica};
 use fawn_kv::replica::route::Route;
-use fawn_kv::replica::store::{MemStore, ReplicaStore};
+use fawn_kv::replica::store::ReplicaStore;
 use fawn_proto::native::{ChainMsg, ClusterConfig, RangeConfig, ReqId, WireError};
 use fawn_proto::op::{Item, Outcome, Update};
 use fawn_ring::{key_id, NodeId, Range};
@@ -17,6 +17,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
 use crate::check::{Op, Value};
+use crate::disk::{DiskStore, SyncPolicy};
 use crate::Config;
 
 mod checks;
@@ -43,6 +44,8 @@ const WAIT_MAX: Micros = 5_000 * MS;
 /// After the clients are done, faults stop and the cluster runs this long to settle.
 const SETTLE: Micros = 5_000 * MS;
 
+/// Mixed into the seed for the crash kinds' random stream.
+const DISK_STREAM: u64 = 0x2545_f491_4f6c_dd1d;
 /// Mixed into the seed for the partitions' random stream.
 const PARTITION_STREAM: u64 = 0x9e37_79b9_7f4a_7c15;
 /// Longest gap between two chances of a partition.
@@ -81,9 +84,11 @@ enum Ev {
     ClientSend {
         client: u32,
     },
-    /// A crashed node's process is back, empty, and registers with the manager.
+    /// A crashed node's process is back with what its disks kept, and registers with the
+    /// manager (its logs `complete`: nothing it acknowledged can be missing).
     NodeBack {
         node: NodeId,
+        complete: bool,
     },
     /// The manager's configuration of `epoch` arrives at a node.
     Install {
@@ -97,6 +102,11 @@ enum Ev {
         conn: u64,
     },
     Tick {
+        node: NodeId,
+        life: u32,
+    },
+    /// The interval sync of a node's datastores (`SyncPolicy::Interval`).
+    DiskSync {
         node: NodeId,
         life: u32,
     },
@@ -152,7 +162,20 @@ struct Node {
     /// The epoch this life registered at: older configurations still in flight to it are
     /// ignored (the real back-end installs the configuration its registration returns).
     registered: u64,
-    replicas: BTreeMap<RangeIx, Replica<MemStore>>,
+    replicas: BTreeMap<RangeIx, Replica<DiskStore>>,
+    /// What a crash left on the node's disks, by range, until a replica opens it.
+    kept: BTreeMap<RangeIx, DiskStore>,
+}
+
+/// What a crash takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Crash {
+    /// The process dies; the host's page cache keeps every record appended.
+    Process,
+    /// The host dies: records not synced are lost from a random point on.
+    Host,
+    /// The disk is lost (or replaced): the node comes back empty.
+    Disk,
 }
 
 /// A directed link's connection: in-flight messages carry `conn`, and a cut opens a new one.
@@ -217,6 +240,8 @@ pub struct World {
     partition: Option<partition::Partition>,
     partitions: usize,
     prng: SmallRng,
+    /// The crash kinds' random stream (`Config::disks`).
+    drng: SmallRng,
     /// The ranges the cluster formed with, by index.
     ranges: Vec<Range>,
     /// Manager -> node is one connection per node: installs arrive in epoch order.
@@ -268,6 +293,7 @@ impl World {
             partition: None,
             partitions: 0,
             prng: SmallRng::seed_from_u64(seed ^ PARTITION_STREAM),
+            drng: SmallRng::seed_from_u64(seed ^ DISK_STREAM),
             ranges: Vec::new(),
             install_arrival: HashMap::new(),
             clients: Vec::new(),
@@ -289,9 +315,19 @@ impl World {
         let epoch = formed.epoch;
         w.configs.insert(epoch, formed);
         for n in 1..=w.cfg.nodes as NodeId {
-            w.nodes.insert(n, Node { life: 0, alive: true, registered: epoch, replicas: BTreeMap::new() });
+            w.nodes.insert(
+                n,
+                Node {
+                    life: 0,
+                    alive: true,
+                    registered: epoch,
+                    replicas: BTreeMap::new(),
+                    kept: BTreeMap::new(),
+                },
+            );
             w.install_now(n, epoch);
             w.at(TICK_INTERVAL, Ev::Tick { node: n, life: 0 });
+            w.schedule_disk_sync(n, 0);
         }
         for c in 0..w.cfg.clients {
             w.clients.push(Client::new(w.cfg.ops_per_client));
@@ -307,8 +343,12 @@ impl World {
         w
     }
 
-    fn new_replica(&self, route: Route) -> Replica<MemStore> {
-        let r = Replica::new(MemStore::default(), route);
+    fn new_replica(&self, route: Route) -> Replica<DiskStore> {
+        self.open_replica(DiskStore::new(self.cfg.sync), route)
+    }
+
+    fn open_replica(&self, store: DiskStore, route: Route) -> Replica<DiskStore> {
+        let r = Replica::new(store, route);
         #[cfg(feature = "faults")]
         let r = r.with_fault(self.cfg.fault);
         r
@@ -404,7 +444,7 @@ impl World {
             Ev::Request { node, range, client, tag, req } => self.on_request(node, range, client, tag, req),
             Ev::Answer { client, tag, answer } => self.on_answer(client, tag, answer),
             Ev::ClientSend { client } => self.send_request(client),
-            Ev::NodeBack { node } => self.node_back(node),
+            Ev::NodeBack { node, complete } => self.node_back(node, complete),
             Ev::Install { node, epoch } => self.on_install(node, epoch),
             Ev::Connected { from, to, conn } => self.on_connected(from, to, conn),
             Ev::Tick { node, life } => {
@@ -414,6 +454,14 @@ impl World {
                         self.report_tail_ready(node, ix);
                     }
                     self.at(TICK_INTERVAL, Ev::Tick { node, life });
+                }
+            }
+            Ev::DiskSync { node, life } => {
+                if let Some(n) = self.nodes.get_mut(&node).filter(|n| n.alive && n.life == life) {
+                    for r in n.replicas.values_mut() {
+                        r.store_mut().sync();
+                    }
+                    self.schedule_disk_sync(node, life);
                 }
             }
             Ev::ClientNext { client } => self.client_next(client),
@@ -460,7 +508,7 @@ impl World {
         let (max_seq, acked) = (replica.store().max_seq(), replica.acked());
         if replica.route().is_tail() {
             // Stored at the tail: committed.
-            self.committed.extend(replica.store().applied_after(before).map(|s| (ix, s)));
+            self.committed.extend(replica.store().mem().applied_after(before).map(|s| (ix, s)));
         }
         let high = self.high.entry((node, ix, life)).or_default();
         if max_seq < high.0 || acked < high.1 {
@@ -588,7 +636,7 @@ impl World {
                 Some(r)
                     if route.is_syncing()
                         && !r.route().is_syncing()
-                        && !self.suffix_provable(ix, r, &route) =>
+                        && !self.suffix_provable(ix, r.store(), &route) =>
                 {
                     // The source refuses a suffix: the replica starts over from an empty copy.
                     let replica = self.new_replica(route);
@@ -599,7 +647,12 @@ impl World {
                 }
                 Some(_) => self.step(node, ix, Event::Install(route)),
                 None if route.rc.path().any(|m| m == node) => {
-                    let replica = self.new_replica(route);
+                    // Opened on what a crash left of its datastore; a syncing replica keeps it
+                    // only if the source grants the suffix after it.
+                    let kept = self.nodes.get_mut(&node).and_then(|n| n.kept.remove(&ix));
+                    let kept = kept.filter(|k| !route.is_syncing() || self.suffix_provable(ix, k, &route));
+                    let replica =
+                        self.open_replica(kept.unwrap_or_else(|| DiskStore::new(self.cfg.sync)), route);
                     if let Some(n) = self.nodes.get_mut(&node) {
                         n.replicas.insert(ix, replica);
                     }
@@ -614,15 +667,14 @@ impl World {
     /// suffix sync, docs/PROTOCOL.md): only if the source, the range's tail, holds that very
     /// record, so it committed and everything the replica holds below it is the range's. A
     /// refused suffix means a full copy.
-    fn suffix_provable(&self, ix: RangeIx, replica: &Replica<MemStore>, route: &Route) -> bool {
-        let top = replica.store().max_seq();
+    fn suffix_provable(&self, ix: RangeIx, store: &DiskStore, route: &Route) -> bool {
+        let top = store.max_seq();
         if top == 0 {
             return true;
         }
-        let record =
-            |store: &MemStore| store.updates_after(top - 1).ok()?.into_iter().next().filter(|u| u.seq == top);
+        let record = |store: &DiskStore| store.record(top);
         let source = route.rc.tail().and_then(|t| self.nodes.get(&t).filter(|n| n.alive)?.replicas.get(&ix));
-        source.is_some_and(|s| record(s.store()).is_some_and(|r| Some(r) == record(replica.store())))
+        source.is_some_and(|s| record(s.store()).is_some_and(|r| Some(r) == record(store)))
     }
 
     /// The manager pushes a new configuration to every node, each over its own connection.
@@ -683,6 +735,12 @@ impl World {
     /// hold every acknowledged update: not an unproven tail): the simulator's crashes lose the
     /// node's data, which no chain survives for its last copy.
     fn crash(&mut self, node: NodeId) {
+        let kind = if !self.cfg.disks {
+            Crash::Disk
+        } else {
+            [Crash::Process, Crash::Host, Crash::Disk][self.drng.gen_range(0..3)]
+        };
+        let loses = kind == Crash::Disk || (kind == Crash::Host && self.cfg.sync != SyncPolicy::Always);
         let config = self.config();
         // A proven replica cut off by a partition counts for none: the failure detector may
         // drop it from the chain, leaving this node the last (see `world::partition`).
@@ -690,14 +748,32 @@ impl World {
             rc.chain.contains(&node)
                 && !proven(rc).any(|m| m != node && self.nodes[&m].alive && !self.partitioned_off(m))
         });
-        if !self.nodes[&node].alive || alone || self.partition.is_some() {
+        if !self.nodes[&node].alive || (alone && loses) || self.partition.is_some() {
             return;
         }
         self.crashes += 1;
         let n = self.nodes.get_mut(&node).expect("node");
         n.alive = false;
         n.life += 1;
-        n.replicas.clear();
+        let replicas = std::mem::take(&mut n.replicas);
+        let kept = match kind {
+            Crash::Process => {
+                replicas.into_iter().map(|(ix, r)| (ix, r.store().after_crash(u64::MAX))).collect()
+            }
+            Crash::Host => replicas
+                .into_iter()
+                .map(|(ix, r)| {
+                    let survive = self.drng.gen_range(0..=r.store().max_seq());
+                    (ix, r.store().after_crash(survive))
+                })
+                .collect(),
+            Crash::Disk => BTreeMap::new(),
+        };
+        let n = self.nodes.get_mut(&node).expect("node");
+        n.kept = kept;
+        if self.cfg.trace {
+            eprintln!("{:>9} crash {node}: {kind:?}", self.now);
+        }
         let life = n.life;
         let peers: Vec<NodeId> = self.nodes.keys().copied().filter(|m| *m != node).collect();
         for p in peers {
@@ -711,16 +787,28 @@ impl World {
         self.at(detect, Ev::Failed { node, life });
         // Mostly after the failure detector noticed, sometimes before.
         let back = self.rng.gen_range(100 * MS..2_000 * MS);
-        self.at(back, Ev::NodeBack { node });
+        self.at(back, Ev::NodeBack { node, complete: !loses });
     }
 
-    /// A crashed node's process is back with empty datastores: it registers as one whose
-    /// logs may lack what it acknowledged, and installs the configuration that returns.
-    fn node_back(&mut self, node: NodeId) {
+    fn schedule_disk_sync(&mut self, node: NodeId, life: u32) {
+        if let SyncPolicy::Interval(every) = self.cfg.sync {
+            self.at(every, Ev::DiskSync { node, life });
+        }
+    }
+
+    /// A crashed node's process is back: it registers, as one whose logs may lack what it
+    /// acknowledged unless they are `complete` (as `backend::boot` decides), and installs the
+    /// configuration that returns, opening its replicas on what its disks kept.
+    fn node_back(&mut self, node: NodeId, complete: bool) {
         let n = self.nodes.get_mut(&node).expect("node");
         n.alive = true;
         let life = n.life;
-        self.manager_registered_unproven(node);
+        if complete {
+            self.manager_registered(node);
+        } else {
+            self.manager_registered_unproven(node);
+        }
+        self.schedule_disk_sync(node, life);
         let epoch = self.config().epoch;
         if let Some(n) = self.nodes.get_mut(&node) {
             n.registered = epoch;

@@ -2,8 +2,8 @@
 //! acknowledged update, no request was decided twice, no client waited too long, and the
 //! history (with a final read of every key) is linearizable.
 
+use crate::disk::DiskStore;
 use fawn_kv::replica::machine::{Action, Event, Replica};
-use fawn_kv::replica::store::MemStore;
 use fawn_proto::native::ReplEffect;
 use fawn_proto::op::Outcome;
 
@@ -53,15 +53,15 @@ impl World {
     /// tail joins the history.
     fn check_range(&mut self, ix: RangeIx, problems: &mut Vec<String>) {
         let rc = self.range_config(ix).clone();
-        let live: Vec<&Replica<MemStore>> = rc
+        let live: Vec<&Replica<DiskStore>> = rc
             .chain
             .iter()
             .filter_map(|n| self.nodes.get(n).filter(|n| n.alive)?.replicas.get(&ix))
             .collect();
         if let Some(first) = live.first() {
-            let contents: Vec<(&Vec<u8>, &(u64, ReplEffect))> = first.store().contents().collect();
+            let contents: Vec<(&Vec<u8>, &(u64, ReplEffect))> = first.store().mem().contents().collect();
             for r in &live[1..] {
-                if r.store().contents().collect::<Vec<_>>() != contents {
+                if r.store().mem().contents().collect::<Vec<_>>() != contents {
                     problems.push(format!(
                         "range {ix}: replicas {} and {} differ after settling",
                         first.route().me,
@@ -77,7 +77,7 @@ impl World {
                 problems.push(format!("node {me} range {ix} still has {n} unacked updates"));
             }
             for (key, seq) in self.acked.iter().filter(|(k, _)| keys.contains(k)) {
-                if r.store().seq_of(&key_bytes(*key)).is_none_or(|s| s < *seq) {
+                if r.store().mem().seq_of(&key_bytes(*key)).is_none_or(|s| s < *seq) {
                     problems.push(format!("node {} lost acknowledged seq {seq} of key {key}", r.route().me));
                 }
             }
