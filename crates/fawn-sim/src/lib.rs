@@ -39,6 +39,10 @@ pub struct Config {
     pub disks: bool,
     /// When appended records become durable.
     pub sync: disk::SyncPolicy,
+    /// With `disks`: now and then a node's disk is full for up to a second and refuses
+    /// appends. Off by default: a replica whose batch append failed asks for a resend at
+    /// once, and each resend that fails again asks again, so a seed runs very slowly.
+    pub full_disks: bool,
     /// Print every event and a failing key's history to stderr.
     pub trace: bool,
     /// A fault switched on in every replica.
@@ -57,6 +61,7 @@ impl Default for Config {
             crashes_max: 3,
             partitions_max: 2,
             disks: false,
+            full_disks: false,
             sync: disk::SyncPolicy::Interval(100_000),
             trace: false,
             #[cfg(feature = "faults")]

@@ -33,6 +33,9 @@ struct Args {
     /// (default: every crash loses the node's data).
     #[arg(long)]
     disks: bool,
+    /// With --disks: disks that fill up for a while and refuse appends.
+    #[arg(long)]
+    full_disks: bool,
     /// Operations per client.
     #[arg(long, default_value_t = 40)]
     ops: usize,
@@ -60,6 +63,7 @@ fn main() {
         crashes_max: args.crashes,
         partitions_max: args.partitions,
         disks: args.disks,
+        full_disks: args.full_disks,
         ..Default::default()
     };
     #[cfg(feature = "faults")]

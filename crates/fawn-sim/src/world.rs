@@ -46,6 +46,8 @@ const SETTLE: Micros = 5_000 * MS;
 
 /// Mixed into the seed for the crash kinds' random stream.
 const DISK_STREAM: u64 = 0x2545_f491_4f6c_dd1d;
+/// Longest gap between two disks filling up (`Config::full_disks`).
+const DISK_FULL_GAP_MAX: Micros = 3_000 * MS;
 /// Mixed into the seed for the partitions' random stream.
 const PARTITION_STREAM: u64 = 0x9e37_79b9_7f4a_7c15;
 /// Longest gap between two chances of a partition.
@@ -104,6 +106,12 @@ enum Ev {
     Tick {
         node: NodeId,
         life: u32,
+    },
+    /// A node's disk fills up (`full`), or has room again (`Config::full_disks`).
+    DiskFull {
+        node: NodeId,
+        life: u32,
+        full: bool,
     },
     /// The interval sync of a node's datastores (`SyncPolicy::Interval`).
     DiskSync {
@@ -165,6 +173,8 @@ struct Node {
     replicas: BTreeMap<RangeIx, Replica<DiskStore>>,
     /// What a crash left on the node's disks, by range, until a replica opens it.
     kept: BTreeMap<RangeIx, DiskStore>,
+    /// The disk refuses appends (new replicas' too).
+    disk_full: bool,
 }
 
 /// What a crash takes.
@@ -323,6 +333,7 @@ impl World {
                     registered: epoch,
                     replicas: BTreeMap::new(),
                     kept: BTreeMap::new(),
+                    disk_full: false,
                 },
             );
             w.install_now(n, epoch);
@@ -336,6 +347,10 @@ impl World {
         }
         let first = w.fault_gap();
         w.at(first, Ev::Fault);
+        if w.cfg.disks && w.cfg.full_disks {
+            let first = w.drng.gen_range(100 * MS..DISK_FULL_GAP_MAX);
+            w.at(first, Ev::DiskFull { node: 0, life: 0, full: true });
+        }
         if w.cfg.partitions_max > 0 {
             let first = w.prng.gen_range(100 * MS..PARTITION_GAP_MAX);
             w.at(first, Ev::PartitionStart);
@@ -464,6 +479,7 @@ impl World {
                     self.schedule_disk_sync(node, life);
                 }
             }
+            Ev::DiskFull { node, life, full } => self.disk_full(node, life, full),
             Ev::ClientNext { client } => self.client_next(client),
             Ev::ClientTimeout { client, attempt } => {
                 let c = &self.clients[client as usize];
@@ -660,6 +676,12 @@ impl World {
                 None => {}
             }
         }
+        // A replica opened on a full disk finds it full too.
+        if let Some(n) = self.nodes.get_mut(&node).filter(|n| n.disk_full) {
+            for r in n.replicas.values_mut() {
+                r.store_mut().set_full(true);
+            }
+        }
     }
 
     /// Whether the sync source would grant `replica`, which rejoins its range as a syncing
@@ -771,6 +793,7 @@ impl World {
         };
         let n = self.nodes.get_mut(&node).expect("node");
         n.kept = kept;
+        n.disk_full = false;
         if self.cfg.trace {
             eprintln!("{:>9} crash {node}: {kind:?}", self.now);
         }
@@ -788,6 +811,33 @@ impl World {
         // Mostly after the failure detector noticed, sometimes before.
         let back = self.rng.gen_range(100 * MS..2_000 * MS);
         self.at(back, Ev::NodeBack { node, complete: !loses });
+    }
+
+    /// Node 0 names the next chance of a disk filling up: a random node's, for a while.
+    fn disk_full(&mut self, node: NodeId, life: u32, full: bool) {
+        if node == 0 {
+            if !self.faults_on {
+                return;
+            }
+            let nodes: Vec<NodeId> = self.nodes.keys().copied().collect();
+            let node = nodes[self.drng.gen_range(0..nodes.len())];
+            let life = self.nodes[&node].life;
+            self.disk_full(node, life, true);
+            let lasts = self.drng.gen_range(50 * MS..1_000 * MS);
+            self.at(lasts, Ev::DiskFull { node, life, full: false });
+            let next = self.drng.gen_range(100 * MS..DISK_FULL_GAP_MAX);
+            self.at(next, Ev::DiskFull { node: 0, life: 0, full: true });
+            return;
+        }
+        if self.cfg.trace {
+            eprintln!("{:>9} disk of {node} full: {full}", self.now);
+        }
+        if let Some(n) = self.nodes.get_mut(&node).filter(|n| n.alive && n.life == life) {
+            n.disk_full = full;
+            for r in n.replicas.values_mut() {
+                r.store_mut().set_full(full);
+            }
+        }
     }
 
     fn schedule_disk_sync(&mut self, node: NodeId, life: u32) {
