@@ -3,11 +3,11 @@
 # time and keeps every failing seed, so that a rare interleaving found overnight can be replayed
 # exactly (`cargo run --release -p fawn-sim -- --seeds 1 --seed S --crashes C --trace`).
 #
-#   scripts/sim-soak.sh [--minutes M] [--crashes C] [--first-seed S] [--block N] [--out FILE]
+#   scripts/sim-soak.sh [--minutes M] [--crashes C] [--first-seed S] [--block N] [--out FILE] [--disks]
 #
-# Defaults: 10 minutes, 3 crashes per run (CI runs 1), seeds from a random start, blocks of
-# 20 000 seeds. Exits 1 if any seed failed; the failing seeds are in FILE
-# (default target/sim-soak/failures.txt) and on stdout.
+# Defaults: 10 minutes, 3 crashes and 2 partitions per run (CI runs 1 crash), seeds from a
+# random start, blocks of 20 000 seeds; --disks: process, host and disk crashes. Exits 1 if any
+# seed failed; the failing seeds are in FILE (default target/sim-soak/failures.txt) and stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +16,7 @@ crashes=3
 first_seed=$(( (RANDOM << 15 | RANDOM) * 1000 ))
 block=20000
 out=target/sim-soak/failures.txt
+extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --minutes) minutes=$2; shift 2 ;;
@@ -23,6 +24,7 @@ while [ $# -gt 0 ]; do
     --first-seed) first_seed=$2; shift 2 ;;
     --block) block=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
+    --disks) extra+=(--disks); shift ;;
     -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "sim-soak: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -37,7 +39,7 @@ seed=$first_seed
 runs=0
 while [ "$(date +%s)" -lt "$deadline" ]; do
   # fawn-sim exits 1 when a seed of the block failed; the lines say which.
-  "$sim" --seeds "$block" --seed "$seed" --crashes "$crashes" 2>/dev/null | grep '^seed ' | tee -a "$out" || true
+  "$sim" --seeds "$block" --seed "$seed" --crashes "$crashes" "${extra[@]}" 2>/dev/null | grep '^seed ' | tee -a "$out" || true
   seed=$(( seed + block ))
   runs=$(( runs + block ))
 done

@@ -1,11 +1,15 @@
-//! A deterministic simulator of one FAWN range's chain: the pure replica state machines of
-//! `fawn_kv::replica`, a manager that drops failed nodes and re-adds restarted ones, clients
-//! with retries, and a network that delays, cuts connections (losing what was in flight) and
-//! keeps each connection in order — all in one thread, on a simulated clock, from one seed.
-//! Per seed it checks the client history for linearizability, that every acknowledged write
-//! is in every in-chain replica, that the replicas converge and that seqs never go back.
+//! A deterministic simulator of a small FAWN cluster: the pure replica state machines of
+//! `fawn_kv::replica` for every range on every node, the manager's real membership state
+//! machine (`fawn_kv::manager::state`) fed with the failures, restarts and sync reports the
+//! simulator produces, clients with retries, and a network that delays, cuts connections
+//! (losing what was in flight) and keeps each connection in order — all in one thread, on a
+//! simulated clock, from one seed. Per seed it checks the client history for
+//! linearizability, that every acknowledged write is in every in-chain replica, that the
+//! replicas converge, that seqs never go back and that every configuration keeps a proven
+//! replica in every range.
 
 pub mod check;
+pub mod disk;
 pub mod world;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -16,7 +20,9 @@ pub use fawn_kv::replica::machine::Fault;
 /// The shape of one run.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// Replicas in the chain at the start.
+    /// Back-end nodes: the cluster forms one range per node, each replicated on `replicas`.
+    pub nodes: usize,
+    /// Replicas per range (the replication factor).
     pub replicas: usize,
     pub clients: usize,
     pub ops_per_client: usize,
@@ -24,6 +30,19 @@ pub struct Config {
     pub keys: usize,
     /// Node crashes per run, at most.
     pub crashes_max: usize,
+    /// Network partitions per run, at most (`world::partition`).
+    pub partitions_max: usize,
+    /// Crashes of three kinds (process: nothing lost; host: what was not synced lost from a
+    /// random point on; disk: everything lost), a node that kept its logs registering as the
+    /// back-end does. Off (the default until a restarted replica keeps its request outcomes:
+    /// `tests/restarted_head_decides_a_retry_again.rs`): every crash loses the node's data.
+    pub disks: bool,
+    /// When appended records become durable.
+    pub sync: disk::SyncPolicy,
+    /// With `disks`: now and then a node's disk is full for up to a second and refuses
+    /// appends. Off by default: a replica whose batch append failed asks for a resend at
+    /// once, and each resend that fails again asks again, so a seed runs very slowly.
+    pub full_disks: bool,
     /// Print every event and a failing key's history to stderr.
     pub trace: bool,
     /// A fault switched on in every replica.
@@ -34,11 +53,16 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Config {
         Config {
+            nodes: 4,
             replicas: 3,
             clients: 4,
             ops_per_client: 40,
-            keys: 3,
+            keys: 4,
             crashes_max: 3,
+            partitions_max: 2,
+            disks: false,
+            full_disks: false,
+            sync: disk::SyncPolicy::Interval(100_000),
             trace: false,
             #[cfg(feature = "faults")]
             fault: None,

@@ -6,7 +6,7 @@ use std::time::Instant;
 use clap::Parser;
 
 #[derive(Parser)]
-#[command(about = "Deterministic simulation of a FAWN chain under faults")]
+#[command(about = "Deterministic simulation of a FAWN cluster under faults")]
 struct Args {
     /// How many seeds to run.
     #[arg(long, default_value_t = 1000)]
@@ -14,12 +14,28 @@ struct Args {
     /// The first seed.
     #[arg(long, default_value_t = 0)]
     seed: u64,
-    /// Replicas in the chain at the start.
+    /// Back-end nodes (one range per node).
+    #[arg(long, default_value_t = 4)]
+    nodes: usize,
+    /// Replicas per range.
     #[arg(long, default_value_t = 3)]
     replicas: usize,
+    /// Keys the clients share.
+    #[arg(long, default_value_t = 4)]
+    keys: usize,
     /// Node crashes per run, at most.
     #[arg(long, default_value_t = 3)]
     crashes: usize,
+    /// Network partitions per run, at most.
+    #[arg(long, default_value_t = 2)]
+    partitions: usize,
+    /// Crashes of three kinds, process, host and disk, over datastores synced every 100 ms
+    /// (default: every crash loses the node's data).
+    #[arg(long)]
+    disks: bool,
+    /// With --disks: disks that fill up for a while and refuse appends.
+    #[arg(long)]
+    full_disks: bool,
     /// Operations per client.
     #[arg(long, default_value_t = 40)]
     ops: usize,
@@ -39,10 +55,15 @@ fn main() {
     let args = Args::parse();
     #[allow(unused_mut)]
     let mut cfg = fawn_sim::Config {
+        nodes: args.nodes,
         replicas: args.replicas,
+        keys: args.keys,
         ops_per_client: args.ops,
         trace: args.trace,
         crashes_max: args.crashes,
+        partitions_max: args.partitions,
+        disks: args.disks,
+        full_disks: args.full_disks,
         ..Default::default()
     };
     #[cfg(feature = "faults")]

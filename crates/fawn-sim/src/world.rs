@@ -1,21 +1,29 @@
-//! One simulated cluster for one seed: a chain of pure replicas for one range, a manager that
-//! removes failed nodes and re-adds restarted ones, clients, and a network, on a simulated
-//! clock driven by one seeded random source. Nothing here reads the real clock or spawns.
+//! One simulated cluster for one seed: back-end nodes each holding a pure replica of every
+//! range whose chain they are on, the manager's real membership state machine
+//! (`fawn_kv::manager::state`), clients, and a network, on a simulated clock driven by one
+//! seeded random source. Nothing here reads the real clock or spawns.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap, HashMap, HashSet};
 
-use fawn_kv::replica::machine::{Action, ClientUpdate, Event, Replica};
+use fawn_kv::manager::state::LinkCuts;
+use fawn_kv::replica::machine::{Action, Event, Replica};
 use fawn_kv::replica::route::Route;
-use fawn_kv::replica::store::{MemStore, ReplicaStore};
-use fawn_proto::native::{ChainMsg, RangeConfig, ReplEffect, ReqId, WireError};
-use fawn_proto::op::{Item, Mutation, Outcome, Update};
-use fawn_ring::{NodeId, Range};
+use fawn_kv::replica::store::ReplicaStore;
+use fawn_proto::native::{ChainMsg, ClusterConfig, RangeConfig, ReqId, WireError};
+use fawn_proto::op::{Item, Outcome, Update};
+use fawn_ring::{key_id, NodeId, Range};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-use crate::check::{Op, OpKind, OpResult, Value};
+use crate::check::{Op, Value};
+use crate::disk::{DiskStore, SyncPolicy};
 use crate::Config;
+
+mod checks;
+mod clients;
+mod manager;
+mod partition;
 
 /// Simulated time, in microseconds.
 type Micros = u64;
@@ -30,12 +38,24 @@ const CLIENT_BACKOFF: Micros = 20 * MS;
 /// Attempts before a client gives up on an operation (its outcome stays unknown).
 const CLIENT_ATTEMPTS_MAX: u32 = 10;
 /// Longest a client may wait for an answer: failure detection (at most 0.5 s), a client
-/// timeout and retry (1 s each) and a re-sync take well under it (the longest seen over
-/// thousands of seeds with three crashes is about 3.2 s); a chain that leaves an update
-/// unacknowledged until the client gives up takes far longer.
+/// timeout and retry (1 s each) and a re-sync take well under it; a chain that leaves an
+/// update unacknowledged until the client gives up takes far longer.
 const WAIT_MAX: Micros = 5_000 * MS;
 /// After the clients are done, faults stop and the cluster runs this long to settle.
 const SETTLE: Micros = 5_000 * MS;
+
+/// Mixed into the seed for the crash kinds' random stream.
+const DISK_STREAM: u64 = 0x2545_f491_4f6c_dd1d;
+/// Longest gap between two disks filling up (`Config::full_disks`).
+const DISK_FULL_GAP_MAX: Micros = 3_000 * MS;
+/// Mixed into the seed for the partitions' random stream.
+const PARTITION_STREAM: u64 = 0x9e37_79b9_7f4a_7c15;
+/// Longest gap between two chances of a partition.
+const PARTITION_GAP_MAX: Micros = 2_000 * MS;
+
+/// A range by its index in the formed configuration (the simulator neither splits nor
+/// merges, so the ranges stay those the cluster formed with).
+type RangeIx = usize;
 
 /// Something that happens at a point in simulated time.
 #[derive(Debug)]
@@ -50,6 +70,7 @@ enum Ev {
     /// A client's request arrives at a node.
     Request {
         node: NodeId,
+        range: RangeIx,
         client: u32,
         tag: u64,
         req: Req,
@@ -65,9 +86,11 @@ enum Ev {
     ClientSend {
         client: u32,
     },
-    /// A crashed node's process is back, empty.
+    /// A crashed node's process is back with what its disks kept, and registers with the
+    /// manager (its logs `complete`: nothing it acknowledged can be missing).
     NodeBack {
         node: NodeId,
+        complete: bool,
     },
     /// The manager's configuration of `epoch` arrives at a node.
     Install {
@@ -84,6 +107,17 @@ enum Ev {
         node: NodeId,
         life: u32,
     },
+    /// A node's disk fills up (`full`), or has room again (`Config::full_disks`).
+    DiskFull {
+        node: NodeId,
+        life: u32,
+        full: bool,
+    },
+    /// The interval sync of a node's datastores (`SyncPolicy::Interval`).
+    DiskSync {
+        node: NodeId,
+        life: u32,
+    },
     ClientNext {
         client: u32,
     },
@@ -91,18 +125,28 @@ enum Ev {
         client: u32,
         attempt: u32,
     },
-    /// The manager notices that a node failed, or restarted.
+    /// The failure detector declares a node failed (unless it came back in the meantime:
+    /// `life` is the life that ended).
     Failed {
         node: NodeId,
-    },
-    Restarted {
-        node: NodeId,
+        life: u32,
     },
     SyncDone {
         node: NodeId,
+        range: RangeIx,
+    },
+    /// A partition may start (drawn from the partitions' own random stream).
+    PartitionStart,
+    /// The partition `id`, if still in force, is noticed; or it ends.
+    PartitionNoticed {
+        id: u64,
+    },
+    Heal {
+        id: u64,
     },
     TailReady {
         node: NodeId,
+        range: RangeIx,
     },
     Fault,
 }
@@ -123,7 +167,25 @@ struct Node {
     /// Incarnation: bumped at each crash, so events of an earlier life are dropped.
     life: u32,
     alive: bool,
-    replica: Option<Replica<MemStore>>,
+    /// The epoch this life registered at: older configurations still in flight to it are
+    /// ignored (the real back-end installs the configuration its registration returns).
+    registered: u64,
+    replicas: BTreeMap<RangeIx, Replica<DiskStore>>,
+    /// What a crash left on the node's disks, by range, until a replica opens it.
+    kept: BTreeMap<RangeIx, DiskStore>,
+    /// The disk refuses appends (new replicas' too).
+    disk_full: bool,
+}
+
+/// What a crash takes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Crash {
+    /// The process dies; the host's page cache keeps every record appended.
+    Process,
+    /// The host dies: records not synced are lost from a random point on.
+    Host,
+    /// The disk is lost (or replaced): the node comes back empty.
+    Disk,
 }
 
 /// A directed link's connection: in-flight messages carry `conn`, and a cut opens a new one.
@@ -137,8 +199,8 @@ struct Link {
 }
 
 struct Client {
-    /// The op in progress: its index in the history, request and attempt.
-    current: Option<(usize, Req, u32)>,
+    /// The op in progress: its index in the history, request, its range and attempt.
+    current: Option<(usize, Req, RangeIx, u32)>,
     ops_left: usize,
     writes: u32,
     next_req: u64,
@@ -161,7 +223,9 @@ pub struct Stats {
     pub events: u64,
     pub crashes: usize,
     pub cuts: usize,
+    pub partitions: usize,
     pub epochs: u64,
+    pub ranges: usize,
     pub sim_ms: u64,
     /// The longest an operation waited for its answer, and operations never answered.
     pub max_wait_ms: u64,
@@ -179,7 +243,17 @@ pub struct World {
     nodes: BTreeMap<NodeId, Node>,
     links: HashMap<(NodeId, NodeId), Link>,
     /// The manager's configurations by epoch (the latest is current).
-    configs: BTreeMap<u64, RangeConfig>,
+    configs: BTreeMap<u64, ClusterConfig>,
+    /// The link cuts the manager believes in.
+    cuts: LinkCuts,
+    /// The partition in force, partitions so far, and their random stream.
+    partition: Option<partition::Partition>,
+    partitions: usize,
+    prng: SmallRng,
+    /// The crash kinds' random stream (`Config::disks`).
+    drng: SmallRng,
+    /// The ranges the cluster formed with, by index.
+    ranges: Vec<Range>,
     /// Manager -> node is one connection per node: installs arrive in epoch order.
     install_arrival: HashMap<NodeId, Micros>,
     clients: Vec<Client>,
@@ -187,17 +261,17 @@ pub struct World {
     /// Seqs of acknowledged stores and deletes, by key.
     acked: Vec<(u32, u64)>,
     crashes: usize,
-    cuts: usize,
+    cuts_made: usize,
     faults_on: bool,
-    /// Per node and life: highest max_seq and acked seen (they must never go back).
-    high: HashMap<(NodeId, u32), (u64, u64)>,
+    /// Per node, range and life: highest max_seq and acked seen (they must never go back).
+    high: HashMap<(NodeId, RangeIx, u32), (u64, u64)>,
     violations: Vec<String>,
     steps: u64,
-    /// The seq each client request was first ordered at, and its first answer.
-    ordered: HashMap<ReqId, Vec<(u64, Outcome)>>,
+    /// The (range, seq) each client request was ordered at, and its first answer.
+    ordered: HashMap<ReqId, Vec<(RangeIx, u64, Outcome)>>,
     answered: HashMap<ReqId, Outcome>,
-    /// Seqs stored at the tail of their time.
-    committed: std::collections::HashSet<u64>,
+    /// (range, seq) stored at the tail of their time.
+    committed: HashSet<(RangeIx, u64)>,
 }
 
 /// How a violation caused by a retried request decided again starts: a replica that got the
@@ -209,16 +283,6 @@ fn key_bytes(key: u32) -> Vec<u8> {
     format!("k{key}").into_bytes()
 }
 
-fn value_bytes(v: Value) -> Vec<u8> {
-    format!("{}:{}", v.0, v.1).into_bytes()
-}
-
-fn parse_value(bytes: &[u8]) -> Option<Value> {
-    let s = std::str::from_utf8(bytes).ok()?;
-    let (c, n) = s.split_once(':')?;
-    Some((c.parse().ok()?, n.parse().ok()?))
-}
-
 /// The chain members known to hold every acknowledged update.
 fn proven(rc: &RangeConfig) -> impl Iterator<Item = NodeId> + '_ {
     rc.chain.iter().copied().filter(|m| Some(*m) != rc.unproven_tail)
@@ -226,8 +290,6 @@ fn proven(rc: &RangeConfig) -> impl Iterator<Item = NodeId> + '_ {
 
 impl World {
     pub fn new(seed: u64, cfg: Config) -> World {
-        let chain: Vec<NodeId> = (1..=cfg.replicas as NodeId).collect();
-        let rc = RangeConfig::new(Range::full(), chain.clone());
         let mut w = World {
             rng: SmallRng::seed_from_u64(seed),
             now: 0,
@@ -236,46 +298,72 @@ impl World {
             next_event: 0,
             nodes: BTreeMap::new(),
             links: HashMap::new(),
-            configs: BTreeMap::from([(1, rc.clone())]),
+            configs: BTreeMap::new(),
+            cuts: LinkCuts::default(),
+            partition: None,
+            partitions: 0,
+            prng: SmallRng::seed_from_u64(seed ^ PARTITION_STREAM),
+            drng: SmallRng::seed_from_u64(seed ^ DISK_STREAM),
+            ranges: Vec::new(),
             install_arrival: HashMap::new(),
             clients: Vec::new(),
             history: Vec::new(),
             acked: Vec::new(),
             crashes: 0,
-            cuts: 0,
+            cuts_made: 0,
             faults_on: true,
             high: HashMap::new(),
             violations: Vec::new(),
             steps: 0,
             ordered: HashMap::new(),
             answered: HashMap::new(),
-            committed: Default::default(),
+            committed: HashSet::new(),
             cfg,
         };
-        for n in chain {
-            let route = Route { epoch: 1, me: n, rc: rc.clone() };
-            let replica = w.new_replica(route);
-            w.nodes.insert(n, Node { life: 0, alive: true, replica: Some(replica) });
+        let formed = w.form();
+        w.ranges = formed.ranges.iter().map(|rc| rc.range).collect();
+        let epoch = formed.epoch;
+        w.configs.insert(epoch, formed);
+        for n in 1..=w.cfg.nodes as NodeId {
+            w.nodes.insert(
+                n,
+                Node {
+                    life: 0,
+                    alive: true,
+                    registered: epoch,
+                    replicas: BTreeMap::new(),
+                    kept: BTreeMap::new(),
+                    disk_full: false,
+                },
+            );
+            w.install_now(n, epoch);
             w.at(TICK_INTERVAL, Ev::Tick { node: n, life: 0 });
+            w.schedule_disk_sync(n, 0);
         }
         for c in 0..w.cfg.clients {
-            w.clients.push(Client {
-                current: None,
-                ops_left: w.cfg.ops_per_client,
-                writes: 0,
-                next_req: 1,
-                seen: HashMap::new(),
-            });
+            w.clients.push(Client::new(w.cfg.ops_per_client));
             let start = w.rng.gen_range(0..10 * MS);
             w.at(start, Ev::ClientNext { client: c as u32 });
         }
         let first = w.fault_gap();
         w.at(first, Ev::Fault);
+        if w.cfg.disks && w.cfg.full_disks {
+            let first = w.drng.gen_range(100 * MS..DISK_FULL_GAP_MAX);
+            w.at(first, Ev::DiskFull { node: 0, life: 0, full: true });
+        }
+        if w.cfg.partitions_max > 0 {
+            let first = w.prng.gen_range(100 * MS..PARTITION_GAP_MAX);
+            w.at(first, Ev::PartitionStart);
+        }
         w
     }
 
-    fn new_replica(&self, route: Route) -> Replica<MemStore> {
-        let r = Replica::new(MemStore::default(), route);
+    fn new_replica(&self, route: Route) -> Replica<DiskStore> {
+        self.open_replica(DiskStore::new(self.cfg.sync), route)
+    }
+
+    fn open_replica(&self, store: DiskStore, route: Route) -> Replica<DiskStore> {
+        let r = Replica::new(store, route);
         #[cfg(feature = "faults")]
         let r = r.with_fault(self.cfg.fault);
         r
@@ -301,9 +389,25 @@ impl World {
         }
     }
 
-    fn config(&self) -> (u64, &RangeConfig) {
-        let (e, rc) = self.configs.iter().next_back().expect("a configuration");
-        (*e, rc)
+    /// The manager's current configuration.
+    fn config(&self) -> &ClusterConfig {
+        self.configs.values().next_back().expect("a configuration")
+    }
+
+    /// The current configuration of range `ix`.
+    fn range_config(&self, ix: RangeIx) -> &RangeConfig {
+        let range = self.ranges[ix];
+        self.config().ranges.iter().find(|rc| rc.range == range).expect("the simulator's ranges stay")
+    }
+
+    fn range_ix(&self, range: &Range) -> Option<RangeIx> {
+        self.ranges.iter().position(|r| r == range)
+    }
+
+    /// The range that holds `key`.
+    fn range_of_key(&self, key: u32) -> RangeIx {
+        let id = key_id(&key_bytes(key));
+        self.ranges.iter().position(|r| r.contains(id)).expect("the ranges cover the ring")
     }
 
     /// Runs to the end; returns what the checks found.
@@ -332,8 +436,10 @@ impl World {
             answered: self.history.iter().filter(|o| o.ret.is_some()).count(),
             events: self.steps,
             crashes: self.crashes,
-            cuts: self.cuts,
-            epochs: self.config().0,
+            cuts: self.cuts_made,
+            partitions: self.partitions,
+            epochs: self.config().epoch,
+            ranges: self.ranges.len(),
             sim_ms: self.now / MS,
             max_wait_ms: self.history.iter().filter_map(|o| Some(o.ret?.0 - o.call)).max().unwrap_or(0) / MS,
             unanswered: self.history.iter().filter(|o| o.ret.is_none()).count(),
@@ -345,73 +451,101 @@ impl World {
         match ev {
             Ev::Deliver { from, to, conn, msg } => {
                 if self.links.get(&(from, to)).is_some_and(|l| l.conn == conn) {
-                    self.step(to, Event::Chain { from, msg });
+                    if let Some(ix) = chain_msg_range(&msg).and_then(|r| self.range_ix(&r)) {
+                        self.step(to, ix, Event::Chain { from, msg });
+                    }
                 }
             }
-            Ev::Request { node, client, tag, req } => self.on_request(node, client, tag, req),
+            Ev::Request { node, range, client, tag, req } => self.on_request(node, range, client, tag, req),
             Ev::Answer { client, tag, answer } => self.on_answer(client, tag, answer),
             Ev::ClientSend { client } => self.send_request(client),
-            Ev::NodeBack { node } => {
-                let n = self.nodes.get_mut(&node).expect("node");
-                n.alive = true;
-                let life = n.life;
-                self.at(TICK_INTERVAL, Ev::Tick { node, life });
-            }
+            Ev::NodeBack { node, complete } => self.node_back(node, complete),
             Ev::Install { node, epoch } => self.on_install(node, epoch),
             Ev::Connected { from, to, conn } => self.on_connected(from, to, conn),
             Ev::Tick { node, life } => {
                 if self.nodes.get(&node).is_some_and(|n| n.alive && n.life == life) {
-                    self.step(node, Event::Tick);
-                    self.report_tail_ready(node);
+                    for ix in 0..self.ranges.len() {
+                        self.step(node, ix, Event::Tick);
+                        self.report_tail_ready(node, ix);
+                    }
                     self.at(TICK_INTERVAL, Ev::Tick { node, life });
                 }
             }
+            Ev::DiskSync { node, life } => {
+                if let Some(n) = self.nodes.get_mut(&node).filter(|n| n.alive && n.life == life) {
+                    for r in n.replicas.values_mut() {
+                        r.store_mut().sync();
+                    }
+                    self.schedule_disk_sync(node, life);
+                }
+            }
+            Ev::DiskFull { node, life, full } => self.disk_full(node, life, full),
             Ev::ClientNext { client } => self.client_next(client),
             Ev::ClientTimeout { client, attempt } => {
                 let c = &self.clients[client as usize];
-                if c.current.as_ref().is_some_and(|(_, _, a)| *a == attempt) {
+                if c.current.as_ref().is_some_and(|(_, _, _, a)| *a == attempt) {
                     self.retry(client, 0);
                 }
             }
-            Ev::Failed { node } => self.manager_failed(node),
-            Ev::Restarted { node } => self.manager_restarted(node),
-            Ev::SyncDone { node } => self.manager_sync_done(node),
-            Ev::TailReady { node } => self.manager_tail_ready(node),
+            Ev::Failed { node, life } => {
+                // A node back already registered again (failed first if it was still in a
+                // chain): the detector saw its heartbeats resume.
+                if self.nodes.get(&node).is_some_and(|n| !n.alive && n.life == life) {
+                    self.manager_failed(node);
+                }
+            }
+            Ev::SyncDone { node, range } if self.isolated(node) => {
+                // The report is retried until it reaches the manager.
+                self.at(100 * MS, Ev::SyncDone { node, range });
+            }
+            Ev::SyncDone { node, range } => self.manager_sync_done(node, range),
+            Ev::TailReady { node, .. } if self.isolated(node) => {}
+            Ev::TailReady { node, range } => self.manager_tail_ready(node, range),
+            Ev::PartitionStart => {
+                if self.faults_on {
+                    self.start_partition();
+                    let gap = self.prng.gen_range(100 * MS..PARTITION_GAP_MAX);
+                    self.at(gap, Ev::PartitionStart);
+                }
+            }
+            Ev::PartitionNoticed { id } => self.partition_noticed(id),
+            Ev::Heal { id } => self.heal(id),
             Ev::Fault => self.fault(),
         }
     }
 
-    /// Feeds `event` to `node`'s replica and carries out what it asks.
-    fn step(&mut self, node: NodeId, event: Event) {
+    /// Feeds `event` to `node`'s replica of range `ix` and carries out what it asks.
+    fn step(&mut self, node: NodeId, ix: RangeIx, event: Event) {
         let Some(n) = self.nodes.get_mut(&node).filter(|n| n.alive) else { return };
         let life = n.life;
-        let Some(replica) = n.replica.as_mut() else { return };
+        let Some(replica) = n.replicas.get_mut(&ix) else { return };
         let before = replica.store().max_seq();
         let actions = replica.step(event);
         let (max_seq, acked) = (replica.store().max_seq(), replica.acked());
         if replica.route().is_tail() {
             // Stored at the tail: committed.
-            self.committed.extend(replica.store().applied_after(before));
+            self.committed.extend(replica.store().mem().applied_after(before).map(|s| (ix, s)));
         }
-        let high = self.high.entry((node, life)).or_default();
+        let high = self.high.entry((node, ix, life)).or_default();
         if max_seq < high.0 || acked < high.1 {
-            let msg = format!("node {node}: seq went back ({:?} -> {:?})", high, (max_seq, acked));
+            let msg = format!("node {node} range {ix}: seq went back ({:?} -> {:?})", high, (max_seq, acked));
             self.violations.push(msg);
         }
         *high = (max_seq, acked);
         for a in actions {
-            self.act(node, a);
+            self.act(node, ix, a);
         }
     }
 
-    fn act(&mut self, node: NodeId, action: Action) {
+    fn act(&mut self, node: NodeId, ix: RangeIx, action: Action) {
         match action {
             Action::Send { to, msg } => {
                 if let ChainMsg::Replicate { seq, origin: Some(o), .. } = &msg {
-                    self.note_ordered(o.req, *seq, &o.outcome);
+                    self.note_ordered(o.req, ix, *seq, &o.outcome);
                 }
                 self.send(node, to, msg)
             }
+            Action::Reply { .. } | Action::GetReply { .. } if self.isolated(node) => {}
             Action::Reply { req, result } => {
                 if let Ok(outcome) = &result {
                     self.note_answered(req, outcome);
@@ -430,17 +564,17 @@ impl World {
             Action::Committed { .. } => {}
             Action::SyncDone => {
                 let d = self.delay();
-                self.at(d, Ev::SyncDone { node });
+                self.at(d, Ev::SyncDone { node, range: ix });
             }
         }
     }
 
     /// Every seq a request was ordered at (a head that fails before forwarding loses its
     /// ordering, and the retry is ordered anew: only two applied orderings are a fault).
-    fn note_ordered(&mut self, req: ReqId, seq: u64, outcome: &Outcome) {
+    fn note_ordered(&mut self, req: ReqId, ix: RangeIx, seq: u64, outcome: &Outcome) {
         let seqs = self.ordered.entry(req).or_default();
-        if !seqs.iter().any(|(s, _)| *s == seq) {
-            seqs.push((seq, outcome.clone()));
+        if !seqs.iter().any(|(r, s, _)| (*r, *s) == (ix, seq)) {
+            seqs.push((ix, seq, outcome.clone()));
         }
     }
 
@@ -453,6 +587,9 @@ impl World {
     }
 
     fn send(&mut self, from: NodeId, to: NodeId, msg: ChainMsg) {
+        if self.partitioned(from, to) {
+            return;
+        }
         let delay = self.delay();
         let now = self.now;
         let link = self.links.entry((from, to)).or_default();
@@ -482,40 +619,100 @@ impl World {
         let Some(link) = self.links.get_mut(&(from, to)).filter(|l| l.conn == conn) else { return };
         let waiting = link.down.take().unwrap_or_default();
         link.last_arrival = self.now;
-        self.step(from, Event::Connected { peer: to });
+        for ix in 0..self.ranges.len() {
+            self.step(from, ix, Event::Connected { peer: to });
+        }
         for msg in waiting {
             self.send(from, to, msg);
         }
     }
 
+    /// The configuration of `epoch` reaches `node` (over its connection to the manager).
     fn on_install(&mut self, node: NodeId, epoch: u64) {
-        let Some(rc) = self.configs.get(&epoch).cloned() else { return };
-        let Some(n) = self.nodes.get_mut(&node).filter(|n| n.alive) else { return };
-        let route = Route { epoch, me: node, rc };
-        match n.replica.as_ref() {
-            Some(r) if r.route().epoch >= epoch => {}
-            Some(_) => self.step(node, Event::Install(route)),
-            None if route.rc.path().any(|m| m == node) => {
-                let replica = self.new_replica(route);
-                if let Some(n) = self.nodes.get_mut(&node) {
-                    n.replica = Some(replica);
-                }
-            }
-            None => {}
+        let fresh = self.nodes.get(&node).is_some_and(|n| n.alive && epoch >= n.registered);
+        let fresh = fresh && !self.isolated(node);
+        if fresh {
+            self.install_now(node, epoch);
         }
     }
 
-    /// The manager pushes a new configuration to every node, each over its own connection.
-    fn publish(&mut self, rc: RangeConfig) {
-        let epoch = self.config().0 + 1;
-        if self.cfg.trace {
-            let (chain, syncing, unproven) = (&rc.chain, &rc.syncing, rc.unproven_tail);
-            eprintln!(
-                "{:>9} config {epoch}: chain {chain:?} syncing {syncing:?} unproven tail {unproven:?}",
-                self.now
-            );
+    /// `node` installs the configuration of `epoch`: each of its replicas takes its range's
+    /// new route, and a range whose path it joined gets an empty replica.
+    fn install_now(&mut self, node: NodeId, epoch: u64) {
+        let Some(config) = self.configs.get(&epoch) else { return };
+        let routes: Vec<(RangeIx, Route)> = config
+            .ranges
+            .iter()
+            .filter_map(|rc| Some((self.range_ix(&rc.range)?, Route { epoch, me: node, rc: rc.clone() })))
+            .collect();
+        for (ix, route) in routes {
+            let Some(n) = self.nodes.get(&node) else { return };
+            match n.replicas.get(&ix) {
+                Some(r) if r.route().epoch >= epoch => {}
+                Some(r)
+                    if route.is_syncing()
+                        && !r.route().is_syncing()
+                        && !self.suffix_provable(ix, r.store(), &route) =>
+                {
+                    // The source refuses a suffix: the replica starts over from an empty copy.
+                    let replica = self.new_replica(route);
+                    self.high.remove(&(node, ix, self.nodes[&node].life));
+                    if let Some(n) = self.nodes.get_mut(&node) {
+                        n.replicas.insert(ix, replica);
+                    }
+                }
+                Some(_) => self.step(node, ix, Event::Install(route)),
+                None if route.rc.path().any(|m| m == node) => {
+                    // Opened on what a crash left of its datastore; a syncing replica keeps it
+                    // only if the source grants the suffix after it.
+                    let kept = self.nodes.get_mut(&node).and_then(|n| n.kept.remove(&ix));
+                    let kept = kept.filter(|k| !route.is_syncing() || self.suffix_provable(ix, k, &route));
+                    let replica =
+                        self.open_replica(kept.unwrap_or_else(|| DiskStore::new(self.cfg.sync)), route);
+                    if let Some(n) = self.nodes.get_mut(&node) {
+                        n.replicas.insert(ix, replica);
+                    }
+                }
+                None => {}
+            }
         }
-        self.configs.insert(epoch, rc);
+        // A replica opened on a full disk finds it full too.
+        if let Some(n) = self.nodes.get_mut(&node).filter(|n| n.disk_full) {
+            for r in n.replicas.values_mut() {
+                r.store_mut().set_full(true);
+            }
+        }
+    }
+
+    /// Whether the sync source would grant `replica`, which rejoins its range as a syncing
+    /// replica with what it kept, the suffix after its last record (the real back-end's
+    /// suffix sync, docs/PROTOCOL.md): only if the source, the range's tail, holds that very
+    /// record, so it committed and everything the replica holds below it is the range's. A
+    /// refused suffix means a full copy.
+    fn suffix_provable(&self, ix: RangeIx, store: &DiskStore, route: &Route) -> bool {
+        let top = store.max_seq();
+        if top == 0 {
+            return true;
+        }
+        let record = |store: &DiskStore| store.record(top);
+        let source = route.rc.tail().and_then(|t| self.nodes.get(&t).filter(|n| n.alive)?.replicas.get(&ix));
+        source.is_some_and(|s| record(s.store()).is_some_and(|r| Some(r) == record(store)))
+    }
+
+    /// The manager pushes a new configuration to every node, each over its own connection.
+    fn publish(&mut self, config: ClusterConfig) {
+        let epoch = config.epoch;
+        if self.cfg.trace {
+            for rc in &config.ranges {
+                let (chain, syncing, unproven) = (&rc.chain, &rc.syncing, rc.unproven_tail);
+                let ix = self.range_ix(&rc.range);
+                eprintln!(
+                    "{:>9} config {epoch} range {ix:?}: chain {chain:?} syncing {syncing:?} unproven tail {unproven:?}",
+                    self.now
+                );
+            }
+        }
+        self.configs.insert(epoch, config);
         let nodes: Vec<NodeId> = self.nodes.keys().copied().collect();
         for node in nodes {
             let d = self.rng.gen_range(100..100 * MS);
@@ -526,74 +723,13 @@ impl World {
     }
 
     /// As the back-end's tick: the range's unproven tail that caught up says so, each tick.
-    fn report_tail_ready(&mut self, node: NodeId) {
+    fn report_tail_ready(&mut self, node: NodeId, ix: RangeIx) {
         let ready =
-            self.nodes.get(&node).and_then(|n| n.replica.as_ref()).is_some_and(|r| r.reports_tail_ready());
+            self.nodes.get(&node).and_then(|n| n.replicas.get(&ix)).is_some_and(|r| r.reports_tail_ready());
         if ready {
             let d = self.delay();
-            self.at(d, Ev::TailReady { node });
+            self.at(d, Ev::TailReady { node, range: ix });
         }
-    }
-
-    /// The manager drops a failed node from the chain — never the last proven one (as
-    /// `manager::state::fail_node`), which `crash` never picks: the simulator's crashes lose
-    /// the node's data, which no chain survives for its last copy.
-    fn manager_failed(&mut self, node: NodeId) {
-        let mut rc = self.config().1.clone();
-        if !rc.path().any(|m| m == node) {
-            return;
-        }
-        assert!(
-            proven(&rc).any(|m| m != node),
-            "the simulator never fails a range's last proven replica: {rc:?}"
-        );
-        rc.chain.retain(|m| *m != node);
-        rc.syncing.retain(|m| *m != node);
-        if rc.unproven_tail == Some(node) {
-            rc.unproven_tail = None;
-        }
-        self.publish(rc);
-    }
-
-    /// The range's unproven tail holds everything acknowledged: it is a copy from now on (as
-    /// `manager::state::tail_ready`). A report may repeat or predate a newer configuration.
-    fn manager_tail_ready(&mut self, node: NodeId) {
-        let mut rc = self.config().1.clone();
-        if rc.unproven_tail != Some(node) || rc.tail() != Some(node) {
-            return;
-        }
-        rc.unproven_tail = None;
-        self.publish(rc);
-    }
-
-    fn manager_restarted(&mut self, node: NodeId) {
-        let mut rc = self.config().1.clone();
-        if rc.path().any(|m| m == node) || !self.nodes[&node].alive {
-            return;
-        }
-        // One replica syncs at a time (its source is the tail), and not from an unproven tail
-        // (as `manager::state`): the others wait their turn.
-        if !rc.syncing.is_empty() || rc.unproven_tail.is_some() {
-            self.at(200 * MS, Ev::Restarted { node });
-            return;
-        }
-        rc.syncing.push(node);
-        self.publish(rc);
-    }
-
-    /// A syncing replica has everything its source had: it joins the chain as tail (it serves
-    /// gets only once its predecessor confirms, `CaughtUp`), unproven until it reports
-    /// `TailReady`. Its report may predate a newer configuration; it is not repeated, so it
-    /// counts while the node is still syncing.
-    fn manager_sync_done(&mut self, node: NodeId) {
-        let mut rc = self.config().1.clone();
-        if !rc.syncing.contains(&node) {
-            return;
-        }
-        rc.syncing.retain(|m| *m != node);
-        rc.chain.push(node);
-        rc.unproven_tail = Some(node);
-        self.publish(rc);
     }
 
     fn fault(&mut self) {
@@ -606,7 +742,7 @@ impl World {
             let a = nodes[self.rng.gen_range(0..nodes.len())];
             let b = nodes[self.rng.gen_range(0..nodes.len())];
             if a != b {
-                self.cuts += 1;
+                self.cuts_made += 1;
                 self.cut(a, b);
             }
         } else if roll < 75 && self.crashes < self.cfg.crashes_max {
@@ -617,19 +753,51 @@ impl World {
         self.at(gap, Ev::Fault);
     }
 
-    /// Crashes `node` if the range keeps a live proven replica without it (one known to hold
-    /// every acknowledged update: not an unproven tail).
+    /// Crashes `node` if every range keeps a live proven replica without it (one known to
+    /// hold every acknowledged update: not an unproven tail): the simulator's crashes lose the
+    /// node's data, which no chain survives for its last copy.
     fn crash(&mut self, node: NodeId) {
-        let (_, rc) = self.config();
-        let others = proven(rc).filter(|m| *m != node && self.nodes[m].alive).count();
-        if !self.nodes[&node].alive || others == 0 {
+        let kind = if !self.cfg.disks {
+            Crash::Disk
+        } else {
+            [Crash::Process, Crash::Host, Crash::Disk][self.drng.gen_range(0..3)]
+        };
+        let loses = kind == Crash::Disk || (kind == Crash::Host && self.cfg.sync != SyncPolicy::Always);
+        let config = self.config();
+        // A proven replica cut off by a partition counts for none: the failure detector may
+        // drop it from the chain, leaving this node the last (see `world::partition`).
+        let alone = config.ranges.iter().any(|rc| {
+            rc.chain.contains(&node)
+                && !proven(rc).any(|m| m != node && self.nodes[&m].alive && !self.partitioned_off(m))
+        });
+        if !self.nodes[&node].alive || (alone && loses) || self.partition.is_some() {
             return;
         }
         self.crashes += 1;
         let n = self.nodes.get_mut(&node).expect("node");
         n.alive = false;
         n.life += 1;
-        n.replica = None;
+        let replicas = std::mem::take(&mut n.replicas);
+        let kept = match kind {
+            Crash::Process => {
+                replicas.into_iter().map(|(ix, r)| (ix, r.store().after_crash(u64::MAX))).collect()
+            }
+            Crash::Host => replicas
+                .into_iter()
+                .map(|(ix, r)| {
+                    let survive = self.drng.gen_range(0..=r.store().max_seq());
+                    (ix, r.store().after_crash(survive))
+                })
+                .collect(),
+            Crash::Disk => BTreeMap::new(),
+        };
+        let n = self.nodes.get_mut(&node).expect("node");
+        n.kept = kept;
+        n.disk_full = false;
+        if self.cfg.trace {
+            eprintln!("{:>9} crash {node}: {kind:?}", self.now);
+        }
+        let life = n.life;
         let peers: Vec<NodeId> = self.nodes.keys().copied().filter(|m| *m != node).collect();
         for p in peers {
             for key in [(node, p), (p, node)] {
@@ -639,237 +807,82 @@ impl World {
             }
         }
         let detect = self.rng.gen_range(50 * MS..500 * MS);
-        self.at(detect, Ev::Failed { node });
-        let back = detect + self.rng.gen_range(100 * MS..2_000 * MS);
-        self.at(back, Ev::NodeBack { node });
-        self.at(back + MS, Ev::Restarted { node });
+        self.at(detect, Ev::Failed { node, life });
+        // Mostly after the failure detector noticed, sometimes before.
+        let back = self.rng.gen_range(100 * MS..2_000 * MS);
+        self.at(back, Ev::NodeBack { node, complete: !loses });
     }
 
-    // ---- clients ----
-
-    fn client_next(&mut self, client: u32) {
-        let c = &mut self.clients[client as usize];
-        if c.ops_left == 0 || c.current.is_some() {
+    /// Node 0 names the next chance of a disk filling up: a random node's, for a while.
+    fn disk_full(&mut self, node: NodeId, life: u32, full: bool) {
+        if node == 0 {
+            if !self.faults_on {
+                return;
+            }
+            let nodes: Vec<NodeId> = self.nodes.keys().copied().collect();
+            let node = nodes[self.drng.gen_range(0..nodes.len())];
+            let life = self.nodes[&node].life;
+            self.disk_full(node, life, true);
+            let lasts = self.drng.gen_range(50 * MS..1_000 * MS);
+            self.at(lasts, Ev::DiskFull { node, life, full: false });
+            let next = self.drng.gen_range(100 * MS..DISK_FULL_GAP_MAX);
+            self.at(next, Ev::DiskFull { node: 0, life: 0, full: true });
             return;
         }
-        c.ops_left -= 1;
-        let key = self.rng.gen_range(0..self.cfg.keys as u32);
-        let roll = self.rng.gen_range(0..100);
-        let c = &mut self.clients[client as usize];
-        let (kind, req) = if roll < 35 {
-            (OpKind::Get, Req::Get { key: key_bytes(key) })
+        if self.cfg.trace {
+            eprintln!("{:>9} disk of {node} full: {full}", self.now);
+        }
+        if let Some(n) = self.nodes.get_mut(&node).filter(|n| n.alive && n.life == life) {
+            n.disk_full = full;
+            for r in n.replicas.values_mut() {
+                r.store_mut().set_full(full);
+            }
+        }
+    }
+
+    fn schedule_disk_sync(&mut self, node: NodeId, life: u32) {
+        if let SyncPolicy::Interval(every) = self.cfg.sync {
+            self.at(every, Ev::DiskSync { node, life });
+        }
+    }
+
+    /// A crashed node's process is back: it registers, as one whose logs may lack what it
+    /// acknowledged unless they are `complete` (as `backend::boot` decides), and installs the
+    /// configuration that returns, opening its replicas on what its disks kept.
+    fn node_back(&mut self, node: NodeId, complete: bool) {
+        let n = self.nodes.get_mut(&node).expect("node");
+        n.alive = true;
+        let life = n.life;
+        if complete {
+            self.manager_registered(node);
         } else {
-            let req_id = ReqId { client: client as u64, seq: c.next_req };
-            c.next_req += 1;
-            let seen = c.seen.get(&key).copied();
-            let (kind, mutation, value) = if roll < 50 {
-                (OpKind::Delete, Mutation::Delete, Vec::new())
-            } else {
-                c.writes += 1;
-                let new = (client, c.writes);
-                match seen {
-                    Some((old, cas)) if roll < 70 => {
-                        (OpKind::Cas { old, new }, Mutation::Cas { unique: cas }, value_bytes(new))
-                    }
-                    _ => (OpKind::Set(new), Mutation::Set, value_bytes(new)),
-                }
-            };
-            let update = Update { key: key_bytes(key), mutation, value, flags: 0, expiry: 0 };
-            (kind, Req::Update { req: req_id, update })
-        };
-        let index = self.history.len();
-        self.history.push(Op { client, key, kind, call: self.now, ret: None });
-        self.clients[client as usize].current = Some((index, req, 0));
-        self.send_request(client);
+            self.manager_registered_unproven(node);
+        }
+        self.schedule_disk_sync(node, life);
+        let epoch = self.config().epoch;
+        if let Some(n) = self.nodes.get_mut(&node) {
+            n.registered = epoch;
+        }
+        self.install_now(node, epoch);
+        self.at(TICK_INTERVAL, Ev::Tick { node, life });
     }
+}
 
-    fn send_request(&mut self, client: u32) {
-        let Some((index, req, attempt)) = self.clients[client as usize].current.clone() else { return };
-        let (_, rc) = self.config();
-        let node = match req {
-            Req::Update { .. } => rc.head(),
-            Req::Get { .. } => rc.tail(),
-        };
-        let Some(node) = node else { return };
-        let d = self.delay();
-        self.at(d, Ev::Request { node, client, tag: index as u64, req });
-        self.at(CLIENT_TIMEOUT, Ev::ClientTimeout { client, attempt });
-    }
-
-    fn retry(&mut self, client: u32, backoff: Micros) {
-        let c = &mut self.clients[client as usize];
-        let Some((index, req, attempt)) = c.current.take() else { return };
-        if attempt + 1 >= CLIENT_ATTEMPTS_MAX {
-            // Given up: the operation's outcome stays unknown in the history.
-            let d = self.rng.gen_range(0..5 * MS);
-            self.at(d, Ev::ClientNext { client });
-            return;
-        }
-        c.current = Some((index, req, attempt + 1));
-        if backoff == 0 {
-            self.send_request(client);
-        } else {
-            self.at(backoff, Ev::ClientSend { client });
-        }
-    }
-
-    fn on_request(&mut self, node: NodeId, client: u32, tag: u64, req: Req) {
-        let now = (self.now / 1_000_000) as u32;
-        let event = match req {
-            Req::Update { req, update } => Event::Update(ClientUpdate {
-                req,
-                update,
-                reply_to: None,
-                now,
-                now_micros: self.now,
-                flush_at: 0,
-                bulk_copy_pending: false,
-            }),
-            Req::Get { key } => Event::Get { token: ((client as u64) << 32) | tag, key, now },
-        };
-        let served = self.nodes.get(&node).is_some_and(|n| n.alive && n.replica.is_some());
-        if served {
-            self.step(node, event);
-        }
-    }
-
-    fn on_answer(&mut self, client: u32, tag: u64, answer: Answer) {
-        let c = &mut self.clients[client as usize];
-        let Some((index, req, _)) = c.current.as_ref() else { return };
-        let current = match req {
-            Req::Update { req, .. } => req.seq,
-            Req::Get { .. } => *index as u64,
-        };
-        if current != tag {
-            return;
-        }
-        let index = *index;
-        let key = self.history[index].key;
-        let result = match answer {
-            Answer::Update(Ok(outcome)) => {
-                let (r, seq) = match outcome {
-                    Outcome::Stored { cas } => (OpResult::Stored, Some(cas)),
-                    Outcome::Deleted => (OpResult::Deleted, None),
-                    Outcome::NotFound => (OpResult::NotFound, None),
-                    Outcome::Exists => (OpResult::Exists, None),
-                    other => {
-                        self.violations.push(format!("unexpected outcome {other:?}"));
-                        return;
-                    }
-                };
-                if let Some(seq) = seq {
-                    self.acked.push((key, seq));
-                }
-                r
-            }
-            Answer::Get(Ok(item)) => {
-                let value = item.as_ref().and_then(|i| parse_value(&i.value));
-                if let (Some(v), Some(i)) = (value, item.as_ref()) {
-                    c.seen.insert(key, (v, i.cas));
-                }
-                OpResult::Read(value)
-            }
-            Answer::Update(Err(_)) | Answer::Get(Err(_)) => return self.retry(client, CLIENT_BACKOFF),
-        };
-        self.history[index].ret = Some((self.now, result));
-        c.current = None;
-        let d = self.rng.gen_range(0..5 * MS);
-        self.at(d, Ev::ClientNext { client });
-    }
-
-    // ---- checks ----
-
-    fn final_checks(&mut self) {
-        let (_, rc) = self.config();
-        let rc = rc.clone();
-        let live: Vec<&Replica<MemStore>> =
-            rc.chain.iter().filter_map(|n| self.nodes.get(n).filter(|n| n.alive)?.replica.as_ref()).collect();
-        let mut problems = Vec::new();
-        if let Some(first) = live.first() {
-            let contents: Vec<(&Vec<u8>, &(u64, ReplEffect))> = first.store().contents().collect();
-            for r in &live[1..] {
-                if r.store().contents().collect::<Vec<_>>() != contents {
-                    problems.push(format!(
-                        "replicas {} and {} differ after settling",
-                        first.route().me,
-                        r.route().me
-                    ));
-                }
-            }
-        }
-        // In request order: a seed's report must replay exactly.
-        let mut ordered: Vec<_> = self.ordered.iter().collect();
-        ordered.sort_by_key(|(r, _)| (r.client, r.seq));
-        for (req, seqs) in ordered {
-            let committed: Vec<&(u64, Outcome)> =
-                seqs.iter().filter(|(s, _)| self.committed.contains(s)).collect();
-            if committed.len() > 1 {
-                problems.push(format!("{DEDUP_LOST}: {req:?} committed twice: {committed:?}"));
-            }
-            let answer = self.answered.get(req);
-            if let (Some((seq, outcome)), Some(answer)) = (committed.first(), answer) {
-                if answer != outcome {
-                    problems.push(format!(
-                        "{DEDUP_LOST}: {req:?} committed at seq {seq} as {outcome:?}, answered {answer:?}"
-                    ));
-                }
-            }
-        }
-        for r in &live {
-            if r.unacked_len() > 0 {
-                problems.push(format!("node {} still has {} unacked updates", r.route().me, r.unacked_len()));
-            }
-            for (key, seq) in &self.acked {
-                if r.store().seq_of(&key_bytes(*key)).is_none_or(|s| s < *seq) {
-                    problems.push(format!("node {} lost acknowledged seq {seq} of key {key}", r.route().me));
-                }
-            }
-        }
-        // A final read of every key at the tail joins the history.
-        if let Some(tail) = rc.tail().and_then(|t| self.nodes.get_mut(&t)?.replica.as_mut()) {
-            for key in 0..self.cfg.keys as u32 {
-                let actions = tail.step(Event::Get { token: 0, key: key_bytes(key), now: 0 });
-                let item = match actions.as_slice() {
-                    [Action::GetReply { result: Ok(item), .. }] => item.clone(),
-                    other => {
-                        problems.push(format!("the final tail refused a get: {other:?}"));
-                        continue;
-                    }
-                };
-                let value = item.and_then(|i| parse_value(&i.value));
-                let at = self.now + 1;
-                self.history.push(Op {
-                    client: u32::MAX,
-                    key,
-                    kind: OpKind::Get,
-                    call: at,
-                    ret: Some((at, OpResult::Read(value))),
-                });
-            }
-        }
-        // Answered operations only: a client gives up after a few quick refusals too.
-        for op in &self.history {
-            let waited = op.ret.map_or(0, |(t, _)| t - op.call);
-            if waited > WAIT_MAX {
-                problems.push(format!(
-                    "client {} waited {} ms for {:?} (liveness)",
-                    op.client,
-                    waited / MS,
-                    op.kind
-                ));
-            }
-        }
-        for key in crate::check::violations(&self.history) {
-            if self.cfg.trace {
-                let ops: Vec<Op> = self.history.iter().filter(|o| o.key == key).cloned().collect();
-                let upto = crate::check::first_failing_time(&ops);
-                eprintln!("history of key {key}, fails by time {upto}:");
-                for op in ops.iter().filter(|o| o.call <= upto) {
-                    eprintln!("history: {op:?}");
-                }
-            }
-            problems.push(format!("key {key}: history not linearizable"));
-        }
-        self.violations.extend(problems);
+/// The range a chain message is about.
+fn chain_msg_range(msg: &ChainMsg) -> Option<Range> {
+    match msg {
+        ChainMsg::Hello { .. } => None,
+        ChainMsg::SnapshotBatch { range, .. }
+        | ChainMsg::SyncRequest { range, .. }
+        | ChainMsg::SnapshotBegin { range, .. }
+        | ChainMsg::SnapshotEnd { range, .. }
+        | ChainMsg::CaughtUp { range, .. }
+        | ChainMsg::Replicate { range, .. }
+        | ChainMsg::Resend { range, .. }
+        | ChainMsg::Ack { range, .. }
+        | ChainMsg::SuffixSyncRequest { range, .. }
+        | ChainMsg::SuffixBegin { range, .. }
+        | ChainMsg::SuffixRefused { range, .. }
+        | ChainMsg::Outcomes { range, .. } => Some(*range),
     }
 }

@@ -7,8 +7,7 @@ use fawn_sim::{run_seed, Config, Fault};
 /// Each fault must be found among this many seeds.
 const SEEDS_MAX: u64 = 2_000;
 
-fn seeds_to_find(fault: Fault, crashes_max: usize) -> Option<u64> {
-    let clean = Config { crashes_max, ..Config::default() };
+fn seeds_to_find(fault: Fault, clean: Config) -> Option<u64> {
     let faulty = Config { fault: Some(fault), ..clean.clone() };
     (0..SEEDS_MAX).find(|seed| {
         !run_seed(*seed, &faulty).violations.is_empty() && run_seed(*seed, &clean).violations.is_empty()
@@ -16,12 +15,12 @@ fn seeds_to_find(fault: Fault, crashes_max: usize) -> Option<u64> {
 }
 
 fn found(fault: Fault) {
-    found_with(fault, 1);
+    found_with(fault, Config { crashes_max: 1, ..Config::default() });
 }
 
-/// As `found`, with up to `crashes_max` node crashes per seed (some faults need two failures).
-fn found_with(fault: Fault, crashes_max: usize) {
-    match seeds_to_find(fault, crashes_max) {
+/// As `found`, in runs shaped by `cfg` (some faults need two failures or more).
+fn found_with(fault: Fault, cfg: Config) {
+    match seeds_to_find(fault, cfg) {
         Some(seed) => eprintln!("{fault:?}: found at seed {seed} ({} seeds)", seed + 1),
         None => panic!("{fault:?} not found in {SEEDS_MAX} seeds"),
     }
@@ -56,12 +55,14 @@ fn an_old_tail_that_confirms_catch_up_before_stepping_down_is_found() {
 fn resent_updates_without_their_request_outcomes_are_found() {
     // A retry decided twice needs a replica that got the update by resend to become head
     // later: two failures or more.
-    found_with(Fault::NoOutcomesWithResend, 3);
+    found_with(Fault::NoOutcomesWithResend, Config { crashes_max: 3, ..Config::default() });
 }
 
 #[test]
 fn a_new_tail_taken_for_a_copy_before_it_caught_up_is_found() {
-    // An acknowledged write lost needs a chain shrunk to one node, a restarted node synced
-    // behind it, and that node's failure: two crashes or more.
-    found_with(Fault::TailReadyBeforeCaughtUp, 3);
+    // An acknowledged write lost needs a chain shrunk to one node (no spare node to
+    // re-replicate on: as many nodes as replicas), a restarted node synced behind it, and
+    // that node's failure: two crashes or more, and enough writes to fall in the window.
+    let cfg = Config { nodes: 3, replicas: 3, crashes_max: 3, ops_per_client: 80, ..Config::default() };
+    found_with(Fault::TailReadyBeforeCaughtUp, cfg);
 }

@@ -158,7 +158,9 @@ pub struct Replica<S> {
     last_seq: u64,
     /// Everything up to here is committed (stored at the tail).
     acked: u64,
-    /// The highest ack the current successor sent (what this replica may pass upstream again).
+    /// The highest ack a successor sent in this replica's life (what it may pass upstream
+    /// again): every ack starts at a tail, so it stays true when the successor changes. Not
+    /// `acked`, which a replica opened on its datastore takes from the seqs it holds.
     acked_by_successor: u64,
     recent: Dedup,
     /// Forwarded to the successor, not yet acknowledged, by seq.
@@ -277,6 +279,12 @@ impl<S: ReplicaStore> Replica<S> {
 
     pub fn store(&self) -> &S {
         &self.store
+    }
+
+    /// The datastore itself, for what happens to it outside the write path (a simulated
+    /// disk's sync or fill-up).
+    pub fn store_mut(&mut self) -> &mut S {
+        &mut self.store
     }
 
     /// Everything up to this seq is committed.
@@ -715,9 +723,6 @@ impl<S: ReplicaStore> Replica<S> {
     fn install(&mut self, route: Route, out: &mut Vec<Action>) {
         let old = std::mem::replace(&mut self.route, route);
         let have = self.store.max_seq();
-        if self.route.successor() != old.successor() {
-            self.acked_by_successor = 0;
-        }
         if self.route.is_head() && !old.is_head() {
             self.last_seq = self.last_seq.max(have);
             if self.faulty(Fault::ForgetDedupOnPromotion) {

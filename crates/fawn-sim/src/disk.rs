@@ -1,0 +1,125 @@
+//! A range's datastore on a simulated disk: the records in memory (`MemStore`) and how far
+//! they are durable, so that a crash can lose what was not synced, and a disk that can fill up.
+
+use fawn_kv::replica::store::{MemStore, ReplicaStore, StoreError, StoredUpdate};
+use fawn_proto::native::ReplEffect;
+use fawn_proto::op::Item;
+
+/// When appended records become durable (as `fawn_ds::SyncPolicy`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SyncPolicy {
+    /// Each append is durable before it returns.
+    Always,
+    /// A background sync makes every append durable this often (microseconds).
+    Interval(u64),
+}
+
+/// One range's records on one node's simulated disk.
+#[derive(Clone, Debug, Default)]
+pub struct DiskStore {
+    mem: MemStore,
+    /// Every record up to this seq is durable.
+    synced: u64,
+    /// Synced at each append (`SyncPolicy::Always`).
+    always: bool,
+    /// Appends refused (the disk is full).
+    full: bool,
+}
+
+impl DiskStore {
+    pub fn new(policy: SyncPolicy) -> DiskStore {
+        DiskStore { always: policy == SyncPolicy::Always, ..DiskStore::default() }
+    }
+
+    pub fn mem(&self) -> &MemStore {
+        &self.mem
+    }
+
+    /// Makes every record appended so far durable (the interval sync).
+    pub fn sync(&mut self) {
+        self.synced = self.mem.max_seq();
+    }
+
+    pub fn set_full(&mut self, full: bool) {
+        self.full = full;
+    }
+
+    /// What a crash of the host leaves: every synced record, then the unsynced ones up to
+    /// `survive` (the page cache wrote back some of them; the first lost one may be torn,
+    /// which the datastore cuts at open): the log's prefix up to `survive` or `synced`,
+    /// whichever is later. A full disk is full no longer (the operator made room).
+    pub fn after_crash(&self, survive: u64) -> DiskStore {
+        let keep = survive.max(self.synced);
+        let mut mem = MemStore::default();
+        let records = self.mem.updates_after(0).unwrap_or_default();
+        for u in records.into_iter().take_while(|u| u.seq <= keep) {
+            mem.append(&u.key, &u.effect, u.seq).expect("records in seq order");
+        }
+        let synced = mem.max_seq();
+        DiskStore { mem, synced, always: self.always, full: false }
+    }
+
+    /// The update of `seq`, if this log holds it.
+    pub fn record(&self, seq: u64) -> Option<StoredUpdate> {
+        let updates = self.mem.updates_after(seq.checked_sub(1)?).ok()?;
+        updates.into_iter().next().filter(|u| u.seq == seq)
+    }
+}
+
+impl ReplicaStore for DiskStore {
+    fn append(&mut self, key: &[u8], effect: &ReplEffect, seq: u64) -> Result<(), StoreError> {
+        if self.full {
+            return Err(StoreError::Failed("no space left on device".into()));
+        }
+        self.mem.append(key, effect, seq)?;
+        if self.always {
+            self.synced = seq;
+        }
+        Ok(())
+    }
+
+    fn max_seq(&self) -> u64 {
+        self.mem.max_seq()
+    }
+
+    fn read(&self, key: &[u8]) -> Result<Option<Item>, StoreError> {
+        self.mem.read(key)
+    }
+
+    fn updates_after(&self, after: u64) -> Result<Vec<StoredUpdate>, StoreError> {
+        self.mem.updates_after(after)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(v: &str) -> ReplEffect {
+        ReplEffect::Put { value: v.as_bytes().to_vec(), flags: 0, expiry: 0, state: 0 }
+    }
+
+    #[test]
+    fn a_crash_keeps_the_synced_prefix_and_what_was_written_back() {
+        let mut d = DiskStore::new(SyncPolicy::Interval(100));
+        d.append(b"a", &put("1"), 5).expect("append");
+        d.sync();
+        d.append(b"b", &put("2"), 7).expect("append");
+        d.append(b"a", &put("3"), 9).expect("append");
+        assert_eq!(d.after_crash(0).max_seq(), 5);
+        assert_eq!(d.after_crash(8).max_seq(), 7);
+        assert_eq!(d.after_crash(9).read(b"a").expect("read").map(|i| i.cas), Some(9));
+        let mut always = DiskStore::new(SyncPolicy::Always);
+        always.append(b"a", &put("1"), 5).expect("append");
+        assert_eq!(always.after_crash(0).max_seq(), 5);
+    }
+
+    #[test]
+    fn a_full_disk_refuses_appends() {
+        let mut d = DiskStore::new(SyncPolicy::Always);
+        d.set_full(true);
+        assert!(d.append(b"a", &put("1"), 5).is_err());
+        d.set_full(false);
+        assert!(d.append(b"a", &put("1"), 5).is_ok());
+    }
+}

@@ -1,0 +1,167 @@
+//! The clients: each runs one operation at a time on a few shared keys (sets, deletes, cas
+//! and gets), sends updates to its range's head and gets to its tail by the manager's
+//! current configuration, and retries on a refusal or a timeout, recording the history.
+
+use std::collections::HashMap;
+
+use fawn_kv::replica::machine::{ClientUpdate, Event};
+use fawn_proto::native::ReqId;
+use fawn_proto::op::{Mutation, Outcome, Update};
+use fawn_ring::NodeId;
+use rand::Rng;
+
+use super::{
+    key_bytes, Answer, Client, Ev, Micros, RangeIx, Req, World, CLIENT_ATTEMPTS_MAX, CLIENT_BACKOFF,
+    CLIENT_TIMEOUT, MS,
+};
+use crate::check::{Op, OpKind, OpResult, Value};
+
+fn value_bytes(v: Value) -> Vec<u8> {
+    format!("{}:{}", v.0, v.1).into_bytes()
+}
+
+pub(super) fn parse_value(bytes: &[u8]) -> Option<Value> {
+    let s = std::str::from_utf8(bytes).ok()?;
+    let (c, n) = s.split_once(':')?;
+    Some((c.parse().ok()?, n.parse().ok()?))
+}
+
+impl Client {
+    pub(super) fn new(ops: usize) -> Client {
+        Client { current: None, ops_left: ops, writes: 0, next_req: 1, seen: HashMap::new() }
+    }
+}
+
+impl World {
+    pub(super) fn client_next(&mut self, client: u32) {
+        let c = &mut self.clients[client as usize];
+        if c.ops_left == 0 || c.current.is_some() {
+            return;
+        }
+        c.ops_left -= 1;
+        let key = self.rng.gen_range(0..self.cfg.keys as u32);
+        let roll = self.rng.gen_range(0..100);
+        let c = &mut self.clients[client as usize];
+        let (kind, req) = if roll < 35 {
+            (OpKind::Get, Req::Get { key: key_bytes(key) })
+        } else {
+            let req_id = ReqId { client: client as u64, seq: c.next_req };
+            c.next_req += 1;
+            let seen = c.seen.get(&key).copied();
+            let (kind, mutation, value) = if roll < 50 {
+                (OpKind::Delete, Mutation::Delete, Vec::new())
+            } else {
+                c.writes += 1;
+                let new = (client, c.writes);
+                match seen {
+                    Some((old, cas)) if roll < 70 => {
+                        (OpKind::Cas { old, new }, Mutation::Cas { unique: cas }, value_bytes(new))
+                    }
+                    _ => (OpKind::Set(new), Mutation::Set, value_bytes(new)),
+                }
+            };
+            let update = Update { key: key_bytes(key), mutation, value, flags: 0, expiry: 0 };
+            (kind, Req::Update { req: req_id, update })
+        };
+        let index = self.history.len();
+        self.history.push(Op { client, key, kind, call: self.now, ret: None });
+        let range = self.range_of_key(key);
+        self.clients[client as usize].current = Some((index, req, range, 0));
+        self.send_request(client);
+    }
+
+    pub(super) fn send_request(&mut self, client: u32) {
+        let Some((index, req, range, attempt)) = self.clients[client as usize].current.clone() else {
+            return;
+        };
+        let rc = self.range_config(range);
+        let node = match req {
+            Req::Update { .. } => rc.head(),
+            Req::Get { .. } => rc.tail(),
+        };
+        let Some(node) = node else { return };
+        let d = self.delay();
+        self.at(d, Ev::Request { node, range, client, tag: index as u64, req });
+        self.at(CLIENT_TIMEOUT, Ev::ClientTimeout { client, attempt });
+    }
+
+    pub(super) fn retry(&mut self, client: u32, backoff: Micros) {
+        let c = &mut self.clients[client as usize];
+        let Some((index, req, range, attempt)) = c.current.take() else { return };
+        if attempt + 1 >= CLIENT_ATTEMPTS_MAX {
+            // Given up: the operation's outcome stays unknown in the history.
+            let d = self.rng.gen_range(0..5 * MS);
+            self.at(d, Ev::ClientNext { client });
+            return;
+        }
+        c.current = Some((index, req, range, attempt + 1));
+        if backoff == 0 {
+            self.send_request(client);
+        } else {
+            self.at(backoff, Ev::ClientSend { client });
+        }
+    }
+
+    pub(super) fn on_request(&mut self, node: NodeId, range: RangeIx, client: u32, tag: u64, req: Req) {
+        let now = (self.now / 1_000_000) as u32;
+        let event = match req {
+            Req::Update { req, update } => Event::Update(ClientUpdate {
+                req,
+                update,
+                reply_to: None,
+                now,
+                now_micros: self.now,
+                flush_at: 0,
+                bulk_copy_pending: false,
+            }),
+            Req::Get { key } => Event::Get { token: ((client as u64) << 32) | tag, key, now },
+        };
+        if !self.isolated(node) {
+            self.step(node, range, event);
+        }
+    }
+
+    pub(super) fn on_answer(&mut self, client: u32, tag: u64, answer: Answer) {
+        let c = &mut self.clients[client as usize];
+        let Some((index, req, _, _)) = c.current.as_ref() else { return };
+        let current = match req {
+            Req::Update { req, .. } => req.seq,
+            Req::Get { .. } => *index as u64,
+        };
+        if current != tag {
+            return;
+        }
+        let index = *index;
+        let key = self.history[index].key;
+        let result = match answer {
+            Answer::Update(Ok(outcome)) => {
+                let (r, seq) = match outcome {
+                    Outcome::Stored { cas } => (OpResult::Stored, Some(cas)),
+                    Outcome::Deleted => (OpResult::Deleted, None),
+                    Outcome::NotFound => (OpResult::NotFound, None),
+                    Outcome::Exists => (OpResult::Exists, None),
+                    other => {
+                        self.violations.push(format!("unexpected outcome {other:?}"));
+                        return;
+                    }
+                };
+                if let Some(seq) = seq {
+                    self.acked.push((key, seq));
+                }
+                r
+            }
+            Answer::Get(Ok(item)) => {
+                let value = item.as_ref().and_then(|i| parse_value(&i.value));
+                if let (Some(v), Some(i)) = (value, item.as_ref()) {
+                    c.seen.insert(key, (v, i.cas));
+                }
+                OpResult::Read(value)
+            }
+            Answer::Update(Err(_)) | Answer::Get(Err(_)) => return self.retry(client, CLIENT_BACKOFF),
+        };
+        self.history[index].ret = Some((self.now, result));
+        c.current = None;
+        let d = self.rng.gen_range(0..5 * MS);
+        self.at(d, Ev::ClientNext { client });
+    }
+}
