@@ -3,7 +3,8 @@
 //! and the replies must be identical, except for the short list of intended differences the
 //! script marks (see [`Differs`]). The script format is described at the top of that file.
 //!
-//! Needs `memcached` on the PATH (`scripts/test.sh` installs Debian's package).
+//! Needs `memcached` on the PATH, and `saslpasswd2` for the SASL cases (`scripts/test.sh`
+//! installs Debian's memcached and sasl2-bin).
 
 mod common;
 
@@ -332,7 +333,9 @@ fn mask_line(line: &str, differs: &[Differs]) -> String {
                 mask_field(&mut fields, "size=", |_| true);
                 mask_field(&mut fields, "cls=", |_| true);
             }
-            Differs::Idle if head == "ME" => mask_field(&mut fields, "la=", |value| matches!(value, "0" | "1")),
+            Differs::Idle if head == "ME" => {
+                mask_field(&mut fields, "la=", |value| matches!(value, "0" | "1"))
+            }
             _ => {}
         }
     }
@@ -541,7 +544,9 @@ fn sasl_replies_match_memcached_byte_for_byte() {
         .arg(SASL_USER)
         .stdin(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot run saslpasswd2 ({e}); install Debian's sasl2-bin (scripts/test.sh does)"));
+        .unwrap_or_else(|e| {
+            panic!("cannot run saslpasswd2 ({e}); install Debian's sasl2-bin (scripts/test.sh does)")
+        });
     saslpasswd.stdin.take().expect("stdin").write_all(SASL_PASSWORD.as_bytes()).expect("password");
     assert!(saslpasswd.wait().expect("saslpasswd2").success(), "saslpasswd2 failed");
     let users = dir.path().join("users");
