@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it. Works on a fresh Debian machine: installs what it needs.
-#   1. system packages (memcached, libmemcached-tools for memccapable, python venv)
+#   1. system packages (memcached, libmemcached-tools for memccapable, sasl2-bin for the SASL
+#      differential test, python venv)
 #   2. cargo fmt --check, cargo clippy --all-targets -D warnings
 #   3. cargo test --workspace (unit, property, crash, ENOSPC, multi-process cluster tests, seeded
 #      fault-injection runs checked for linearizability by tools/linearizability, and the
@@ -21,6 +22,7 @@ step "installing system packages (if missing)"
 need=()
 command -v memcached >/dev/null || need+=(memcached)
 command -v memccapable >/dev/null || need+=(libmemcached-tools)
+command -v saslpasswd2 >/dev/null || need+=(sasl2-bin)
 command -v redis-server >/dev/null || need+=(redis-server)
 python3 -c 'import venv, ensurepip' 2>/dev/null || need+=(python3-venv)
 command -v go >/dev/null || need+=(golang-go)   # the linearizability checker (Porcupine)

@@ -3,13 +3,15 @@
 //! and the replies must be identical, except for the short list of intended differences the
 //! script marks (see [`Differs`]). The script format is described at the top of that file.
 //!
-//! Needs `memcached` on the PATH (`scripts/test.sh` installs Debian's package).
+//! Needs `memcached` on the PATH, and `saslpasswd2` for the SASL cases (`scripts/test.sh`
+//! installs Debian's memcached and sasl2-bin).
 
 mod common;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -71,6 +73,12 @@ enum Differs {
     /// `stats conns`: descriptors differ, and connections of earlier cases may still be
     /// closing; only the listener and the asking connection are compared, without numbers.
     StatConns,
+    /// `me`'s `size` and `cls`: memcached counts its item header and picks a slab class by
+    /// that size; FAWN has neither (it reports key plus value bytes and class 1).
+    ItemSize,
+    /// Idle seconds (`mg l`, `me la=`) of 0 and 1 compare equal: memcached's clock ticks once
+    /// a second from its own start, so a case can straddle a tick on one server only.
+    Idle,
 }
 
 struct Case {
@@ -80,6 +88,8 @@ struct Case {
     differs: Vec<Differs>,
     /// A memcached feature FAWN lacks (the reason): a difference is reported, not failed.
     missing: Option<String>,
+    /// Runs against servers that require SASL PLAIN (`%sasl`), without a flush before.
+    sasl: bool,
 }
 
 fn parse_script(text: &str) -> Vec<Case> {
@@ -91,10 +101,14 @@ fn parse_script(text: &str) -> Vec<Case> {
         }
         if let Some(name) = line.strip_prefix("== ") {
             let (name, line, steps, differs) = (name.to_string(), i + 1, Vec::new(), Vec::new());
-            cases.push(Case { name, line, steps, differs, missing: None });
+            cases.push(Case { name, line, steps, differs, missing: None, sasl: false });
             continue;
         }
         let case = cases.last_mut().unwrap_or_else(|| panic!("line {}: step before any case", i + 1));
+        if line == "%sasl" {
+            case.sasl = true;
+            continue;
+        }
         if let Some(reason) = line.strip_prefix("%missing ") {
             case.missing = Some(reason.to_string());
             continue;
@@ -106,6 +120,8 @@ fn parse_script(text: &str) -> Vec<Case> {
                 "stat-values" => Differs::StatValues,
                 "stat-classes" => Differs::StatClasses,
                 "stat-conns" => Differs::StatConns,
+                "item-size" => Differs::ItemSize,
+                "idle" => Differs::Idle,
                 other => panic!("line {}: unknown difference {other}", i + 1),
             }));
             continue;
@@ -194,7 +210,8 @@ fn substitute_cas(request: &[u8], cas: Option<&str>) -> Vec<u8> {
     }
 }
 
-/// The last cas unique in a reply: the 5th field of a `VALUE` line, or a meta `c` flag.
+/// The last cas unique in a reply: the 5th field of a `VALUE` line, a meta `c` flag, or
+/// `me`'s `cas=`.
 fn last_cas(reply: &[u8]) -> Option<String> {
     let text = String::from_utf8_lossy(reply);
     let mut found = None;
@@ -202,6 +219,8 @@ fn last_cas(reply: &[u8]) -> Option<String> {
         let fields: Vec<&str> = line.split(' ').collect();
         if fields[0] == "VALUE" && fields.len() == 5 {
             found = Some(fields[4].to_string());
+        } else if fields[0] == "ME" {
+            found = fields.iter().find_map(|f| f.strip_prefix("cas=")).map(str::to_string).or(found);
         } else if matches!(fields[0], "HD" | "VA" | "EN" | "NF" | "NS" | "EX") {
             let flag =
                 fields.iter().find(|f| f.starts_with('c') && f[1..].bytes().all(|b| b.is_ascii_digit()));
@@ -304,16 +323,42 @@ fn mask_line(line: &str, differs: &[Differs]) -> String {
             }
             Differs::Cas if head == "VALUE" && fields.len() == 5 => fields[4] = "<cas>".into(),
             Differs::Cas if matches!(head.as_str(), "HD" | "VA" | "EN" | "NF" | "NS" | "EX") => {
-                for f in fields.iter_mut().skip(1) {
-                    if f.len() > 1 && f.starts_with('c') && f[1..].bytes().all(|b| b.is_ascii_digit()) {
-                        *f = "c<cas>".into();
-                    }
-                }
+                mask_flag(&mut fields, 'c', |_| true);
+            }
+            Differs::Idle if matches!(head.as_str(), "HD" | "VA") => {
+                mask_flag(&mut fields, 'l', |value| matches!(value, "0" | "1"));
+            }
+            Differs::Cas if head == "ME" => mask_field(&mut fields, "cas=", |_| true),
+            Differs::ItemSize if head == "ME" => {
+                mask_field(&mut fields, "size=", |_| true);
+                mask_field(&mut fields, "cls=", |_| true);
+            }
+            Differs::Idle if head == "ME" => {
+                mask_field(&mut fields, "la=", |value| matches!(value, "0" | "1"))
             }
             _ => {}
         }
     }
     fields.join(" ")
+}
+
+/// Masks the value of a meta return flag (`<letter><digits>`) where `masked` holds.
+fn mask_flag(fields: &mut [String], letter: char, masked: impl Fn(&str) -> bool) {
+    for f in fields.iter_mut().skip(1) {
+        let Some(value) = f.strip_prefix(letter) else { continue };
+        if !value.is_empty() && value.bytes().all(|b| b.is_ascii_digit()) && masked(value) {
+            *f = format!("{letter}<masked>");
+        }
+    }
+}
+
+/// Masks the value of a `name=value` field (`me`) where `masked` holds.
+fn mask_field(fields: &mut [String], name: &str, masked: impl Fn(&str) -> bool) {
+    for f in fields.iter_mut() {
+        if f.strip_prefix(name).is_some_and(&masked) {
+            *f = format!("{name}<masked>");
+        }
+    }
 }
 
 /// Binary responses, one per line in hex, with the cas (and a version's body) masked if the
@@ -374,13 +419,25 @@ struct Memcached {
 
 impl Memcached {
     fn start() -> Memcached {
+        Memcached::start_with(&[], None)
+    }
+
+    /// With `-S` (SASL, binary protocol only) and Cyrus SASL's configuration in `sasl_conf`.
+    fn start_sasl(sasl_conf: &Path) -> Memcached {
+        Memcached::start_with(&["-S", "-B", "binary"], Some(sasl_conf))
+    }
+
+    fn start_with(args: &[&str], sasl_conf: Option<&Path>) -> Memcached {
         let port = TcpListener::bind("127.0.0.1:0").expect("port").local_addr().expect("addr").port();
         // SAFETY: geteuid has no preconditions.
         let root = unsafe { libc::geteuid() } == 0;
         let mut command = Command::new("memcached");
-        command.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1", "-t", "1"]);
+        command.args(["-p", &port.to_string(), "-U", "0", "-l", "127.0.0.1", "-t", "1"]).args(args);
         if root {
             command.args(["-u", "root"]);
+        }
+        if let Some(dir) = sasl_conf {
+            command.env("SASL_CONF_PATH", dir);
         }
         let child = command.stdout(Stdio::null()).stderr(Stdio::null()).spawn().unwrap_or_else(|e| {
             panic!("cannot start memcached ({e}); install Debian's package (scripts/test.sh does)")
@@ -406,20 +463,17 @@ fn show(lines: &[String]) -> String {
     lines.iter().enumerate().map(|(i, s)| format!("  step {}: {:?}\n", i + 1, s)).collect()
 }
 
-#[test]
-fn replies_match_memcached_byte_for_byte() {
-    let cases = parse_script(SCRIPT);
-    assert!(cases.len() >= 200, "the script has {} cases", cases.len());
-    let memcached = Memcached::start();
-    let cluster = Cluster::start(Shape::default());
-    let fawn = cluster.frontend_memcached(0);
+/// Runs the cases against both servers; panics listing the cases that differ.
+fn compare(cases: &[&Case], memcached: &str, fawn: &str) {
     let mut counts: HashMap<&str, usize> = HashMap::new();
     let mut failures = Vec::new();
-    for case in &cases {
-        flush(&memcached.addr);
-        flush(&fawn);
-        let want = run_case(&memcached.addr, case);
-        let got = run_case(&fawn, case);
+    for case in cases {
+        if !case.sasl {
+            flush(memcached);
+            flush(fawn);
+        }
+        let want = run_case(memcached, case);
+        let got = run_case(fawn, case);
         let exact = want == got;
         let binary = is_binary(case);
         let (want, got) = (mask(&want, &case.differs, binary), mask(&got, &case.differs, binary));
@@ -457,4 +511,49 @@ fn replies_match_memcached_byte_for_byte() {
         count("different")
     );
     assert!(failures.is_empty(), "{} cases differ:\n{}", failures.len(), failures.join("\n"));
+}
+
+#[test]
+fn replies_match_memcached_byte_for_byte() {
+    let cases = parse_script(SCRIPT);
+    assert!(cases.len() >= 200, "the script has {} cases", cases.len());
+    let memcached = Memcached::start();
+    let cluster = Cluster::start(Shape::default());
+    let plain: Vec<&Case> = cases.iter().filter(|case| !case.sasl).collect();
+    compare(&plain, &memcached.addr, &cluster.frontend_memcached(0));
+}
+
+/// The SASL user both servers know.
+const SASL_USER: &str = "alice";
+const SASL_PASSWORD: &str = "secret";
+
+/// The `%sasl` cases against memcached with SASL (its user in a Cyrus sasldb made with
+/// `saslpasswd2`) and `fawn up` with the same user in its `--memcached-auth-file`.
+#[test]
+fn sasl_replies_match_memcached_byte_for_byte() {
+    let cases = parse_script(SCRIPT);
+    let sasl: Vec<&Case> = cases.iter().filter(|case| case.sasl).collect();
+    assert!(sasl.len() >= 5, "the script has {} SASL cases", sasl.len());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sasldb = dir.path().join("sasldb2");
+    let conf = format!("mech_list: plain\nsasldb_path: {}\n", sasldb.display());
+    std::fs::write(dir.path().join("memcached.conf"), conf).expect("sasl conf");
+    let mut saslpasswd = Command::new("saslpasswd2")
+        .args(["-a", "memcached", "-c", "-p", "-f"])
+        .arg(&sasldb)
+        .arg(SASL_USER)
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot run saslpasswd2 ({e}); install Debian's sasl2-bin (scripts/test.sh does)")
+        });
+    saslpasswd.stdin.take().expect("stdin").write_all(SASL_PASSWORD.as_bytes()).expect("password");
+    assert!(saslpasswd.wait().expect("saslpasswd2").success(), "saslpasswd2 failed");
+    let users = dir.path().join("users");
+    std::fs::write(&users, format!("{SASL_USER}:{SASL_PASSWORD}\n")).expect("user file");
+
+    let memcached = Memcached::start_sasl(dir.path());
+    let args = ["--memcached-auth-file".to_string(), users.display().to_string()];
+    let cluster = Cluster::start_with(Shape::default(), &args);
+    compare(&sasl, &memcached.addr, &cluster.frontend_memcached(0));
 }

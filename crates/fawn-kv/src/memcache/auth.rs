@@ -49,11 +49,15 @@ impl Users {
         }
     }
 
-    /// SASL `PLAIN` (RFC 4616): `[authzid] NUL authcid NUL password`.
+    /// SASL `PLAIN` (RFC 4616): `[authzid] NUL authcid NUL password`. There is no acting as
+    /// another user: an authorization identity must be empty or the user's own (memcached's
+    /// Cyrus SASL refuses any other).
     pub fn check_plain(&self, data: &[u8]) -> bool {
         let mut parts = data.split(|b| *b == 0);
         match (parts.next(), parts.next(), parts.next(), parts.next()) {
-            (Some(_), Some(user), Some(password), None) => self.check(user, password),
+            (Some(authzid), Some(user), Some(password), None) if authzid.is_empty() || authzid == user => {
+                self.check(user, password)
+            }
             _ => false,
         }
     }
@@ -81,7 +85,8 @@ mod tests {
         assert!(!users.check_text(b"alice"));
         assert!(!users.check_text(b"nocolon "));
         assert!(users.check_plain(b"\0alice\0secret"));
-        assert!(users.check_plain(b"admin\0alice\0secret"));
+        assert!(users.check_plain(b"alice\0alice\0secret"));
+        assert!(!users.check_plain(b"bob\0alice\0secret"));
         assert!(!users.check_plain(b"\0alice\0secre"));
         assert!(!users.check_plain(b"alice\0secret"));
     }

@@ -192,7 +192,7 @@ impl<S: KvService> Session<S> {
             BinCommand::SaslList => binary::response(&mut self.conn.out, head, 0, &[], &[], b"PLAIN"),
             BinCommand::SaslAuth { data } if request.key == b"PLAIN" && users.check_plain(data) => {
                 self.authenticated = true;
-                binary::response(&mut self.conn.out, head, 0, &[], &[], b"Authenticated.");
+                binary::response(&mut self.conn.out, head, 0, &[], &[], b"Authenticated");
             }
             _ => binary::error(&mut self.conn.out, request.opcode, request.opaque, Status::AuthError),
         }

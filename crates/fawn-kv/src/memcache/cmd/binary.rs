@@ -109,7 +109,7 @@ async fn get_item<S: KvService>(
         return Ok(());
     };
     let is_touch = req.opcode == binary::opcode::TOUCH;
-    get::seen(ctx, &req.key, &item);
+    get::read(ctx, &req.key, &item);
     let key: &[u8] = if with_key { &req.key } else { &[] };
     let value: &[u8] = if is_touch { &[] } else { &item.value };
     let head = (req.opcode, req.opaque, Status::Ok);

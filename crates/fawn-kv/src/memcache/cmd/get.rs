@@ -35,7 +35,7 @@ pub(super) async fn run<S: KvService>(ctx: &mut Ctx<'_, S>, get: GetCommand) {
         for (key, item) in batch.iter().zip(items) {
             match item {
                 Ok(Some(item)) => {
-                    seen(ctx, key, &item);
+                    read(ctx, key, &item);
                     let cas = get.cas.then_some(item.cas);
                     reply::value(ctx.out(), key, item.flags, &item.value, cas);
                 }
@@ -61,7 +61,7 @@ pub(in crate::memcache) async fn run_pipelined<S: KvService>(
         for key in &get.keys {
             match results.next() {
                 Some(Ok(Some(item))) if failed.is_none() => {
-                    seen(ctx, key, &item);
+                    read(ctx, key, &item);
                     let cas = get.cas.then_some(item.cas);
                     reply::value(ctx.out(), key, item.flags, &item.value, cas);
                 }
@@ -117,6 +117,11 @@ async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
 /// A hit was read: its marks before this read (`mg h l`), then the read is recorded.
 pub(super) fn seen<S>(ctx: &Ctx<'_, S>, key: &[u8], item: &Item) -> Marks {
     ctx.shared.access.fetched(key, item.cas, now())
+}
+
+/// A hit was read by a command that reports no marks: the read is recorded (cheaply).
+pub(super) fn read<S>(ctx: &Ctx<'_, S>, key: &[u8], item: &Item) {
+    ctx.shared.access.read(key, item.cas, now);
 }
 
 /// Reads a key, counting a hit or miss.

@@ -83,7 +83,7 @@ fn ttl(expiry: UnixSeconds) -> i64 {
     }
 }
 
-/// `me`: `ME <key> exp=<ttl> la=<idle secs> cas=<cas> fetch=<yes|no> cls=<class> size=<bytes>`.
+/// `me`: `ME <key> exp=<-ttl> la=<idle secs> cas=<cas> fetch=<yes|no> cls=<class> size=<bytes>`.
 /// `la` and `fetch` are this front-end's read marks; FAWN has no slab class (`cls=1`), and
 /// `size` is the key and value bytes (memcached adds its item header).
 pub(super) async fn debug<S: KvService>(ctx: &mut Ctx<'_, S>, key: Vec<u8>) {
@@ -96,9 +96,12 @@ pub(super) async fn debug<S: KvService>(ctx: &mut Ctx<'_, S>, key: Vec<u8>) {
         return ctx.reply(b"EN\r\n");
     };
     let size = key.len() + item.value.len();
-    let marks = ctx.shared.access.peek(&key, item.cas, now());
+    let now = now();
+    let marks = ctx.shared.access.peek(&key, item.cas, now);
     let fetch = if marks.fetched { "yes" } else { "no" };
-    let (exp, la, cas) = (ttl(item.expiry), marks.idle_secs, item.cas);
+    // As memcached 1.6 prints it: seconds since the expiry, so negative while the item lives.
+    let exp = if item.expiry == 0 { -1 } else { i64::from(now) - i64::from(item.expiry) };
+    let (la, cas) = (marks.idle_secs, item.cas);
     let line = format!(" exp={exp} la={la} cas={cas} fetch={fetch} cls=1 size={size}\r\n");
     let out = ctx.out();
     out.extend_from_slice(b"ME ");
