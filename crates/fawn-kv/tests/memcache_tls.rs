@@ -106,7 +106,7 @@ async fn plaintext_is_closed_and_tls_clients_are_served() {
 
     let mut binary = connect_tls(&server, &connector).await.expect("TLS handshake");
     let auth = bin_request(0x21, b"PLAIN", b"", b"\0alice\0secret", 0);
-    roundtrip(&mut binary, &auth, &BinReply::plain(0x21, 0, b"Authenticated.", 0)).await;
+    roundtrip(&mut binary, &auth, &BinReply::plain(0x21, 0, b"Authenticated", 0)).await;
     let get = bin_request(0x00, b"k", b"", b"", 7);
     let found =
         BinReply { op: 0x00, status: 0, opaque: 7, cas: 0, extras: &[0; 4], key: b"", value: b"hello" };
