@@ -22,7 +22,7 @@ fn manager_leader_cut_off_from_the_backends() {
     sc.shape.manager_netns = true;
     sc.cooldown = Duration::from_secs(3);
     let mut refusals = 0;
-    let reports = run_scenario(&sc, &[961], |f| {
+    run_scenario(&sc, &[961], |f| {
         let refusals_before = f.procs.backend_counter_sum("lease_refusals");
         let leader = f.procs.leader_manager();
         f.procs.partition_manager(leader);
@@ -36,14 +36,6 @@ fn manager_leader_cut_off_from_the_backends() {
         f.pause_ms(1500, 2500);
         refusals += f.procs.backend_counter_sum("lease_refusals").saturating_sub(refusals_before);
     });
-    for r in &reports {
-        eprintln!(
-            "seed {}: longest gap {} ms, {} errors",
-            r.seed,
-            r.longest_gap.as_millis(),
-            r.errors_in_faults
-        );
-    }
     common::timing_goal(
         refusals == 0,
         &format!("{refusals} lease refusals: back-ends let their lease lapse while cut off from the leader"),
