@@ -87,10 +87,9 @@ enum Ev {
         client: u32,
     },
     /// A crashed node's process is back with what its disks kept, and registers with the
-    /// manager (its logs `complete`: nothing it acknowledged can be missing).
+    /// manager.
     NodeBack {
         node: NodeId,
-        complete: bool,
     },
     /// The manager's configuration of `epoch` arrives at a node.
     Install {
@@ -459,7 +458,7 @@ impl World {
             Ev::Request { node, range, client, tag, req } => self.on_request(node, range, client, tag, req),
             Ev::Answer { client, tag, answer } => self.on_answer(client, tag, answer),
             Ev::ClientSend { client } => self.send_request(client),
-            Ev::NodeBack { node, complete } => self.node_back(node, complete),
+            Ev::NodeBack { node } => self.node_back(node),
             Ev::Install { node, epoch } => self.on_install(node, epoch),
             Ev::Connected { from, to, conn } => self.on_connected(from, to, conn),
             Ev::Tick { node, life } => {
@@ -810,7 +809,7 @@ impl World {
         self.at(detect, Ev::Failed { node, life });
         // Mostly after the failure detector noticed, sometimes before.
         let back = self.rng.gen_range(100 * MS..2_000 * MS);
-        self.at(back, Ev::NodeBack { node, complete: !loses });
+        self.at(back, Ev::NodeBack { node });
     }
 
     /// Node 0 names the next chance of a disk filling up: a random node's, for a while.
@@ -846,18 +845,15 @@ impl World {
         }
     }
 
-    /// A crashed node's process is back: it registers, as one whose logs may lack what it
-    /// acknowledged unless they are `complete` (as `backend::boot` decides), and installs the
-    /// configuration that returns, opening its replicas on what its disks kept.
-    fn node_back(&mut self, node: NodeId, complete: bool) {
+    /// A crashed node's process is back: it registers (the manager fails it first if it is
+    /// still alive in a chain: a new process lost its request outcomes, and maybe the end of
+    /// its logs), and installs the configuration that returns, opening its replicas on what
+    /// its disks kept.
+    fn node_back(&mut self, node: NodeId) {
         let n = self.nodes.get_mut(&node).expect("node");
         n.alive = true;
         let life = n.life;
-        if complete {
-            self.manager_registered(node);
-        } else {
-            self.manager_registered_unproven(node);
-        }
+        self.manager_registered(node);
         self.schedule_disk_sync(node, life);
         let epoch = self.config().epoch;
         if let Some(n) = self.nodes.get_mut(&node) {

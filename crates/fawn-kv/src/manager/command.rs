@@ -108,13 +108,10 @@ pub fn transition(config: &ClusterConfig, command: &Command) -> Result<Option<Cl
     let refused = |e: state::Refused| e.to_string();
     match command {
         Command::Init(_) => Ok(None),
-        Command::RegisterBackend { expected, node, addr, logs_complete, cuts } => {
-            let cuts = link_cuts(cuts);
-            if *logs_complete {
-                state::register_backend(config, *expected, *node, addr, &cuts).map_err(refused)
-            } else {
-                state::register_backend_unproven(config, *expected, *node, addr, &cuts).map_err(refused)
-            }
+        // Whether the node's logs are complete does not change the decision: a new process
+        // resyncs in either case, having lost its request outcomes (`state::register_backend`).
+        Command::RegisterBackend { expected, node, addr, cuts, .. } => {
+            state::register_backend(config, *expected, *node, addr, &link_cuts(cuts)).map_err(refused)
         }
         Command::RegisterFrontend { id, native_addr, memcache_addr } => {
             state::register_frontend(config, *id, native_addr, memcache_addr).map_err(refused)

@@ -403,6 +403,9 @@ impl Handler for Manager {
             }
             Request::GetConfig => self.config_for_caller().await,
             Request::RegisterBackend { node, addr, logs_complete } => {
+                if !logs_complete {
+                    info!(node, "back-end registers after its host restarted: its logs may lack updates it acknowledged");
+                }
                 let expected = self.options.expected_backends;
                 let cuts = self.link_cuts();
                 self.propose(Command::RegisterBackend { expected, node, addr, logs_complete, cuts }).await

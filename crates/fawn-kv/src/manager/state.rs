@@ -75,7 +75,7 @@ pub fn initial(replicas: u32, vnodes: u32, frontends: u32) -> ClusterConfig {
 /// `expected_backends` registered, the ranges and chains are fixed. Afterwards a new node is a
 /// join, and a failed, departed or degraded node coming back rejoins: both are added to the
 /// chains that prefer them as syncing replicas. Returns `None` when nothing changed.
-pub fn register_backend(
+fn add_backend(
     config: &ClusterConfig,
     expected_backends: usize,
     node: NodeId,
@@ -109,14 +109,18 @@ pub fn register_backend(
     Ok(Some(next))
 }
 
-/// A back-end registers after a restart that may have cost its datastores updates it had
-/// acknowledged (its host lost the page cache while its sync policy let acknowledged writes
-/// wait there). It must not resume its chain positions from those datastores: it is failed
-/// first, so that registering adds it back as a syncing replica of its ranges, which asks
-/// the tail for the suffix after its last record and serves only once it caught up. A node in
-/// no chain, leaving, or the last proven replica of a range ([`last_proven`]) registers as
-/// usual.
-pub fn register_backend_unproven(
+/// A back-end registers: at its start, or when its process, still running, finds itself
+/// declared failed. A registration from a node the configuration still has alive in a chain
+/// therefore comes from a new process, which has lost what only memory held: above all the
+/// request outcomes its replicas remember so that a client's retry is decided once
+/// (`replica::dedup`), and, if its host restarted under a sync policy that lets acknowledged
+/// writes wait in the page cache, the end of its logs. It must not resume its chain positions
+/// (as head it would order a retry of an update it had already ordered a second time): it is
+/// failed first, so that registering adds it back as a syncing replica of its ranges, which
+/// asks the tail for the suffix after its last record and serves only once it caught up. A
+/// node in no chain, leaving, or the last proven replica of a range ([`last_proven`])
+/// registers as usual.
+pub fn register_backend(
     config: &ClusterConfig,
     expected_backends: usize,
     node: NodeId,
@@ -127,7 +131,7 @@ pub fn register_backend_unproven(
     let in_a_chain = config.ranges.iter().any(|rc| rc.chain.contains(&node) && !last_proven(rc, node));
     let failed = if alive && in_a_chain { fail_node(config, node, cuts)? } else { None };
     let base = failed.as_ref().unwrap_or(config);
-    Ok(register_backend(base, expected_backends, node, addr, cuts)?.or(failed))
+    Ok(add_backend(base, expected_backends, node, addr, cuts)?.or(failed))
 }
 
 /// Fixes the ranges and their chains from the ring of the registered back-ends.

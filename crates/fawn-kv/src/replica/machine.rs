@@ -657,8 +657,12 @@ impl<S: ReplicaStore> Replica<S> {
             prev = u.seq;
             out.push(Action::Send { to, msg });
         }
+        // A syncing successor may be a rejoiner that kept its records but, as a new process,
+        // lost their outcomes: it gets every outcome this replica remembers, not only the
+        // resent updates'.
+        let outcomes_from = if self.route.rc.syncing.contains(&to) { 0 } else { after_seq };
         if !self.faulty(Fault::NoOutcomesWithResend) {
-            for msg in self.outcomes_after(after_seq, upto_seq) {
+            for msg in self.outcomes_after(outcomes_from, upto_seq) {
                 out.push(Action::Send { to, msg });
             }
         }

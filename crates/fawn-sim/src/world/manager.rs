@@ -45,14 +45,8 @@ impl World {
         self.transition(|c, cuts| state::fail_node(c, node, cuts));
     }
 
-    /// A restarted node registers, its datastores possibly missing what it acknowledged.
-    pub(super) fn manager_registered_unproven(&mut self, node: NodeId) {
-        let expected = self.cfg.nodes;
-        self.transition(|c, cuts| state::register_backend_unproven(c, expected, node, &addr(node), cuts));
-    }
-
-    /// A node the manager declared failed while its process kept running registers again,
-    /// its datastores intact.
+    /// A node registers: a restarted process, or one the manager declared failed while it
+    /// kept running.
     pub(super) fn manager_registered(&mut self, node: NodeId) {
         let expected = self.cfg.nodes;
         self.transition(|c, cuts| state::register_backend(c, expected, node, &addr(node), cuts));

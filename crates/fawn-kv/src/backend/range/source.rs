@@ -100,7 +100,9 @@ impl RangeReplica {
         let upto_seq = self.store.max_seq();
         let records = self.store.iter();
         let cut = SuffixCut { after: have_seq, latest: self.store.iter() };
-        let outcomes = st.machine.outcomes_after(have_seq, upto_seq);
+        // Every remembered outcome, not only the suffix's: the rejoiner kept its records but,
+        // as a new process, lost their outcomes, and may head the chain later.
+        let outcomes = st.machine.outcomes_after(0, upto_seq);
         match verdict {
             Ok(true) => {
                 let snapshot = snapshot_id();
