@@ -671,7 +671,7 @@ async fn register(
     options: &BackendOptions,
     logs_complete: bool,
 ) -> anyhow::Result<ClusterConfig> {
-    let request =
+    let mut request =
         Request::RegisterBackend { node: options.node, addr: options.advertise.clone(), logs_complete };
     let mut logged = false;
     loop {
@@ -679,7 +679,10 @@ async fn register(
             .await
         {
             Ok(Response::Config(c)) if c.formed => return Ok(c),
-            Ok(Response::Config(_)) => {}
+            // Registered once: wait for the ranges to form by fetching the configuration. A
+            // registration repeated once they formed would be taken for a new process, which
+            // the manager fails and re-adds to resync.
+            Ok(Response::Config(_)) => request = Request::GetConfig,
             Ok(Response::Error(e)) => anyhow::bail!("the manager refused node {}: {e}", options.node),
             Ok(other) => anyhow::bail!("unexpected manager answer {other:?}"),
             Err(e) if !logged => {
