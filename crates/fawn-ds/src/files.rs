@@ -166,6 +166,11 @@ pub(crate) fn new_nonce() -> u64 {
     z ^ (z >> 31)
 }
 
+/// Whether a split into `target` was cut short: its `<target>.split-tmp` exists.
+pub fn split_interrupted(target: &Path) -> bool {
+    split_tmp(target).is_ok_and(|tmp| tmp.exists())
+}
+
 /// `<target>.split-tmp`: where a split builds the datastore it renames to `target`.
 pub(crate) fn split_tmp(target: &Path) -> Result<PathBuf, Error> {
     let name = target

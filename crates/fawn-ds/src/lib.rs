@@ -50,7 +50,7 @@ pub use datastore::split::SplitInProgress;
 pub use datastore::DataStore;
 pub use error::Error;
 pub use fault::{FaultInjector, IoOp};
-pub use files::create_dir_durable;
+pub use files::{create_dir_durable, split_interrupted};
 pub use iter::Iter;
 pub use report::{LockPhases, MaintenanceKind, MaintenanceReport};
 pub use shared::KeyFilter;

@@ -152,13 +152,18 @@ impl Backend {
     /// directory while the directory of the range it was split from survives — named by that
     /// range's end, the end of the first part above it that has a directory. The part is
     /// copied out of it before any replica opens (and filters) that datastore. Only a
-    /// directory marked a whole replica is used.
+    /// directory marked a whole replica is used. A node re-added as a syncing replica (a
+    /// restart while still in the chain fails it first) does the same when the part's
+    /// `.split-tmp` shows the split was under way, and then fetches only the suffix; without
+    /// that sign a syncing replica's missing directory is an ordinary fresh copy.
     pub(super) fn recover_split_parts(&self, config: &ClusterConfig) -> anyhow::Result<()> {
         let me = self.options.node;
         let n = config.ranges.len();
         for (i, rc) in config.ranges.iter().enumerate() {
             let missing = |r: &Range| !self.replicas.read().contains_key(r) && !self.range_dir(r).exists();
-            if !rc.chain.contains(&me) || !missing(&rc.range) {
+            let resumable = rc.chain.contains(&me)
+                || (rc.syncing.contains(&me) && fawn_ds::split_interrupted(&self.range_dir(&rc.range)));
+            if !resumable || !missing(&rc.range) {
                 continue;
             }
             // The first range above it, in ring order, with a directory.
