@@ -39,11 +39,17 @@ pub fn logs_complete(data_dir: &Path, sync: SyncPolicy, boot: Option<&str>) -> b
 /// Records `boot` as the boot the datastores were last written on (written to a temporary
 /// file, synced, renamed, the directory synced).
 pub fn record_boot(data_dir: &Path, boot: &str) -> std::io::Result<()> {
+    write_durably(data_dir, BOOT_ID_FILE, &format!("{boot}\n"))
+}
+
+/// Replaces `data_dir/name` with `contents` so that a crash leaves the old file or the new
+/// one, never a torn one: written to a temporary file, synced, renamed, the directory synced.
+pub fn write_durably(data_dir: &Path, name: &str, contents: &str) -> std::io::Result<()> {
     std::fs::create_dir_all(data_dir)?;
-    let tmp = data_dir.join(format!("{BOOT_ID_FILE}.tmp"));
-    std::fs::write(&tmp, format!("{boot}\n"))?;
+    let tmp = data_dir.join(format!("{name}.tmp"));
+    std::fs::write(&tmp, contents)?;
     std::fs::File::open(&tmp)?.sync_all()?;
-    std::fs::rename(&tmp, data_dir.join(BOOT_ID_FILE))?;
+    std::fs::rename(&tmp, data_dir.join(name))?;
     std::fs::File::open(data_dir)?.sync_all()
 }
 

@@ -10,6 +10,8 @@ impl Backend {
         if config.epoch <= self.current().config.epoch {
             return Ok(());
         }
+        fence::check(Some(self.cluster).filter(|c| *c != 0), config.cluster_id)
+            .map_err(|e| anyhow::anyhow!("not installing epoch {}: {e}", config.epoch))?;
         let me = self.options.node;
         let epoch = config.epoch;
         let sizing = expected_keys_by_range(self.options.expected_keys, me, &config);

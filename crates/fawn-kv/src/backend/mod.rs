@@ -4,6 +4,7 @@
 mod boot;
 mod disk;
 mod drain;
+mod fence;
 mod handler;
 mod health;
 mod install;
@@ -164,6 +165,9 @@ struct Counters {
 /// A running back-end.
 pub struct Backend {
     options: BackendOptions,
+    /// The cluster this node's data directory belongs to (`fence`; 0 only before the first
+    /// formed configuration of a manager group that predates cluster ids).
+    cluster: u64,
     view: RwLock<Arc<View>>,
     replicas: RwLock<HashMap<Range, Arc<RangeReplica>>>,
     install_lock: tokio::sync::Mutex<()>,
@@ -207,7 +211,14 @@ impl Backend {
             warn!(sync = ?options.sync,
                 "the host restarted since this back-end last ran (or the restart cannot be told): its datastores may lack updates it acknowledged, so it resyncs its ranges before serving");
         }
-        let config = register(&pool, &options, logs_complete).await?;
+        let recorded = fence::recorded(&options.data_dir)?;
+        let config = register(&pool, &options, logs_complete, recorded).await?;
+        let cluster = recorded.unwrap_or(config.cluster_id);
+        if recorded.is_none() && cluster != 0 {
+            fence::record(&options.data_dir, cluster).map_err(|e| {
+                anyhow::anyhow!("recording the cluster id in {}: {e}", options.data_dir.display())
+            })?;
+        }
         // Only once the manager knows: a crash before this proves nothing at the next start.
         if let Some(boot_id) = &boot_id {
             boot::record_boot(&options.data_dir, boot_id).map_err(|e| {
@@ -216,6 +227,7 @@ impl Backend {
         }
         let backend = Arc::new_cyclic(|me| Backend {
             options,
+            cluster,
             view: RwLock::new(Arc::new(View::new(ClusterConfig::default()))),
             replicas: RwLock::new(HashMap::new()),
             install_lock: tokio::sync::Mutex::new(()),
@@ -665,24 +677,38 @@ pub fn expected_keys_by_range(total: u64, node: NodeId, config: &ClusterConfig) 
     held.iter().copied().zip(apportion_expected_keys(total, &held)).collect()
 }
 
-/// Registers with the manager; `logs_complete` as in `Request::RegisterBackend`.
+/// Registers with the manager; `logs_complete` as in `Request::RegisterBackend`. A data
+/// directory that belongs to a cluster (`recorded`) first checks that the managers serve that
+/// one, so that a wrong `--manager` neither registers there nor installs its configuration.
 async fn register(
     pool: &Pool,
     options: &BackendOptions,
     logs_complete: bool,
+    recorded: Option<u64>,
 ) -> anyhow::Result<ClusterConfig> {
-    let mut request =
+    let registration =
         Request::RegisterBackend { node: options.node, addr: options.advertise.clone(), logs_complete };
+    let mut checked = recorded.is_none();
+    let mut registered = false;
     let mut logged = false;
     loop {
-        match crate::manager::client::call(pool, &options.manager, request.clone(), Duration::from_secs(5))
-            .await
-        {
-            Ok(Response::Config(c)) if c.formed => return Ok(c),
-            // Registered once: wait for the ranges to form by fetching the configuration. A
-            // registration repeated once they formed would be taken for a new process, which
-            // the manager fails and re-adds to resync.
-            Ok(Response::Config(_)) => request = Request::GetConfig,
+        // Registered once: wait for the ranges to form by fetching the configuration. A
+        // registration repeated once they formed would be taken for a new process, which
+        // the manager fails and re-adds to resync.
+        let request = if checked && !registered { registration.clone() } else { Request::GetConfig };
+        match crate::manager::client::call(pool, &options.manager, request, Duration::from_secs(5)).await {
+            Ok(Response::Config(c)) => {
+                fence::check(recorded, c.cluster_id)
+                    .map_err(|e| anyhow::anyhow!("node {}: {e}", options.node))?;
+                if !checked {
+                    checked = true;
+                    continue;
+                }
+                registered = true;
+                if c.formed {
+                    return Ok(c);
+                }
+            }
             Ok(Response::Error(e)) => anyhow::bail!("the manager refused node {}: {e}", options.node),
             Ok(other) => anyhow::bail!("unexpected manager answer {other:?}"),
             Err(e) if !logged => {
@@ -708,7 +734,7 @@ async fn poll_config(backend: Weak<Backend>) {
         if me == Some(NodeState::Failed) {
             warn!("the manager declared this back-end failed; registering again to rejoin");
             // The process kept running: its datastores hold what it acknowledged.
-            match register(&b.pool, &b.options, true).await {
+            match register(&b.pool, &b.options, true, Some(b.cluster).filter(|c| *c != 0)).await {
                 Ok(c) => {
                     let _ = b.install(c).await;
                 }
