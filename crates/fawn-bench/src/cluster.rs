@@ -8,7 +8,9 @@
 //! * `local`: one back-end served over the network (front-end without cache + back-end, R = 1) vs the same
 //!   datastore engine read locally by 2 threads;
 //! * `peers`: GET/SET vs Debian's `memcached -t 1`, with and without pipelining, for cache-hit
-//!   gets (keys fit the front-end cache) and full-path gets (`--cache-entries 0`).
+//!   gets (keys fit the front-end cache) and full-path gets (`--cache-entries 0`);
+//! * `memory` (not in the default): each back-end's resident memory, fresh and loaded
+//!   ([`crate::memory`]).
 //!
 //! Every run reports ops/s, latency percentiles and ops per CPU-second of all cluster processes.
 
@@ -44,8 +46,9 @@ pub struct ClusterArgs {
     /// Manager port of the clusters (0: pick a free range between 10000 and 30000, below the ephemeral ports).
     #[arg(long, default_value_t = 0)]
     pub base_port: u16,
-    /// Which experiments to run: throughput, replicas, local, peers, and tls (gets and puts
-    /// with the roles' native connections in plain TCP, then mutual TLS; not in the default).
+    /// Which experiments to run: throughput, replicas, local, peers; and, not in the default,
+    /// tls (gets and puts with the roles' native connections in plain TCP, then mutual TLS)
+    /// and memory (each back-end's resident memory, fresh and after --memory-keys keys).
     #[arg(long, value_delimiter = ',', default_value = "throughput,replicas,local,peers")]
     pub sections: Vec<String>,
     /// Value sizes of the throughput section.
@@ -73,6 +76,9 @@ pub struct ClusterArgs {
     /// Leave the replicated Redis out of the peers section.
     #[arg(long)]
     pub no_redis: bool,
+    /// Distinct keys the memory section loads (half of them first).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub memory_keys: u64,
 }
 
 /// Parse workload flags the way the command line would (the defaults stay in one place). A flag
@@ -181,7 +187,7 @@ impl Env {
 
 /// Run `fawn bench cluster`.
 pub fn run(args: &ClusterArgs, quiet: bool, rep: &mut Reporter) -> Result<()> {
-    let known = ["throughput", "replicas", "local", "peers", "tls"];
+    let known = ["throughput", "replicas", "local", "peers", "tls", "memory"];
     for s in &args.sections {
         ensure!(known.contains(&s.as_str()), "unknown section {s:?} (known: {known:?})");
     }
@@ -202,6 +208,9 @@ pub fn run(args: &ClusterArgs, quiet: bool, rep: &mut Reporter) -> Result<()> {
     }
     if has("tls") {
         tls(&rt, &mut env, args, rep)?;
+    }
+    if has("memory") {
+        crate::memory::memory(&rt, &mut env, args, rep)?;
     }
     Ok(())
 }

@@ -32,6 +32,7 @@ pub mod keydist;
 pub mod launch;
 pub mod loadgen;
 pub mod maint;
+mod memory;
 pub mod native;
 pub mod netbench;
 pub mod output;

@@ -1165,6 +1165,7 @@ fn cluster_part(c: &mut Ctx) -> Result<()> {
         memcached_bin: c.args.memcached_bin.clone(),
         redis_bin: c.args.redis_bin.clone(),
         no_redis: false,
+        memory_keys: 1_000_000,
     };
     cluster::run(&a, c.quiet, c.rep)
 }
