@@ -47,8 +47,9 @@ pub struct ClusterArgs {
     #[arg(long, default_value_t = 0)]
     pub base_port: u16,
     /// Which experiments to run: throughput, replicas, local, peers; and, not in the default,
-    /// tls (gets and puts with the roles' native connections in plain TCP, then mutual TLS)
-    /// and memory (each back-end's resident memory, fresh and after --memory-keys keys).
+    /// tls (gets and puts with the roles' native connections in plain TCP, then mutual TLS),
+    /// memcached-tls (gets and sets with the memcached port in plain TCP, then TLS) and memory
+    /// (each back-end's resident memory, fresh and after --memory-keys keys).
     #[arg(long, value_delimiter = ',', default_value = "throughput,replicas,local,peers")]
     pub sections: Vec<String>,
     /// Value sizes of the throughput section.
@@ -187,7 +188,7 @@ impl Env {
 
 /// Run `fawn bench cluster`.
 pub fn run(args: &ClusterArgs, quiet: bool, rep: &mut Reporter) -> Result<()> {
-    let known = ["throughput", "replicas", "local", "peers", "tls", "memory"];
+    let known = ["throughput", "replicas", "local", "peers", "tls", "memcached-tls", "memory"];
     for s in &args.sections {
         ensure!(known.contains(&s.as_str()), "unknown section {s:?} (known: {known:?})");
     }
@@ -208,6 +209,9 @@ pub fn run(args: &ClusterArgs, quiet: bool, rep: &mut Reporter) -> Result<()> {
     }
     if has("tls") {
         tls(&rt, &mut env, args, rep)?;
+    }
+    if has("memcached-tls") {
+        memcached_tls(&rt, &mut env, args, rep)?;
     }
     if has("memory") {
         crate::memory::memory(&rt, &mut env, args, rep)?;
@@ -236,20 +240,50 @@ fn tls(rt: &tokio::runtime::Runtime, env: &mut Env, args: &ClusterArgs, rep: &mu
             memcached_run(rt, env, &c, &pids, args, &e, system, rep)?;
         }
     }
+    tls_ratios(rep, "cluster/tls", vs, systems.map(|(system, _)| system))
+}
+
+/// Gets (front-end cache off) and sets through the memcached port in plain TCP, then in TLS
+/// (rustls on both ends, the load generator trusting the port's CA): what the client-facing
+/// TLS costs in operations per second and per CPU-second of the cluster.
+fn memcached_tls(
+    rt: &tokio::runtime::Runtime,
+    env: &mut Env,
+    args: &ClusterArgs,
+    rep: &mut Reporter,
+) -> Result<()> {
+    let vs = args.value_sizes.first().copied().unwrap_or(256);
+    let systems = [("fawn-plaintext", false), ("fawn-tls", true)];
+    for (system, tls) in systems {
+        let c = env.start(|s| {
+            s.memcached_tls = tls;
+            s.cache_entries = Some(0);
+        })?;
+        let pids = c.pids();
+        for (op, g) in [("get", "1"), ("put", "0")] {
+            let mut e = load_args(vs, g, args.connections);
+            e.extend([s("--scenario"), format!("cluster/memcached-tls/{op}/v{vs}")]);
+            if let Some(ca) = c.spec.memcached_ca() {
+                e.extend([s("--tls-ca"), ca.display().to_string()]);
+            }
+            if op == "put" {
+                e.push(s("--no-preload"));
+            }
+            memcached_run(rt, env, &c, &pids, args, &e, system, rep)?;
+        }
+    }
+    tls_ratios(rep, "cluster/memcached-tls", vs, systems.map(|(system, _)| system))
+}
+
+/// Reports TLS's throughput and throughput per CPU-second relative to plain TCP, for the gets
+/// and puts of `prefix`.
+fn tls_ratios(rep: &mut Reporter, prefix: &str, vs: usize, [plain, tls]: [&str; 2]) -> Result<()> {
     for op in ["get", "put"] {
-        let sc = format!("cluster/tls/{op}/v{vs}");
+        let sc = format!("{prefix}/{op}/v{vs}");
         for m in ["ops_per_s", "ops_per_cpu_s"] {
-            let (plain, tls) = (rep.find(&sc, systems[0].0, m), rep.find(&sc, systems[1].0, m));
-            if let (Some(a), Some(b)) = (plain, tls) {
+            if let (Some(a), Some(b)) = (rep.find(&sc, plain, m), rep.find(&sc, tls, m)) {
                 if a > 0.0 {
-                    rep.metric(
-                        &sc,
-                        "fawn-tls",
-                        &format!("{m}_tls_vs_plaintext"),
-                        b / a,
-                        "ratio",
-                        &json!({}),
-                    )?;
+                    rep.metric(&sc, tls, &format!("{m}_tls_vs_plaintext"), b / a, "ratio", &json!({}))?;
                 }
             }
         }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, ensure, Context, Result};
 use fawn_client::{Client, ClientOptions};
-use fawn_kv::launch::{BackendCommand, FrontendCommand, ManagerCommand, RingShape};
+use fawn_kv::launch::{BackendCommand, FrontendCommand, ManagerCommand, MemcachedTlsFiles, RingShape};
 use fawn_proto::native::{ClusterConfig, NodeState};
 
 /// How long a cluster may take to form and accept connections.
@@ -43,6 +43,9 @@ pub struct ClusterSpec {
     /// Mutual TLS between the roles (and from this process): a CA and certificates in
     /// `<dir>/tls`. Off: `--plaintext`.
     pub tls: bool,
+    /// TLS on the front-ends' memcached ports, with a certificate of a CA in `<dir>/mctls`
+    /// (its certificate: [`ClusterSpec::memcached_ca`]).
+    pub memcached_tls: bool,
 }
 
 impl ClusterSpec {
@@ -61,7 +64,29 @@ impl ClusterSpec {
             cache_entries: None,
             backend_advertise: None,
             tls: false,
+            memcached_tls: false,
         }
+    }
+
+    /// The CA certificate memcached clients trust when `memcached_tls` is on.
+    pub fn memcached_ca(&self) -> Option<PathBuf> {
+        self.memcached_tls.then(|| self.dir.join("mctls").join("ca.crt"))
+    }
+
+    /// Under `memcached_tls`: a CA and a certificate for the loopback names, as the front-ends'
+    /// `--memcached-tls-cert` and `--memcached-tls-key`.
+    fn memcached_tls_files(&self) -> Result<Option<MemcachedTlsFiles>> {
+        let Some(ca_path) = self.memcached_ca() else { return Ok(None) };
+        let dir = self.dir.join("mctls");
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let ca = fawn_tls::ClusterCa::create("bench-memcached")?;
+        let server = ca.issue_memcached(&fawn_tls::clients::memcached_names("127.0.0.1"))?;
+        let (cert, key) = (dir.join("memcached.crt"), dir.join("memcached.key"));
+        std::fs::write(&ca_path, ca.cert_pem())?;
+        std::fs::write(&cert, &server.cert_pem)?;
+        std::fs::write(&key, &server.key_pem)?;
+        std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+        Ok(Some(MemcachedTlsFiles { cert, key }))
     }
 
     /// The roles' `--tls-dir`, when TLS is on.
@@ -199,6 +224,7 @@ impl Cluster {
         for node in 0..s.backends {
             c.add_backend(node)?;
         }
+        let memcached_tls = s.memcached_tls_files()?;
         for i in 0..s.frontends {
             let frontend = FrontendCommand {
                 id: i,
@@ -209,7 +235,7 @@ impl Cluster {
                 cache_entries: s.cache_entries,
                 request_timeout_ms: None,
                 memcached_auth_file: None,
-                memcached_tls: None,
+                memcached_tls: memcached_tls.clone(),
                 tls_dir: s.tls_dir(),
             };
             c.ensure_credentials(&[(fawn_tls::Role::Frontend, i)])?;

@@ -16,11 +16,14 @@ use std::time::Duration;
 use anyhow::{anyhow, Context, Result};
 use hdrhistogram::Histogram;
 use rand::{rngs::SmallRng, Rng, SeedableRng};
-use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::time::Instant;
+use tokio_rustls::rustls::pki_types::pem::PemObject;
+use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName};
+use tokio_rustls::rustls::{ClientConfig, RootCertStore};
+use tokio_rustls::TlsConnector;
 
 use crate::keydist::KeyChooser;
 use crate::progress::{self, Counters};
@@ -135,6 +138,8 @@ struct RunCtx {
     /// Open loop (a pacer thread hands out send times) or closed loop.
     open_loop: bool,
     counters: Arc<Counters>,
+    /// TLS to the server, if the workload asks for it.
+    tls: Option<TlsConnector>,
 }
 
 /// One request in flight: what to parse and when it was meant to start.
@@ -143,22 +148,52 @@ struct InFlight {
     intended: Instant,
 }
 
-/// Connect with TCP_NODELAY (we batch ourselves; Nagle would add 40 ms stalls).
-async fn connect(addr: SocketAddr) -> Result<TcpStream> {
+/// The reading half of a connection (plain TCP or TLS).
+type OwnedReadHalf = Box<dyn AsyncRead + Unpin + Send>;
+/// The writing half of a connection.
+type OwnedWriteHalf = Box<dyn AsyncWrite + Unpin + Send>;
+
+/// A TLS client trusting the workload's CA (`Workload::tls_ca`), if it has one.
+fn tls_connector(w: &Workload) -> Result<Option<TlsConnector>> {
+    let Some(path) = &w.tls_ca else { return Ok(None) };
+    let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(&pem) {
+        roots.add(cert.with_context(|| format!("a certificate in {}", path.display()))?)?;
+    }
+    let provider = Arc::new(tokio_rustls::rustls::crypto::ring::default_provider());
+    let config = ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Some(TlsConnector::from(Arc::new(config))))
+}
+
+/// Connect with TCP_NODELAY (we batch ourselves; Nagle would add 40 ms stalls), then the TLS
+/// handshake if `tls` is given (the server's certificate must name `addr`'s IP).
+async fn connect(addr: SocketAddr, tls: Option<&TlsConnector>) -> Result<(OwnedReadHalf, OwnedWriteHalf)> {
     let s = TcpStream::connect(addr).await.with_context(|| format!("connecting to {addr}"))?;
     s.set_nodelay(true).context("setting TCP_NODELAY")?;
-    Ok(s)
+    let Some(tls) = tls else {
+        let (r, w) = s.into_split();
+        return Ok((Box::new(r), Box::new(w)));
+    };
+    let stream = tls.connect(ServerName::IpAddress(addr.ip().into()), s).await.context("TLS handshake")?;
+    let (r, w) = tokio::io::split(stream);
+    Ok((Box::new(r), Box::new(w)))
 }
 
 /// Write every key `0..keys` once, so gets hit. Fails if the server refuses any set.
 pub async fn preload(addr: SocketAddr, proto: Protocol, w: &Workload) -> Result<()> {
     let conns = PRELOAD_CONNECTIONS.min(w.connections).max(1);
     let value = Arc::new(w.value());
+    let tls = tls_connector(w)?;
     let mut tasks = Vec::new();
     for c in 0..conns {
         let (w, value) = (w.clone(), value.clone());
+        let stream = connect(addr, tls.as_ref()).await?;
         tasks.push(tokio::spawn(async move {
-            preload_conn(addr, proto, &w, &value, c as u64, conns as u64).await
+            preload_conn(addr, stream, proto, &w, &value, c as u64, conns as u64).await
         }));
     }
     for t in tasks {
@@ -169,13 +204,13 @@ pub async fn preload(addr: SocketAddr, proto: Protocol, w: &Workload) -> Result<
 
 async fn preload_conn(
     addr: SocketAddr,
+    (r, mut wr): (OwnedReadHalf, OwnedWriteHalf),
     proto: Protocol,
     w: &Workload,
     value: &[u8],
     first: u64,
     step: u64,
 ) -> Result<()> {
-    let (r, mut wr) = connect(addr).await?.into_split();
     let mut r = BufReader::with_capacity(64 * 1024, r);
     let (mut buf, mut key, mut scratch) = (Vec::new(), Vec::new(), Vec::new());
     let mut next = first;
@@ -189,6 +224,7 @@ async fn preload_conn(
             n += 1;
         }
         wr.write_all(&buf).await.context("sending preload batch")?;
+        wr.flush().await.context("sending preload batch")?;
         for _ in 0..n {
             let reply = tokio::time::timeout(w.timeout, proto.read_set(&mut r, &mut scratch))
                 .await
@@ -219,8 +255,8 @@ pub async fn run(
     quiet: bool,
 ) -> Result<LoadStats> {
     // Fail fast on an unreachable server instead of after the whole run's duration.
-    drop(connect(addr).await?);
     let ctx = Arc::new(make_ctx(addr, proto, w)?);
+    drop(connect(addr, ctx.tls.as_ref()).await?);
     let bar = progress::spawn(label.to_string(), ctx.counters.clone(), ctx.warmup_end, ctx.end, quiet);
     let (senders, mut receivers): (Vec<_>, Vec<_>) = (0..w.connections)
         .map(|_| {
@@ -270,6 +306,7 @@ fn make_ctx(addr: SocketAddr, proto: Protocol, w: &Workload) -> Result<RunCtx> {
         end: warmup_end + w.duration,
         open_loop: w.rate > 0.0,
         counters: Arc::new(Counters::default()),
+        tls: tls_connector(w)?,
     })
 }
 
@@ -278,7 +315,7 @@ async fn run_conn(
     conn: usize,
     tokens: Option<mpsc::UnboundedReceiver<Instant>>,
 ) -> Result<LoadStats> {
-    let (r, wr) = connect(ctx.addr).await?.into_split();
+    let (r, wr) = connect(ctx.addr, ctx.tls.as_ref()).await?;
     let (tx, rx) = mpsc::unbounded_channel(); // bounded in practice by the semaphore
     let sem = Arc::new(Semaphore::new(ctx.w.pipeline));
     let writer = tokio::spawn(write_loop(ctx.clone(), wr, tx, sem.clone(), conn, tokens));
@@ -385,6 +422,8 @@ async fn acquire(sem: &Semaphore, wr: &mut OwnedWriteHalf, buf: &mut Vec<u8>) ->
 async fn flush(wr: &mut OwnedWriteHalf, buf: &mut Vec<u8>) -> Result<()> {
     if !buf.is_empty() {
         wr.write_all(buf).await.context("sending requests")?;
+        // TLS may keep the last records until flushed.
+        wr.flush().await.context("sending requests")?;
         buf.clear();
     }
     Ok(())

@@ -59,6 +59,10 @@ pub struct WorkloadArgs {
     /// Scenario name in the results (default: derived from the workload).
     #[arg(long)]
     pub scenario: Option<String>,
+    /// Speak TLS to the server (memcached protocol), trusting the CA certificate in this PEM
+    /// file; the server's certificate must name the address connected to.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<std::path::PathBuf>,
 }
 
 /// One fully resolved workload: a single value size and get ratio.
@@ -78,6 +82,8 @@ pub struct Workload {
     pub key_prefix: String,
     pub seed: u64,
     pub timeout: Duration,
+    /// TLS to the server, trusting this CA certificate (PEM file); `None`: plain TCP.
+    pub tls_ca: Option<std::path::PathBuf>,
     scenario: Option<String>,
 }
 
@@ -111,6 +117,7 @@ impl WorkloadArgs {
             key_prefix: self.key_prefix.clone(),
             seed: self.seed,
             timeout: Duration::from_secs_f64(self.timeout),
+            tls_ca: self.tls_ca.clone(),
             // A user-given name stays unique per point by suffixing the point's parameters.
             scenario: self.scenario.as_ref().map(|s| {
                 if multi {

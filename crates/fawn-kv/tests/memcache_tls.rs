@@ -1,6 +1,7 @@
 //! Guards TLS on the memcached port: a plaintext client is closed unanswered, a rustls client
 //! that trusts the CA is served in the text and the binary protocol, logins included; with a
-//! CA for clients, a client without a certificate of that CA is refused and one with it served.
+//! CA for clients, a client without a certificate of that CA is refused and one with it served;
+//! `stats settings` describes the port's TLS.
 
 mod memcache_support;
 
@@ -156,4 +157,61 @@ async fn a_client_ca_makes_client_certificates_required() {
     let mut good = connect_tls(&server, &connector(&ca, Some(&client))).await.expect("TLS handshake");
     roundtrip(&mut good, b"set k 0 0 2\r\nok\r\nget k\r\n", b"STORED\r\nVALUE k 0 2\r\nok\r\nEND\r\n").await;
     server.shutdown().await;
+}
+
+/// `stats settings` tells a client what memcached would: TLS on, the files it was started
+/// with, and `ssl_verify_mode` 2 (a certificate required) with a client CA; a plain port
+/// reads off.
+#[tokio::test]
+async fn stats_settings_describe_the_tls_port() {
+    let ca = ca();
+    let dir = tempfile::tempdir().expect("temp dir");
+    let server_creds = ca.issue_memcached(&fawn_tls::clients::memcached_names("127.0.0.1")).expect("cert");
+    let (cert, key, client_ca) =
+        (dir.path().join("mc.crt"), dir.path().join("mc.key"), dir.path().join("ca.crt"));
+    std::fs::write(&cert, &server_creds.cert_pem).expect("write cert");
+    std::fs::write(&key, &server_creds.key_pem).expect("write key");
+    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
+    std::fs::write(&client_ca, ca.cert_pem()).expect("write CA");
+    let tls = ClientTls::load(&cert, &key, Some(&client_ca)).expect("TLS files");
+    let server = Server::with_config(MemcacheConfig { tls: Some(tls), ..MemcacheConfig::default() }).await;
+    let client = ca.issue(&Identity::new("mctest", Role::Admin, 0).expect("id")).expect("cert");
+    let mut conn = connect_tls(&server, &connector(&ca, Some(&client))).await.expect("TLS handshake");
+    let settings = stats_settings(&mut conn).await;
+    let want = [
+        ("ssl_enabled", "yes".to_string()),
+        ("ssl_chain_cert", cert.display().to_string()),
+        ("ssl_key", key.display().to_string()),
+        ("ssl_verify_mode", "2".to_string()),
+        ("ssl_ca_cert", client_ca.display().to_string()),
+    ];
+    for (name, value) in &want {
+        assert!(settings.contains(&format!("STAT {name} {value}\r\n")), "{name}: {settings}");
+    }
+    server.shutdown().await;
+
+    let plain = Server::with_config(MemcacheConfig::default()).await;
+    let mut conn = TcpStream::connect(plain.addr).await.expect("connect");
+    let settings = stats_settings(&mut conn).await;
+    for line in
+        ["ssl_enabled no", "ssl_chain_cert (null)", "ssl_key (null)", "ssl_verify_mode 0", "ssl_ca_cert NULL"]
+    {
+        assert!(settings.contains(&format!("STAT {line}\r\n")), "{line}: {settings}");
+    }
+    plain.shutdown().await;
+}
+
+/// The reply to `stats settings`, up to its `END`.
+async fn stats_settings<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S) -> String {
+    stream.write_all(b"stats settings\r\n").await.expect("write");
+    stream.flush().await.expect("flush");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !got.ends_with(b"END\r\n") {
+        let n =
+            tokio::time::timeout(WAIT, stream.read(&mut buf)).await.expect("reply in time").expect("read");
+        assert!(n > 0, "closed before END: {:?}", show(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8(got).expect("text")
 }

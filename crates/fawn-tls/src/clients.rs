@@ -9,7 +9,7 @@
 //! it to speak the native protocol to the cluster.
 
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use tokio_rustls::rustls::pki_types::pem::PemObject;
@@ -30,6 +30,16 @@ pub struct ClientTls {
     acceptor: TlsAcceptor,
     /// Whether clients must present a certificate of the clients' CA.
     client_certs: bool,
+    /// The files it was read from (`None`: built from PEM text), for `stats settings`.
+    files: Option<ClientTlsFiles>,
+}
+
+/// The files a [`ClientTls`] was read from.
+#[derive(Clone, Debug)]
+pub struct ClientTlsFiles {
+    pub chain: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
 }
 
 impl fmt::Debug for ClientTls {
@@ -70,13 +80,22 @@ impl ClientTls {
             None => builder.with_no_client_auth(),
         };
         let config = builder.with_single_cert(chain, key)?;
-        Ok(ClientTls { acceptor: TlsAcceptor::from(Arc::new(config)), client_certs: client_ca_pem.is_some() })
+        let acceptor = TlsAcceptor::from(Arc::new(config));
+        Ok(ClientTls { acceptor, client_certs: client_ca_pem.is_some(), files: None })
     }
 
     /// Reads the files of [`ClientTls::new`]; the key must be readable by its owner only.
     pub fn load(chain: &Path, key: &Path, client_ca: Option<&Path>) -> Result<Self, TlsError> {
-        let client_ca = client_ca.map(read).transpose()?;
-        Self::new(&read(chain)?, &read_secret(key)?, client_ca.as_deref())
+        let client_ca_pem = client_ca.map(read).transpose()?;
+        let mut tls = Self::new(&read(chain)?, &read_secret(key)?, client_ca_pem.as_deref())?;
+        let (chain, key, client_ca) = (chain.to_owned(), key.to_owned(), client_ca.map(Path::to_owned));
+        tls.files = Some(ClientTlsFiles { chain, key, client_ca });
+        Ok(tls)
+    }
+
+    /// The files it was read from, if it was read from files.
+    pub fn files(&self) -> Option<&ClientTlsFiles> {
+        self.files.as_ref()
     }
 
     pub fn acceptor(&self) -> &TlsAcceptor {

@@ -19,7 +19,7 @@ pub mod config;
 pub mod identity;
 
 pub use ca::{ClusterCa, Credentials};
-pub use clients::ClientTls;
+pub use clients::{ClientTls, ClientTlsFiles};
 pub use config::TlsSetup;
 pub use identity::{Identity, Role};
 

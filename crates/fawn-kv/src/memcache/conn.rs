@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::sync::OwnedSemaphorePermit;
 use tokio_rustls::server::TlsStream;
 
 use super::stats::Stats;
@@ -16,6 +17,8 @@ use super::stats::Stats;
 /// Replies are flushed once this much is pending, even mid-pipeline, so a long pipeline of
 /// large gets cannot grow the output buffer without bound.
 const FLUSH_AT_BYTES: usize = 64 * 1024;
+/// Most capacity the reply buffer keeps once written out.
+const OUT_CAPACITY_KEPT_BYTES: usize = 4 * FLUSH_AT_BYTES;
 /// Most bytes asked of one socket read.
 const READ_CHUNK_BYTES: usize = 16 * 1024;
 
@@ -76,6 +79,9 @@ pub(super) struct Connection {
     pub input: BytesMut,
     /// Replies not yet sent.
     pub out: Vec<u8>,
+    /// The fetch budget's room that the values in `out` take: given back once they are
+    /// written (or the connection breaks).
+    held: Option<OwnedSemaphorePermit>,
     /// Writing to the client failed or timed out: nothing more is sent and the connection is
     /// to be closed.
     broken: bool,
@@ -91,6 +97,7 @@ impl Connection {
             stream,
             input: BytesMut::with_capacity(READ_CHUNK_BYTES),
             out: Vec::with_capacity(READ_CHUNK_BYTES),
+            held: None,
             broken: false,
             write_timeout,
         }
@@ -112,6 +119,19 @@ impl Connection {
         self.broken
     }
 
+    /// Keeps `room` of the fetch budget until the replies now pending are written.
+    pub fn hold(&mut self, room: OwnedSemaphorePermit) {
+        match &mut self.held {
+            Some(held) => held.merge(room),
+            None => self.held = Some(room),
+        }
+    }
+
+    /// Whether pending replies hold room of the fetch budget.
+    pub fn holds_budget(&self) -> bool {
+        self.held.is_some()
+    }
+
     /// Reads more input; `Ok(0)` at end of stream.
     pub async fn read(&mut self, stats: &Stats) -> std::io::Result<usize> {
         self.input.reserve(READ_CHUNK_BYTES);
@@ -120,8 +140,15 @@ impl Connection {
         Ok(n)
     }
 
-    /// Writes and clears pending replies.
+    /// Writes and clears pending replies, and gives back the fetch budget they held (also
+    /// when the write fails: the connection is broken then, its replies dropped).
     pub async fn flush(&mut self, stats: &Stats) -> std::io::Result<()> {
+        let result = self.write_out(stats).await;
+        self.held = None;
+        result
+    }
+
+    async fn write_out(&mut self, stats: &Stats) -> std::io::Result<()> {
         if self.broken {
             self.out.clear();
             return Err(std::io::ErrorKind::BrokenPipe.into());
@@ -144,6 +171,11 @@ impl Connection {
         }
         Stats::add(&stats.counters.bytes_written, self.out.len());
         self.out.clear();
+        // A large reply's buffer is not kept: an idle client would hold it for good, and a
+        // broken one until its request ends.
+        if self.broken || self.out.capacity() > OUT_CAPACITY_KEPT_BYTES {
+            self.out = Vec::with_capacity(READ_CHUNK_BYTES);
+        }
         written
     }
 

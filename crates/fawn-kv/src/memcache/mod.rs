@@ -9,6 +9,7 @@
 
 mod access;
 pub mod auth;
+mod budget;
 mod cmd;
 mod conn;
 mod session;
@@ -24,6 +25,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Semaphore};
 
 use crate::service::KvService;
+pub use budget::{CONNECTION_FETCH_BYTES_MAX, FETCH_BUDGET_BYTES};
 pub use stats::Stats;
 
 /// A client that takes no byte of its pending replies for this long (it stopped reading) is
@@ -94,6 +96,8 @@ struct Shared<S> {
     listen_fd: i32,
     /// Items' read marks (`mg h l`, `me`).
     access: access::AccessTable,
+    /// Room for values on their way from the cluster to the clients.
+    budget: budget::FetchBudget,
 }
 
 /// Serves the memcached protocol on `listener` until `shutdown` resolves, then stops accepting,
@@ -112,7 +116,9 @@ pub async fn serve<S: KvService>(
     let listen = listener.local_addr().ok();
     let listen_fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
     let access = access::AccessTable::default();
-    let shared = Arc::new(Shared { service, config, stats: Stats::new(), listen, listen_fd, access });
+    let budget = budget::FetchBudget::new(&config.limits);
+    let stats = Stats::new();
+    let shared = Arc::new(Shared { service, config, stats, listen, listen_fd, access, budget });
     let (stop_tx, stop_rx) = watch::channel(false);
     // Each connection task holds a clone of `done_tx`; when all are dropped, all have ended.
     let (done_tx, mut done_rx) = mpsc::channel::<()>(1);

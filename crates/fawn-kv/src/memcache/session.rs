@@ -212,8 +212,10 @@ impl<S: KvService> Session<S> {
     /// Reads do not conflict with each other, and the run stops at the first other request,
     /// so every read still sees all updates sent before it on this connection.
     fn gather_reads(&mut self, first: Command) -> Next {
+        // Read at once: within the fetch budget's per-connection bound.
+        let keys_max = PIPELINED_KEYS_MAX.min(self.shared.budget.keys_per_batch());
         let first = match first {
-            Command::Get(get) if get.touch.is_none() && get.keys.len() < PIPELINED_KEYS_MAX => get,
+            Command::Get(get) if get.touch.is_none() && get.keys.len() < keys_max => get,
             other => return Next::One(other),
         };
         let mut keys = first.keys.len();
@@ -221,7 +223,7 @@ impl<S: KvService> Session<S> {
         while let Parse::Frame { command: Command::Get(get), consumed } =
             parse(&self.conn.input, &self.shared.config.limits)
         {
-            if get.touch.is_some() || keys + get.keys.len() > PIPELINED_KEYS_MAX {
+            if get.touch.is_some() || keys + get.keys.len() > keys_max {
                 break;
             }
             keys += get.keys.len();

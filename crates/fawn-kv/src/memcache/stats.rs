@@ -56,6 +56,7 @@ counters!(
     touch_misses,
     store_too_large,
     server_errors,
+    fetch_budget_waits,
     bytes_read,
     bytes_written,
     total_items,

@@ -209,11 +209,16 @@ fn cpu_times() -> (String, String) {
 }
 
 /// Counters FAWN adds to memcached's: `server_errors` (requests answered `SERVER_ERROR`
-/// because the cluster could not serve them).
+/// because the cluster could not serve them), `fetch_budget_waits` (reads that waited for
+/// room in the fetch budget) and `fetch_budget_free_bytes` (the room free now).
 fn fawn<S: KvService>(ctx: &mut Ctx<'_, S>) {
     let errors = ctx.stats().get("server_errors").unwrap_or(0);
+    let waits = ctx.stats().get("fetch_budget_waits").unwrap_or(0);
+    let free = ctx.shared.budget.available();
     let out = ctx.out();
     reply::stat(out, "server_errors", errors);
+    reply::stat(out, "fetch_budget_waits", waits);
+    reply::stat(out, "fetch_budget_free_bytes", free);
     out.extend_from_slice(reply::END);
 }
 
@@ -228,10 +233,11 @@ use Setting::{Fawn, Fixed};
 
 /// memcached 1.6.18's `stats settings`, names and order as it sends them. `Fawn` values are
 /// this front-end's (`oldest`: its last `flush_all`, see `Stats::flushed`); `verbosity`
-/// reads 0 (it is accepted and ignored). FAWN has no
-/// slab allocator, LRU, crawler, logger, extstore, TLS, UDP or unix socket: their switches
-/// read off (`no`, `NULL`) and their tunables memcached's defaults, so parsers see the types
-/// they expect.
+/// reads 0 (it is accepted and ignored); the `ssl_*` lines describe the port's TLS (the
+/// files it was started with, `ssl_verify_mode` 2 when client certificates are required).
+/// FAWN has no slab allocator, LRU, crawler, logger, extstore, UDP or unix socket: their
+/// switches read off (`no`, `NULL`) and their tunables memcached's defaults, so parsers see
+/// the types they expect.
 const SETTINGS: [(&str, Setting); 76] = [
     ("maxbytes", Fawn),
     ("maxconns", Fawn),
@@ -301,13 +307,13 @@ const SETTINGS: [(&str, Setting); 76] = [
     ("ext_max_frag", Fixed("0.80")),
     ("slab_automove_freeratio", Fixed("0.010")),
     ("ext_drop_unread", Fixed("no")),
-    ("ssl_enabled", Fixed("no")),
-    ("ssl_chain_cert", Fixed("(null)")),
-    ("ssl_key", Fixed("(null)")),
-    ("ssl_verify_mode", Fixed("0")),
+    ("ssl_enabled", Fawn),
+    ("ssl_chain_cert", Fawn),
+    ("ssl_key", Fawn),
+    ("ssl_verify_mode", Fawn),
     ("ssl_keyformat", Fixed("1")),
     ("ssl_ciphers", Fixed("NULL")),
-    ("ssl_ca_cert", Fixed("NULL")),
+    ("ssl_ca_cert", Fawn),
     ("ssl_wbuf_size", Fixed("16384")),
     ("ssl_session_cache", Fixed("no")),
     ("ssl_kernel_tls", Fixed("no")),
@@ -331,6 +337,15 @@ fn settings<S: KvService>(ctx: &mut Ctx<'_, S>) {
             "auth_enabled_sasl" | "auth_enabled_ascii" => yes_no(config.users.is_some()),
             "item_size_max" => config.limits.value_bytes_max.to_string(),
             "idle_timeout" => config.idle_timeout.map_or(0, |d| d.as_secs()).to_string(),
+            "ssl_enabled" => yes_no(config.tls.is_some()),
+            // memcached's SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, or none.
+            "ssl_verify_mode" => {
+                if config.tls.as_ref().is_some_and(|tls| tls.requires_client_certs()) { "2" } else { "0" }
+                    .into()
+            }
+            "ssl_chain_cert" => tls_file(config, |f| Some(&f.chain), "(null)"),
+            "ssl_key" => tls_file(config, |f| Some(&f.key), "(null)"),
+            "ssl_ca_cert" => tls_file(config, |f| f.client_ca.as_deref(), "NULL"),
             other => {
                 debug_assert!(false, "stats setting {other} has no FAWN value");
                 "0".into()
@@ -349,6 +364,16 @@ fn settings<S: KvService>(ctx: &mut Ctx<'_, S>) {
         reply::stat(out, name, value);
     }
     out.extend_from_slice(reply::END);
+}
+
+/// The path of one of the TLS files, or what memcached prints when it has none.
+fn tls_file(
+    config: &crate::memcache::MemcacheConfig,
+    pick: impl Fn(&fawn_tls::ClientTlsFiles) -> Option<&std::path::Path>,
+    none: &str,
+) -> String {
+    let files = config.tls.as_ref().and_then(|tls| tls.files());
+    files.and_then(pick).map_or_else(|| none.to_string(), |path| path.display().to_string())
 }
 
 /// memcached's `stats conns`: the listening socket, then each connection by descriptor, with

@@ -9,6 +9,7 @@ use fawn_proto::op::{is_expired, Guarded, Item, Mutation, Outcome};
 
 use super::{bare_update, now, Ctx, Flow};
 use crate::memcache::access::Marks;
+use crate::memcache::budget::reply_bytes;
 use crate::memcache::stats::Stats;
 use crate::service::{KvService, ServiceError};
 
@@ -17,11 +18,13 @@ const READ_FAN_OUT: usize = 64;
 
 type ReadResult = Result<Option<Item>, ServiceError>;
 
-/// Answers in batches of [`READ_FAN_OUT`] keys, flushing as the reply grows, so memory per
-/// request stays bounded. If the cluster fails part-way, the hits so far are followed by
+/// Answers in batches of at most [`READ_FAN_OUT`] keys (fewer if the fetch budget's
+/// per-connection bound asks for it), flushing as the reply grows, so memory per request stays
+/// bounded. If the cluster fails part-way, the hits so far are followed by
 /// `SERVER_ERROR <message>` instead of `END` (as memcached ends a multi-get it cannot finish).
 pub(super) async fn run<S: KvService>(ctx: &mut Ctx<'_, S>, get: GetCommand) {
-    for batch in get.keys.chunks(READ_FAN_OUT) {
+    let fan_out = READ_FAN_OUT.min(ctx.shared.budget.keys_per_batch());
+    for batch in get.keys.chunks(fan_out) {
         let items = match get.touch {
             None => read_batch(ctx, batch).await,
             Some(exptime) => {
@@ -44,6 +47,9 @@ pub(super) async fn run<S: KvService>(ctx: &mut Ctx<'_, S>, get: GetCommand) {
             }
         }
         ctx.flush_if_full().await;
+        if ctx.is_broken() {
+            return;
+        }
     }
     ctx.reply(reply::END);
 }
@@ -74,18 +80,40 @@ pub(in crate::memcache) async fn run_pipelined<S: KvService>(
             None => ctx.reply(reply::END),
         }
         ctx.flush_if_full().await;
+        if ctx.is_broken() {
+            return Flow::Close;
+        }
     }
     Flow::Continue
 }
 
-/// Reads the keys, concurrently when there are several, results in key order.
-async fn read_batch<S: KvService>(ctx: &Ctx<'_, S>, keys: &[Vec<u8>]) -> Vec<ReadResult> {
+/// Reads the keys (at most the fetch budget's `keys_per_batch`), concurrently when there are
+/// several, results in key order. Their replies' room in the budget is held until the
+/// connection writes its pending replies, which the caller appends them to.
+async fn read_batch<S: KvService>(ctx: &mut Ctx<'_, S>, keys: &[Vec<u8>]) -> Vec<ReadResult> {
     if let [key] = keys {
         return vec![fetch(ctx, key).await];
     }
+    debug_assert!(keys.len() <= ctx.shared.budget.keys_per_batch());
+    let room = ctx.reserve_reads(keys.len()).await;
     let service = ctx.service();
     let reads = keys.iter().map(|key| service.get(key)).collect();
-    join_all(reads).await.into_iter().map(|result| result.map(|item| count_read(ctx.stats(), item))).collect()
+    let results: Vec<ReadResult> = join_all(reads)
+        .await
+        .into_iter()
+        .map(|result| result.map(|item| count_read(ctx.stats(), item)))
+        .collect();
+    let used = keys.iter().zip(&results).map(|(key, result)| used_bytes(key, result)).sum();
+    ctx.hold(room, used);
+    results
+}
+
+/// The room a read's reply takes in the fetch budget.
+fn used_bytes(key: &[u8], result: &ReadResult) -> usize {
+    match result {
+        Ok(Some(item)) => reply_bytes(key, &item.value),
+        _ => 0,
+    }
 }
 
 /// Polls every future in this task until all are done; outputs in input order. (Spawning a
@@ -124,10 +152,13 @@ pub(super) fn read<S>(ctx: &Ctx<'_, S>, key: &[u8], item: &Item) {
     ctx.shared.access.read(key, item.cas, now);
 }
 
-/// Reads a key, counting a hit or miss.
-pub(super) async fn fetch<S: KvService>(ctx: &Ctx<'_, S>, key: &[u8]) -> ReadResult {
-    let item = ctx.service().get(key).await?;
-    Ok(count_read(ctx.stats(), item))
+/// Reads a key, counting a hit or miss; its reply's room in the fetch budget is held until
+/// the connection writes its pending replies.
+pub(super) async fn fetch<S: KvService>(ctx: &mut Ctx<'_, S>, key: &[u8]) -> ReadResult {
+    let room = ctx.reserve_reads(1).await;
+    let result = ctx.service().get(key).await.map(|item| count_read(ctx.stats(), item));
+    ctx.hold(room, used_bytes(key, &result));
+    result
 }
 
 /// Counts one key of a read. An item the service returns already expired (its clock may lag

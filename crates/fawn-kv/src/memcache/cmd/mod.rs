@@ -14,6 +14,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use fawn_proto::memcache::{reply, Command};
 use fawn_proto::op::{Mutation, Outcome, UnixSeconds, Update};
+use tokio::sync::OwnedSemaphorePermit;
 
 use super::conn::Connection;
 use super::stats::Stats;
@@ -46,6 +47,33 @@ impl<'a, S: KvService> Ctx<'a, S> {
     /// Streams a large reply instead of buffering it whole (see [`Connection::flush_if_full`]).
     pub async fn flush_if_full(&mut self) {
         self.conn.flush_if_full(&self.shared.stats).await;
+    }
+
+    /// Room in the fetch budget for reading `keys` keys (at most
+    /// `budget.keys_per_batch()`). If none is free, the replies pending on this connection
+    /// are written first, which gives back the room they hold: a connection never waits for
+    /// room while holding some, and fetches only as fast as its client takes the replies.
+    pub async fn reserve_reads(&mut self, keys: usize) -> OwnedSemaphorePermit {
+        let budget = &self.shared.budget;
+        if let Some(room) = budget.try_reserve(keys) {
+            return room;
+        }
+        Stats::incr(&self.stats().counters.fetch_budget_waits);
+        if self.conn.holds_budget() {
+            // A failed write breaks the connection; the caller sees it after the read.
+            let _ = self.conn.flush(&self.shared.stats).await;
+        }
+        budget.reserve(keys).await
+    }
+
+    /// Keeps `used` bytes of `room` until the replies now pending are written.
+    pub fn hold(&mut self, room: OwnedSemaphorePermit, used: usize) {
+        self.conn.hold(super::budget::keep(room, used));
+    }
+
+    /// Whether writing to the client failed: nothing more is to be read for it.
+    pub fn is_broken(&self) -> bool {
+        self.conn.is_broken()
     }
 
     pub fn stats(&self) -> &Stats {
