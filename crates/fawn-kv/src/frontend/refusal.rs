@@ -17,6 +17,13 @@ use crate::view::View;
 const REPORT_INTERVAL: Duration = Duration::from_millis(100);
 
 impl Frontend {
+    /// The process is stopping: it gives its lease up before its listeners close, so that
+    /// nothing it still answers on an open connection uses its cache once a refused
+    /// connection can get its wedge lent.
+    pub fn stopping(&self) {
+        self.ownership.release();
+    }
+
     /// A call to `addr` failed with `error`: if `addr` is a peer front-end's and the
     /// connection could not be made, tell the manager group (and install its answer).
     pub(super) async fn peer_unreachable(&self, view: &View, addr: &str, error: &RpcError) {
