@@ -52,7 +52,12 @@ pub struct Client {
     options: ClientOptions,
     client_id: u64,
     next_req: AtomicU64,
+    /// When this client last reported a front-end refusing connections.
+    refusal_reported: parking_lot::Mutex<Option<std::time::Instant>>,
 }
+
+/// Shortest time between two of a client's reports that a front-end refuses connections.
+const REFUSAL_REPORT_INTERVAL: Duration = Duration::from_millis(100);
 
 impl Client {
     /// Connects through any of `bootstrap` (front-end or manager native addresses).
@@ -64,6 +69,7 @@ impl Client {
             options,
             client_id: rand::random(),
             next_req: AtomicU64::new(1),
+            refusal_reported: parking_lot::Mutex::new(None),
         });
         client.refresh().await?;
         Ok(client)
@@ -162,6 +168,9 @@ impl Client {
         loop {
             let routed_by = self.config.read().epoch;
             let result = self.try_once(&make, key).await;
+            if let Err(ClientError::Rpc(RpcError::Connect { addr, .. })) = &result {
+                self.report_refused(addr).await;
+            }
             let attempt = match &result {
                 Ok(_) => Attempt::Answered,
                 Err(ClientError::Rpc(_)) => Attempt::Unreachable,
@@ -174,6 +183,38 @@ impl Client {
                 Next::RetryAfter(wait) => tokio::time::sleep(wait).await,
             }
             let _ = self.refresh().await;
+        }
+    }
+
+    /// The front-end at `addr` could not be connected to: tell the cluster through another
+    /// front-end (or a manager among the bootstrap addresses), whose leader checks that
+    /// nothing listens there and then lends its wedge at once; installs the answer.
+    async fn report_refused(&self, addr: &str) {
+        let (frontend, others) = {
+            let config = self.config.read();
+            let Some(f) = config.frontends.iter().find(|f| f.native_addr == addr) else { return };
+            let others: Vec<String> =
+                config.frontends.iter().filter(|o| o.id != f.id).map(|o| o.native_addr.clone()).collect();
+            (f.id, others)
+        };
+        {
+            let mut last = self.refusal_reported.lock();
+            if last.is_some_and(|t| t.elapsed() < REFUSAL_REPORT_INTERVAL) {
+                return;
+            }
+            *last = Some(std::time::Instant::now());
+        }
+        let candidates = others.into_iter().chain(self.bootstrap.iter().filter(|b| *b != addr).cloned());
+        for via in candidates {
+            let request = Request::FrontendRefused { frontend };
+            if let Ok(Response::Config(c)) = self.pool.call(&via, request, self.options.request_timeout).await
+            {
+                let mut cur = self.config.write();
+                if c.epoch >= cur.epoch && !c.frontends.is_empty() {
+                    *cur = c;
+                }
+                return;
+            }
         }
     }
 

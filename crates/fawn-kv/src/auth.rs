@@ -10,7 +10,8 @@
 //!   node id).
 //! - A front-end's reports (register, heartbeats): a front-end, about itself.
 //! - `Committed` notices: back-ends (tails) only; an update naming `reply_to`: front-ends only.
-//! - Reads of state (gets, updates, status, configuration, digests, pings): any member.
+//! - Reads of state (gets, updates, status, configuration, digests, pings), and a report that
+//!   a front-end refused connections (the manager checks for itself): any member.
 //!
 //! Without TLS (`--plaintext`) nothing is known of a peer and everything is allowed.
 
@@ -70,6 +71,8 @@ pub fn request(peer: Option<&Identity>, request: &Request) -> Result<(), Refused
         | Request::Status
         | Request::RangeDigest { .. }
         | Request::Ping => (true, String::new()),
+        // Only a prompt: the manager acts on its own connection attempts alone.
+        Request::FrontendRefused { .. } => (true, String::new()),
     };
     if allowed {
         Ok(())

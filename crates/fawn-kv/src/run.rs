@@ -135,11 +135,20 @@ pub async fn frontend(
     let frontend: Arc<Frontend> = Frontend::start(options).await?;
     info!(native = %native.local_addr()?, memcached = %memcache.local_addr()?, "front-end serving");
     start_metrics(metrics, frontend.clone(), &shutdown).await?;
-    let mut memcache_shutdown = shutdown.clone();
+    // The listeners close only after the front-end gave its lease up (`Frontend::stopping`).
+    let (stop, stopped) = watch::channel(false);
+    let mut outer = shutdown.clone();
+    let stopping = frontend.clone();
+    tokio::spawn(async move {
+        let _ = outer.wait_for(|v| *v).await;
+        stopping.stopping();
+        let _ = stop.send(true);
+    });
+    let mut memcache_shutdown = stopped.clone();
     let mc = tokio::spawn(crate::memcache::serve(memcache, frontend.clone(), memcache_config, async move {
         let _ = memcache_shutdown.wait_for(|v| *v).await;
     }));
-    frontend.serve_native(native, shutdown).await;
+    frontend.serve_native(native, stopped).await;
     let _ = mc.await;
     Ok(())
 }

@@ -31,7 +31,8 @@ use fawn_ring::{KeyId, NodeId, Range};
 /// items and replicated puts carry memcached's access marks (`state`), with the `Claim`,
 /// `Invalidate` and `CasStale` mutations and their outcomes.
 /// 9: `ClusterConfig::cluster_id`, carried in `ChainMsg::Hello`.
-pub const PROTOCOL_VERSION: u8 = 9;
+/// 10: `Request::FrontendRefused` (a peer front-end refused a connection).
+pub const PROTOCOL_VERSION: u8 = 10;
 /// Largest frame body accepted (a 1 MiB value plus key and headers fits many times over).
 pub const FRAME_BYTES_MAX: usize = 8 << 20;
 /// Bytes before the body: length (4) + version (1) + request id (8).
@@ -142,6 +143,12 @@ pub enum Request {
     /// and re-replicates them elsewhere (`NodeState::Degraded`). Re-sent while the
     /// configuration does not show it degraded.
     DiskFault { node: NodeId, reason: String },
+    /// A connection to front-end `frontend`'s native address was refused (to the manager, by
+    /// a front-end forwarding to it; answered with `Config`). The leader checks for itself:
+    /// when both of that front-end's addresses refuse its own connections (no process listens
+    /// there), it lends the front-end's wedges at once instead of after the heartbeat silence
+    /// (docs/PROTOCOL.md, "Front-end failover").
+    FrontendRefused { frontend: u32 },
 }
 
 /// Answers, one per request, with the request's id.

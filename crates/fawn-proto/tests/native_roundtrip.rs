@@ -117,6 +117,7 @@ fn samples() -> Vec<Message> {
         Request::Raft(vec![1, 2, 3]),
         Request::ChangeManagers { id: 4, addr: "127.0.0.1:7004".into(), add: true },
         Request::DiskFault { node: 3, reason: "no space left on device".into() },
+        Request::FrontendRefused { frontend: 1 },
     ];
     let responses = vec![
         Response::Get(Some(Item { value: vec![1, 2, 3], flags: 4, expiry: 5, cas: 6, state: 3 })),
@@ -243,6 +244,7 @@ fn variant_name(m: &Message) -> &'static str {
             Request::Raft(_) => "Raft",
             Request::ChangeManagers { .. } => "ChangeManagers",
             Request::DiskFault { .. } => "DiskFault",
+            Request::FrontendRefused { .. } => "FrontendRefused",
         },
         Message::Response(r) => match r {
             Response::Get(_) => "Response::Get",
@@ -283,8 +285,8 @@ fn variant_name(m: &Message) -> &'static str {
     }
 }
 
-/// Variants `variant_name` knows: 23 requests, 9 responses + 8 errors, 13 chain messages.
-const VARIANTS: usize = 23 + 9 + 8 + 13;
+/// Variants `variant_name` knows: 24 requests, 9 responses + 8 errors, 13 chain messages.
+const VARIANTS: usize = 24 + 9 + 8 + 13;
 
 fn frame(id: u64, m: &Message) -> Vec<u8> {
     let mut out = Vec::new();

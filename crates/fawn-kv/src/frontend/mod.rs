@@ -5,6 +5,7 @@
 pub mod cache;
 mod heartbeat;
 mod ownership;
+mod refusal;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -94,6 +95,8 @@ pub struct Frontend {
     /// Serializes configuration fetches, so that a burst of requests refused for a stale epoch
     /// costs the manager one fetch, not one per request.
     refresh_lock: tokio::sync::Mutex<()>,
+    /// When this front-end last reported a peer refusing connections (`refusal`).
+    refusal_reported: parking_lot::Mutex<Option<Instant>>,
 }
 
 impl Frontend {
@@ -122,6 +125,7 @@ impl Frontend {
             counters: Counters::default(),
             committed: CommitWaiters::default(),
             refresh_lock: tokio::sync::Mutex::new(()),
+            refusal_reported: parking_lot::Mutex::new(None),
         });
         tokio::spawn(poll_config(Arc::downgrade(&frontend)));
         let heartbeat = frontend.options.heartbeat;
@@ -353,11 +357,15 @@ impl Frontend {
             let view = self.current();
             let routed_by = view.config.epoch;
             let result = match target(&view) {
-                Some(addr) => self
-                    .pool
-                    .call(&addr, make(routed_by), self.options.request_timeout)
-                    .await
-                    .map_err(|e| e.to_string()),
+                Some(addr) => {
+                    match self.pool.call(&addr, make(routed_by), self.options.request_timeout).await {
+                        Ok(resp) => Ok(resp),
+                        Err(e) => {
+                            self.peer_unreachable(&view, &addr, &e).await;
+                            Err(e.to_string())
+                        }
+                    }
+                }
                 None => Err("no route".to_owned()),
             };
             let next = match &result {
@@ -600,6 +608,7 @@ impl Handler for Frontend {
                 .map(|(curr_items, bytes)| Response::ItemStats { curr_items, bytes }),
             Request::Status => Ok(self.status()),
             Request::Ping => Ok(Response::Pong),
+            Request::FrontendRefused { frontend } => self.report_refused(frontend).await,
             other => Err(WireError::Invalid(format!("a front-end does not serve {other:?}"))),
         };
         result.unwrap_or_else(Response::Error)

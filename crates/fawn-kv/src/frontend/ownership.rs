@@ -108,6 +108,14 @@ impl Ownership {
         }
     }
 
+    /// Gives the lease up for good (the process is stopping): no cache hit and no update to
+    /// a head from now on, before its listeners close and the manager may lend its wedge on
+    /// finding them refusing (docs/PROTOCOL.md, "Front-end failover").
+    pub(super) fn release(&self) {
+        self.lease_until.store(0, Ordering::SeqCst);
+        self.fills_from.store(u64::MAX, Ordering::SeqCst);
+    }
+
     /// Wedges this front-end serves in `config`.
     pub(super) fn wedges_served(&self, config: &ClusterConfig) -> u64 {
         (0..config.frontends_expected.max(1)).filter(|w| self.serves(config, *w)).count() as u64

@@ -11,10 +11,16 @@
 //! its wedges move to live front-ends (`state::fail_frontend`). The limit is longer than the
 //! front-end's own lease ([`super::FRONTEND_LEASE`]), so a front-end cut off from the group stops
 //! using its cache and sending updates before anyone else takes its wedge.
+//!
+//! A front-end whose addresses refuse the manager's own connections is declared dead at once
+//! (`Request::FrontendRefused`, sent by whoever was refused): a refusal is the peer host's
+//! kernel saying no socket listens there, so no process is left to act on the old lease. A
+//! silence (a stopped process, a cut link, a dead host) proves nothing and waits for the limit.
 
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use fawn_proto::native::Response;
 use fawn_ring::NodeId;
 use tokio::sync::watch;
 use tracing::{info, warn};
@@ -25,6 +31,20 @@ use crate::view::{answers_ping, ping_all, watched_backends};
 
 /// How often the manager repeats that a front-end cannot reach a back-end it can reach itself.
 const ONE_SIDED_LOG_EVERY: Duration = Duration::from_secs(10);
+/// How long the manager's own connection to a front-end reported refusing may take: one that
+/// neither connects nor is refused by then proves nothing.
+const REFUSAL_CHECK_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Whether nothing listens at `addr`: a connection attempt refused (a TCP reset from the
+/// host), not one that connects, times out, or fails for another reason (no route, a host
+/// that is down). A process that is alive, even stopped or cut off, keeps its listening
+/// socket, so its connections queue or time out but are never refused.
+pub(crate) async fn refuses(addr: &str, timeout: Duration) -> bool {
+    match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(addr)).await {
+        Ok(Err(e)) => e.kind() == std::io::ErrorKind::ConnectionRefused,
+        Ok(Ok(_)) | Err(_) => false,
+    }
+}
 
 impl Manager {
     /// Silence after which a back-end is declared failed.
@@ -87,6 +107,41 @@ impl Manager {
             );
             let _ = self.propose(Command::FailFrontend { id }).await;
         }
+    }
+
+    /// Someone was refused a connection to front-end `id`. Checked here, by the leader's own
+    /// connection attempts: if both of its addresses refuse, no process serves them and its
+    /// wedges are lent now. A process started there since (a restart on the same ports)
+    /// listens before it registers, so it either answers the check or registers after it
+    /// began; the registration is then seen here (both hold `frontend_changes`) or commits
+    /// after the lending and takes the wedge back.
+    pub(super) async fn frontend_refused(&self, id: u32) -> Response {
+        if !self.is_leader() {
+            return self.not_leader();
+        }
+        let config = self.config();
+        let Some(info) = config.frontends.iter().find(|f| f.id == id).cloned() else {
+            return Response::Config(config);
+        };
+        if !config.formed || !matches!(super::state::fail_frontend(&config, id), Ok(Some(_))) {
+            return Response::Config(config);
+        }
+        let asked = Instant::now();
+        let gone = refuses(&info.native_addr, REFUSAL_CHECK_TIMEOUT).await
+            && refuses(&info.memcache_addr, REFUSAL_CHECK_TIMEOUT).await;
+        if !gone {
+            return Response::Config(self.config());
+        }
+        let _serial = self.frontend_changes.lock().await;
+        if self.frontend_reports.lock().get(&id).is_some_and(|t| *t >= asked) {
+            return Response::Config(self.config());
+        }
+        warn!(
+            frontend = id,
+            addr = %info.native_addr,
+            "front-end refuses connections (no process listens); lending its wedges to live front-ends"
+        );
+        self.propose(Command::FailFrontend { id }).await
     }
 
     /// Front-ends that reported a heartbeat round within the failure limit.
@@ -233,5 +288,20 @@ async fn probe_round(
         if now.duration_since(since) >= m.failure_limit() {
             m.declare_failed(node, now.duration_since(since)).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn only_a_port_nobody_listens_on_refuses() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        assert!(!refuses(&addr, Duration::from_secs(5)).await, "a listening port accepts");
+        drop(listener);
+        assert!(refuses(&addr, Duration::from_secs(5)).await, "a closed port refuses");
+        assert!(!refuses("not an address", Duration::from_secs(5)).await, "other failures prove nothing");
     }
 }

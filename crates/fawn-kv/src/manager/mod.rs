@@ -108,6 +108,10 @@ pub struct Manager {
     /// Another member showed this replica a newer membership without it: it no longer
     /// stands for election (`watch_removal`).
     removed: AtomicBool,
+    /// Held while a front-end registers and while a refused front-end is declared dead, so
+    /// that a registration is either seen by the refusal check or committed after it
+    /// (`detector::frontend_refused`).
+    frontend_changes: tokio::sync::Mutex<()>,
 }
 
 impl Manager {
@@ -139,6 +143,7 @@ impl Manager {
             pool: fawn_client::pool::Pool::new(LINK_CUT_CONFIRM_TIMEOUT),
             started: Instant::now(),
             removed: AtomicBool::new(false),
+            frontend_changes: tokio::sync::Mutex::new(()),
         }))
     }
 
@@ -411,10 +416,12 @@ impl Handler for Manager {
                 self.propose(Command::RegisterBackend { expected, node, addr, logs_complete, cuts }).await
             }
             Request::RegisterFrontend { id, native_addr, memcache_addr } => {
+                let _serial = self.frontend_changes.lock().await;
                 // Its silence counts from now, not from before it was last declared dead.
                 self.frontend_reports.lock().insert(id, Instant::now());
                 self.propose(Command::RegisterFrontend { id, native_addr, memcache_addr }).await
             }
+            Request::FrontendRefused { frontend } => self.frontend_refused(frontend).await,
             Request::SyncDone { node, range } => {
                 self.propose(Command::SyncDone { node, range, cuts: self.link_cuts() }).await
             }
