@@ -40,8 +40,7 @@ pub struct Config {
     /// When appended records become durable.
     pub sync: disk::SyncPolicy,
     /// With `disks`: now and then a node's disk is full for up to a second and refuses
-    /// appends. Off by default: a replica whose batch append failed asks for a resend at
-    /// once, and each resend that fails again asks again, so a seed runs very slowly.
+    /// appends (a replica whose append failed asks for a resend each tick).
     pub full_disks: bool,
     /// Print every event and a failing key's history to stderr.
     pub trace: bool,

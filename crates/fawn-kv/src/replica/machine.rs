@@ -49,11 +49,15 @@ pub enum Fault {
     /// A range's unproven tail reports `TailReady` as soon as it is promoted, before its
     /// predecessor said `CaughtUp`: the manager takes it for a copy of the range too early.
     TailReadyBeforeCaughtUp,
+    /// A syncing or promoted replica takes the end of its copy (`SnapshotEnd`, `CaughtUp`)
+    /// without checking it stored everything up to the seq it names (appends failed: a full
+    /// disk).
+    IncompleteCopyAccepted,
 }
 
 impl Fault {
     /// Every fault, for tools that pick one by name.
-    pub const ALL: [Fault; 7] = [
+    pub const ALL: [Fault; 8] = [
         Fault::ForgetDedupOnPromotion,
         Fault::NoUnackedToNewSuccessor,
         Fault::TailReadsBeforeCaughtUp,
@@ -61,6 +65,7 @@ impl Fault {
         Fault::CaughtUpFromOldTail,
         Fault::NoOutcomesWithResend,
         Fault::TailReadyBeforeCaughtUp,
+        Fault::IncompleteCopyAccepted,
     ];
 }
 
@@ -182,6 +187,10 @@ pub struct Replica<S> {
     /// since the last `Tick`: until the resend arrives every later update shows the same gap,
     /// and each ask costs the predecessor a scan of its log, so one ask per gap and tick.
     gap_asked: Option<(NodeId, u64)>,
+    /// An append of replicated updates failed (a full disk): `Tick` asks the predecessor to
+    /// resend from what is held. Not at once: the resend would most likely fail the same way,
+    /// and each costs the predecessor a scan of its log.
+    append_failed: bool,
     #[cfg(feature = "faults")]
     fault: Option<Fault>,
 }
@@ -205,6 +214,7 @@ impl<S: ReplicaStore> Replica<S> {
             held_back: None,
             ack_dropped: false,
             gap_asked: None,
+            append_failed: false,
             #[cfg(feature = "faults")]
             fault: None,
         }
@@ -520,8 +530,8 @@ impl<S: ReplicaStore> Replica<S> {
                 self.ack_upstream(seq, out);
             }
             ChainMsg::Resend { after_seq, .. } if from_succ => self.resend(from, after_seq, out),
-            ChainMsg::CaughtUp { .. } if from_pred => self.on_caught_up(out),
-            ChainMsg::SnapshotEnd { .. } if from_pred => self.on_copy_end(out),
+            ChainMsg::CaughtUp { seq, .. } if from_pred => self.on_caught_up(seq, out),
+            ChainMsg::SnapshotEnd { upto_seq, .. } if from_pred => self.on_copy_end(upto_seq, out),
             ChainMsg::Outcomes { entries, .. } if from_pred => self.remember_outcomes(entries),
             _ => {}
         }
@@ -555,7 +565,7 @@ impl<S: ReplicaStore> Replica<S> {
     /// Replicated updates from the predecessor, in order: each is judged (`incoming`) against
     /// what the ones before it leave held, those to apply are appended with one call, then
     /// forwarded, committed and acknowledged one by one as if each had come alone. If the
-    /// append fails nothing is applied: the predecessor resends on the next connection.
+    /// append fails nothing is applied, and the next `Tick` asks for a resend.
     fn apply_batch(&mut self, msgs: Vec<ChainMsg>, out: &mut Vec<Action>) {
         let mut have = self.store.max_seq();
         let mut judged = Vec::with_capacity(msgs.len());
@@ -570,7 +580,7 @@ impl<S: ReplicaStore> Replica<S> {
                 have = seq;
             }
         }
-        let (appended, batch_len) = {
+        let appended = {
             let records: Vec<(&[u8], &ReplEffect, u64)> = judged
                 .iter()
                 .filter(|(v, _, _)| *v == Incoming::Next)
@@ -579,15 +589,14 @@ impl<S: ReplicaStore> Replica<S> {
                     _ => None,
                 })
                 .collect();
-            let ok = records.is_empty() || {
+            records.is_empty() || {
                 let r = self.store.append_batch(&records);
                 if let Err(e) = &r {
                     let (first, last) = (records[0].2, records[records.len() - 1].2);
                     tracing::warn!(range = %self.range.id_string(), first, last, error = %e, "apply failed");
                 }
                 r.is_ok()
-            };
-            (ok, records.len())
+            }
         };
         for (verdict, have, msg) in judged {
             match verdict {
@@ -596,11 +605,8 @@ impl<S: ReplicaStore> Replica<S> {
                 Incoming::Gap => self.ask_resend_for_gap(have, out),
                 Incoming::Next if appended => self.applied(msg, out),
                 Incoming::Next => {
-                    // Applied one by one, the updates after the first would each have found a
-                    // gap: ask for them again now.
-                    if batch_len > 1 {
-                        self.ask_resend(out);
-                    }
+                    // Nothing after a failed append applies (each would find a gap).
+                    self.append_failed = true;
                     return;
                 }
             }
@@ -704,17 +710,25 @@ impl<S: ReplicaStore> Replica<S> {
             .collect()
     }
 
-    /// The source sent a syncing replica everything it held.
-    fn on_copy_end(&mut self, out: &mut Vec<Action>) {
-        if self.route.is_syncing() && !self.synced {
+    /// The source sent a syncing replica everything it held, up to `upto_seq`. Unless this
+    /// replica stored all of it (an append may have failed: a full disk), the copy is not
+    /// complete, and `Tick` asks for the rest.
+    fn on_copy_end(&mut self, upto_seq: u64, out: &mut Vec<Action>) {
+        let complete = self.store.max_seq() >= upto_seq || self.faulty(Fault::IncompleteCopyAccepted);
+        if self.route.is_syncing() && !self.synced && complete {
             self.synced = true;
             out.push(Action::SyncDone);
         }
     }
 
-    /// The predecessor, no longer a tail, confirmed a promoted tail has everything it had.
-    fn on_caught_up(&mut self, out: &mut Vec<Action>) {
+    /// The predecessor, no longer a tail, confirmed it sent a promoted tail everything it had,
+    /// up to `upto_seq`. Taken only if this replica stored all of it (an append may have failed:
+    /// a full disk); otherwise `Tick` asks for a resend again.
+    fn on_caught_up(&mut self, upto_seq: u64, out: &mut Vec<Action>) {
         if !self.route.is_tail() || self.route.is_syncing() {
+            return;
+        }
+        if self.store.max_seq() < upto_seq && !self.faulty(Fault::IncompleteCopyAccepted) {
             return;
         }
         self.readable = true;
@@ -824,7 +838,8 @@ impl<S: ReplicaStore> Replica<S> {
         }
         let promoted = self.route.is_tail() && !self.readable;
         let syncing = self.route.is_syncing() && !self.synced && !self.shell_sync;
-        if promoted || syncing {
+        let failed = std::mem::take(&mut self.append_failed) && !(self.shell_sync && self.route.is_syncing());
+        if promoted || syncing || failed {
             self.ask_resend(out);
         }
     }
