@@ -196,8 +196,14 @@ pub struct Replica<S> {
 }
 
 impl<S: ReplicaStore> Replica<S> {
+    /// A replica on `store`; the request outcomes the store kept with its records (a restart)
+    /// are remembered again.
     pub fn new(store: S, route: Route) -> Replica<S> {
         let last = store.max_seq();
+        let mut recent = Dedup::default();
+        for e in store.kept_outcomes() {
+            recent.remember(e.req, e.seq, e.outcome);
+        }
         Replica {
             range: route.rc.range,
             readable: !route.is_syncing(),
@@ -206,7 +212,7 @@ impl<S: ReplicaStore> Replica<S> {
             last_seq: last,
             acked: last,
             acked_by_successor: 0,
-            recent: Dedup::default(),
+            recent,
             unacked: BTreeMap::new(),
             waiting: BTreeMap::new(),
             synced: false,
@@ -432,7 +438,7 @@ impl<S: ReplicaStore> Replica<S> {
             // reply once they commit, and remember the answer so a retry is not decided again.
             Effect::None => {
                 self.recent.advance(now_micros);
-                self.recent.remember(req, prev_seq, outcome.clone());
+                self.remember(req, prev_seq, outcome.clone());
                 return Ok((prev_seq, outcome));
             }
             Effect::Put { value, flags, expiry, state } => ReplEffect::Put { value, flags, expiry, state },
@@ -440,7 +446,7 @@ impl<S: ReplicaStore> Replica<S> {
         };
         self.store.append(&update.key, &effect, seq).map_err(WireError::from)?;
         self.last_seq = seq;
-        self.recent.remember(req, seq, outcome.clone());
+        self.remember(req, seq, outcome.clone());
         let origin = Some(Origin { req, outcome: outcome.clone(), reply_to });
         let msg = ChainMsg::Replicate {
             epoch: self.route.epoch,
@@ -544,8 +550,14 @@ impl<S: ReplicaStore> Replica<S> {
     pub fn remember_outcomes(&mut self, entries: Vec<OutcomeEntry>) {
         let have = self.store.max_seq();
         for e in entries.into_iter().filter(|e| e.seq <= have) {
-            self.recent.remember(e.req, e.seq, e.outcome);
+            self.remember(e.req, e.seq, e.outcome);
         }
+    }
+
+    /// Remembers a request's outcome, in the dedup table and with its record in the store.
+    fn remember(&mut self, req: ReqId, seq: u64, outcome: Outcome) {
+        self.store.keep_outcome(req, seq, &outcome);
+        self.recent.remember(req, seq, outcome);
     }
 
     /// The outcomes of the requests whose updates have seqs in `after+1..=upto`, as messages.
@@ -619,7 +631,7 @@ impl<S: ReplicaStore> Replica<S> {
         let ChainMsg::Replicate { seq, ref key, ref origin, .. } = msg else { return };
         self.last_seq = self.last_seq.max(seq);
         if let Some(origin) = origin {
-            self.recent.remember(origin.req, seq, origin.outcome.clone());
+            self.remember(origin.req, seq, origin.outcome.clone());
         }
         let notify = origin.as_ref().filter(|_| self.route.is_tail()).and_then(|o| {
             let reply_to = o.reply_to.clone()?;
