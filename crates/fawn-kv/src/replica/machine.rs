@@ -1057,6 +1057,29 @@ mod tests {
     }
 
     #[test]
+    fn a_promoted_tail_missing_what_caught_up_names_stays_unreadable_and_asks_again() {
+        // Its appends of the resent updates failed (a full disk): `CaughtUp` names a seq it
+        // does not hold, and serving gets would answer from a copy that lacks them.
+        let syncing = Route {
+            epoch: 1,
+            me: 2,
+            rc: RangeConfig { syncing: vec![2], ..RangeConfig::new(Range::full(), vec![1]) },
+        };
+        let mut r = Replica::new(MemStore::default(), syncing);
+        r.step(Event::Install(route(2, 2, &[1, 2])));
+        let caught_up = |seq| ChainMsg::CaughtUp { epoch: 2, range: Range::full(), seq };
+        r.step(Event::Chain { from: 1, msg: caught_up(9) });
+        assert!(!r.readable(), "a tail missing seq 9 took CaughtUp for it");
+        let out = r.step(Event::Tick);
+        assert!(
+            matches!(&out[..], [Action::Send { to: 1, msg: ChainMsg::Resend { after_seq: 0, .. } }]),
+            "{out:?}"
+        );
+        r.step(Event::Chain { from: 1, msg: caught_up(0) });
+        assert!(r.readable());
+    }
+
+    #[test]
     fn a_head_removed_from_the_chain_tells_its_waiting_clients_to_retry() {
         let mut head = Replica::new(MemStore::default(), route(1, 1, &[1, 2]));
         let out = head.step(update(1, set("k", "v")));
