@@ -684,16 +684,17 @@ impl<S: ReplicaStore> Replica<S> {
                 out.push(Action::Send { to, msg });
             }
         }
+        // Both ends name the last update sent (`prev`), which the receiver must hold to take
+        // them: not `max_seq`, which a datastore's seq floor may raise above every record it
+        // still holds (a dropped tombstone or expired put), so that no receiver would reach it.
         if self.route.is_tail() && self.route.rc.syncing.contains(&to) && !self.shell_sync {
             // The copy is complete: the log-resend stand-in for a snapshot stream's end.
-            let msg = ChainMsg::SnapshotEnd { epoch, range: self.range, snapshot: 0, batches: 0, upto_seq };
+            let msg =
+                ChainMsg::SnapshotEnd { epoch, range: self.range, snapshot: 0, batches: 0, upto_seq: prev };
             out.push(Action::Send { to, msg });
         }
         if !self.route.is_tail() || self.faulty(Fault::CaughtUpFromOldTail) {
-            out.push(Action::Send {
-                to,
-                msg: ChainMsg::CaughtUp { epoch, range: self.range, seq: upto_seq },
-            });
+            out.push(Action::Send { to, msg: ChainMsg::CaughtUp { epoch, range: self.range, seq: prev } });
         }
     }
 
