@@ -1,9 +1,11 @@
 //! A range's datastore on a simulated disk: the records in memory (`MemStore`) and how far
 //! they are durable, so that a crash can lose what was not synced, and a disk that can fill up.
 
+use std::collections::BTreeMap;
+
 use fawn_kv::replica::store::{MemStore, ReplicaStore, StoreError, StoredUpdate};
-use fawn_proto::native::ReplEffect;
-use fawn_proto::op::Item;
+use fawn_proto::native::{OutcomeEntry, ReplEffect, ReqId};
+use fawn_proto::op::{Item, Outcome};
 
 /// When appended records become durable (as `fawn_ds::SyncPolicy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,11 +26,20 @@ pub struct DiskStore {
     always: bool,
     /// Appends refused (the disk is full).
     full: bool,
+    /// Request outcomes are kept with their records (`Config::persistent_outcomes`), by seq.
+    keeps_outcomes: bool,
+    outcomes: BTreeMap<u64, Vec<OutcomeEntry>>,
 }
 
 impl DiskStore {
     pub fn new(policy: SyncPolicy) -> DiskStore {
         DiskStore { always: policy == SyncPolicy::Always, ..DiskStore::default() }
+    }
+
+    /// Keeps each request's outcome with its record, as a log whose records carry it would.
+    pub fn keeping_outcomes(mut self, keep: bool) -> DiskStore {
+        self.keeps_outcomes = keep;
+        self
     }
 
     pub fn mem(&self) -> &MemStore {
@@ -56,7 +67,17 @@ impl DiskStore {
             mem.append(&u.key, &u.effect, u.seq).expect("records in seq order");
         }
         let synced = mem.max_seq();
-        DiskStore { mem, synced, always: self.always, full: false }
+        // An outcome is in the record it belongs to (or, for a failed condition, which writes
+        // nothing, it is taken as kept with the record it was decided after).
+        let outcomes = self.outcomes.range(..=synced).map(|(s, e)| (*s, e.clone())).collect();
+        DiskStore {
+            mem,
+            synced,
+            always: self.always,
+            full: false,
+            keeps_outcomes: self.keeps_outcomes,
+            outcomes,
+        }
     }
 
     /// The update of `seq`, if this log holds it.
@@ -89,6 +110,17 @@ impl ReplicaStore for DiskStore {
     fn updates_after(&self, after: u64) -> Result<Vec<StoredUpdate>, StoreError> {
         self.mem.updates_after(after)
     }
+
+    fn keep_outcome(&mut self, req: ReqId, seq: u64, outcome: &Outcome) {
+        if self.keeps_outcomes {
+            let entry = OutcomeEntry { req, seq, outcome: outcome.clone() };
+            self.outcomes.entry(seq).or_default().push(entry);
+        }
+    }
+
+    fn kept_outcomes(&self) -> Vec<OutcomeEntry> {
+        self.outcomes.values().flatten().cloned().collect()
+    }
 }
 
 #[cfg(test)]
@@ -112,6 +144,24 @@ mod tests {
         let mut always = DiskStore::new(SyncPolicy::Always);
         always.append(b"a", &put("1"), 5).expect("append");
         assert_eq!(always.after_crash(0).max_seq(), 5);
+    }
+
+    #[test]
+    fn kept_outcomes_survive_a_crash_with_their_records_only() {
+        let req = |seq| ReqId { client: 1, seq };
+        let mut d = DiskStore::new(SyncPolicy::Interval(100)).keeping_outcomes(true);
+        d.append(b"a", &put("1"), 5).expect("append");
+        d.keep_outcome(req(1), 5, &Outcome::Stored { cas: 5 });
+        d.sync();
+        d.append(b"b", &put("2"), 7).expect("append");
+        d.keep_outcome(req(2), 7, &Outcome::Stored { cas: 7 });
+        let kept = |d: &DiskStore| d.kept_outcomes().into_iter().map(|e| e.req).collect::<Vec<_>>();
+        assert_eq!(kept(&d.after_crash(0)), vec![req(1)]);
+        assert_eq!(kept(&d.after_crash(7)), vec![req(1), req(2)]);
+        let mut off = DiskStore::new(SyncPolicy::Always);
+        off.append(b"a", &put("1"), 5).expect("append");
+        off.keep_outcome(req(1), 5, &Outcome::Stored { cas: 5 });
+        assert!(off.after_crash(0).kept_outcomes().is_empty());
     }
 
     #[test]

@@ -39,9 +39,13 @@ pub struct Config {
     pub disks: bool,
     /// When appended records become durable.
     pub sync: disk::SyncPolicy,
+    /// With `disks`: each request's outcome is kept with its record, so a replica reopened
+    /// after a crash rebuilds its dedup table from what its log kept (a design the real
+    /// FAWN-DS does not implement yet: off by default, so that runs model today's back-end,
+    /// whose restarted range's last proven replica decides a retry again).
+    pub persistent_outcomes: bool,
     /// With `disks`: now and then a node's disk is full for up to a second and refuses
-    /// appends. Off by default: a replica whose batch append failed asks for a resend at
-    /// once, and each resend that fails again asks again, so a seed runs very slowly.
+    /// appends (a replica whose append failed asks for a resend each tick).
     pub full_disks: bool,
     /// Print every event and a failing key's history to stderr.
     pub trace: bool,
@@ -62,6 +66,7 @@ impl Default for Config {
             partitions_max: 2,
             disks: false,
             full_disks: false,
+            persistent_outcomes: false,
             sync: disk::SyncPolicy::Interval(100_000),
             trace: false,
             #[cfg(feature = "faults")]

@@ -36,6 +36,10 @@ struct Args {
     /// With --disks: disks that fill up for a while and refuse appends.
     #[arg(long)]
     full_disks: bool,
+    /// With --disks: request outcomes kept with their records, rebuilt at a restart (a
+    /// design the real datastore does not implement yet).
+    #[arg(long)]
+    persistent_outcomes: bool,
     /// Operations per client.
     #[arg(long, default_value_t = 40)]
     ops: usize,
@@ -64,6 +68,7 @@ fn main() {
         partitions_max: args.partitions,
         disks: args.disks,
         full_disks: args.full_disks,
+        persistent_outcomes: args.persistent_outcomes,
         ..Default::default()
     };
     #[cfg(feature = "faults")]

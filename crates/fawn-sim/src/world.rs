@@ -358,7 +358,11 @@ impl World {
     }
 
     fn new_replica(&self, route: Route) -> Replica<DiskStore> {
-        self.open_replica(DiskStore::new(self.cfg.sync), route)
+        self.open_replica(self.empty_store(), route)
+    }
+
+    fn empty_store(&self) -> DiskStore {
+        DiskStore::new(self.cfg.sync).keeping_outcomes(self.cfg.persistent_outcomes)
     }
 
     fn open_replica(&self, store: DiskStore, route: Route) -> Replica<DiskStore> {
@@ -666,8 +670,7 @@ impl World {
                     // only if the source grants the suffix after it.
                     let kept = self.nodes.get_mut(&node).and_then(|n| n.kept.remove(&ix));
                     let kept = kept.filter(|k| !route.is_syncing() || self.suffix_provable(ix, k, &route));
-                    let replica =
-                        self.open_replica(kept.unwrap_or_else(|| DiskStore::new(self.cfg.sync)), route);
+                    let replica = self.open_replica(kept.unwrap_or_else(|| self.empty_store()), route);
                     if let Some(n) = self.nodes.get_mut(&node) {
                         n.replicas.insert(ix, replica);
                     }

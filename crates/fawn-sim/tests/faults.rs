@@ -66,3 +66,10 @@ fn a_new_tail_taken_for_a_copy_before_it_caught_up_is_found() {
     let cfg = Config { nodes: 3, replicas: 3, crashes_max: 3, ops_per_client: 80, ..Config::default() };
     found_with(Fault::TailReadyBeforeCaughtUp, cfg);
 }
+
+#[test]
+fn a_copy_taken_though_its_appends_failed_is_found() {
+    // Needs a disk that fills up while its node syncs a range.
+    let cfg = Config { disks: true, full_disks: true, ..Config::default() };
+    found_with(Fault::IncompleteCopyAccepted, cfg);
+}

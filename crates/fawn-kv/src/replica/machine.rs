@@ -49,11 +49,15 @@ pub enum Fault {
     /// A range's unproven tail reports `TailReady` as soon as it is promoted, before its
     /// predecessor said `CaughtUp`: the manager takes it for a copy of the range too early.
     TailReadyBeforeCaughtUp,
+    /// A syncing or promoted replica takes the end of its copy (`SnapshotEnd`, `CaughtUp`)
+    /// without checking it stored everything up to the seq it names (appends failed: a full
+    /// disk).
+    IncompleteCopyAccepted,
 }
 
 impl Fault {
     /// Every fault, for tools that pick one by name.
-    pub const ALL: [Fault; 7] = [
+    pub const ALL: [Fault; 8] = [
         Fault::ForgetDedupOnPromotion,
         Fault::NoUnackedToNewSuccessor,
         Fault::TailReadsBeforeCaughtUp,
@@ -61,6 +65,7 @@ impl Fault {
         Fault::CaughtUpFromOldTail,
         Fault::NoOutcomesWithResend,
         Fault::TailReadyBeforeCaughtUp,
+        Fault::IncompleteCopyAccepted,
     ];
 }
 
@@ -182,13 +187,23 @@ pub struct Replica<S> {
     /// since the last `Tick`: until the resend arrives every later update shows the same gap,
     /// and each ask costs the predecessor a scan of its log, so one ask per gap and tick.
     gap_asked: Option<(NodeId, u64)>,
+    /// An append of replicated updates failed (a full disk): `Tick` asks the predecessor to
+    /// resend from what is held. Not at once: the resend would most likely fail the same way,
+    /// and each costs the predecessor a scan of its log.
+    append_failed: bool,
     #[cfg(feature = "faults")]
     fault: Option<Fault>,
 }
 
 impl<S: ReplicaStore> Replica<S> {
+    /// A replica on `store`; the request outcomes the store kept with its records (a restart)
+    /// are remembered again.
     pub fn new(store: S, route: Route) -> Replica<S> {
         let last = store.max_seq();
+        let mut recent = Dedup::default();
+        for e in store.kept_outcomes() {
+            recent.remember(e.req, e.seq, e.outcome);
+        }
         Replica {
             range: route.rc.range,
             readable: !route.is_syncing(),
@@ -197,7 +212,7 @@ impl<S: ReplicaStore> Replica<S> {
             last_seq: last,
             acked: last,
             acked_by_successor: 0,
-            recent: Dedup::default(),
+            recent,
             unacked: BTreeMap::new(),
             waiting: BTreeMap::new(),
             synced: false,
@@ -205,6 +220,7 @@ impl<S: ReplicaStore> Replica<S> {
             held_back: None,
             ack_dropped: false,
             gap_asked: None,
+            append_failed: false,
             #[cfg(feature = "faults")]
             fault: None,
         }
@@ -422,7 +438,7 @@ impl<S: ReplicaStore> Replica<S> {
             // reply once they commit, and remember the answer so a retry is not decided again.
             Effect::None => {
                 self.recent.advance(now_micros);
-                self.recent.remember(req, prev_seq, outcome.clone());
+                self.remember(req, prev_seq, outcome.clone());
                 return Ok((prev_seq, outcome));
             }
             Effect::Put { value, flags, expiry, state } => ReplEffect::Put { value, flags, expiry, state },
@@ -430,7 +446,7 @@ impl<S: ReplicaStore> Replica<S> {
         };
         self.store.append(&update.key, &effect, seq).map_err(WireError::from)?;
         self.last_seq = seq;
-        self.recent.remember(req, seq, outcome.clone());
+        self.remember(req, seq, outcome.clone());
         let origin = Some(Origin { req, outcome: outcome.clone(), reply_to });
         let msg = ChainMsg::Replicate {
             epoch: self.route.epoch,
@@ -520,8 +536,8 @@ impl<S: ReplicaStore> Replica<S> {
                 self.ack_upstream(seq, out);
             }
             ChainMsg::Resend { after_seq, .. } if from_succ => self.resend(from, after_seq, out),
-            ChainMsg::CaughtUp { .. } if from_pred => self.on_caught_up(out),
-            ChainMsg::SnapshotEnd { .. } if from_pred => self.on_copy_end(out),
+            ChainMsg::CaughtUp { seq, .. } if from_pred => self.on_caught_up(seq, out),
+            ChainMsg::SnapshotEnd { upto_seq, .. } if from_pred => self.on_copy_end(upto_seq, out),
             ChainMsg::Outcomes { entries, .. } if from_pred => self.remember_outcomes(entries),
             _ => {}
         }
@@ -534,8 +550,14 @@ impl<S: ReplicaStore> Replica<S> {
     pub fn remember_outcomes(&mut self, entries: Vec<OutcomeEntry>) {
         let have = self.store.max_seq();
         for e in entries.into_iter().filter(|e| e.seq <= have) {
-            self.recent.remember(e.req, e.seq, e.outcome);
+            self.remember(e.req, e.seq, e.outcome);
         }
+    }
+
+    /// Remembers a request's outcome, in the dedup table and with its record in the store.
+    fn remember(&mut self, req: ReqId, seq: u64, outcome: Outcome) {
+        self.store.keep_outcome(req, seq, &outcome);
+        self.recent.remember(req, seq, outcome);
     }
 
     /// The outcomes of the requests whose updates have seqs in `after+1..=upto`, as messages.
@@ -555,7 +577,7 @@ impl<S: ReplicaStore> Replica<S> {
     /// Replicated updates from the predecessor, in order: each is judged (`incoming`) against
     /// what the ones before it leave held, those to apply are appended with one call, then
     /// forwarded, committed and acknowledged one by one as if each had come alone. If the
-    /// append fails nothing is applied: the predecessor resends on the next connection.
+    /// append fails nothing is applied, and the next `Tick` asks for a resend.
     fn apply_batch(&mut self, msgs: Vec<ChainMsg>, out: &mut Vec<Action>) {
         let mut have = self.store.max_seq();
         let mut judged = Vec::with_capacity(msgs.len());
@@ -570,7 +592,7 @@ impl<S: ReplicaStore> Replica<S> {
                 have = seq;
             }
         }
-        let (appended, batch_len) = {
+        let appended = {
             let records: Vec<(&[u8], &ReplEffect, u64)> = judged
                 .iter()
                 .filter(|(v, _, _)| *v == Incoming::Next)
@@ -579,15 +601,14 @@ impl<S: ReplicaStore> Replica<S> {
                     _ => None,
                 })
                 .collect();
-            let ok = records.is_empty() || {
+            records.is_empty() || {
                 let r = self.store.append_batch(&records);
                 if let Err(e) = &r {
                     let (first, last) = (records[0].2, records[records.len() - 1].2);
                     tracing::warn!(range = %self.range.id_string(), first, last, error = %e, "apply failed");
                 }
                 r.is_ok()
-            };
-            (ok, records.len())
+            }
         };
         for (verdict, have, msg) in judged {
             match verdict {
@@ -596,11 +617,8 @@ impl<S: ReplicaStore> Replica<S> {
                 Incoming::Gap => self.ask_resend_for_gap(have, out),
                 Incoming::Next if appended => self.applied(msg, out),
                 Incoming::Next => {
-                    // Applied one by one, the updates after the first would each have found a
-                    // gap: ask for them again now.
-                    if batch_len > 1 {
-                        self.ask_resend(out);
-                    }
+                    // Nothing after a failed append applies (each would find a gap).
+                    self.append_failed = true;
                     return;
                 }
             }
@@ -613,7 +631,7 @@ impl<S: ReplicaStore> Replica<S> {
         let ChainMsg::Replicate { seq, ref key, ref origin, .. } = msg else { return };
         self.last_seq = self.last_seq.max(seq);
         if let Some(origin) = origin {
-            self.recent.remember(origin.req, seq, origin.outcome.clone());
+            self.remember(origin.req, seq, origin.outcome.clone());
         }
         let notify = origin.as_ref().filter(|_| self.route.is_tail()).and_then(|o| {
             let reply_to = o.reply_to.clone()?;
@@ -666,16 +684,17 @@ impl<S: ReplicaStore> Replica<S> {
                 out.push(Action::Send { to, msg });
             }
         }
+        // Both ends name the last update sent (`prev`), which the receiver must hold to take
+        // them: not `max_seq`, which a datastore's seq floor may raise above every record it
+        // still holds (a dropped tombstone or expired put), so that no receiver would reach it.
         if self.route.is_tail() && self.route.rc.syncing.contains(&to) && !self.shell_sync {
             // The copy is complete: the log-resend stand-in for a snapshot stream's end.
-            let msg = ChainMsg::SnapshotEnd { epoch, range: self.range, snapshot: 0, batches: 0, upto_seq };
+            let msg =
+                ChainMsg::SnapshotEnd { epoch, range: self.range, snapshot: 0, batches: 0, upto_seq: prev };
             out.push(Action::Send { to, msg });
         }
         if !self.route.is_tail() || self.faulty(Fault::CaughtUpFromOldTail) {
-            out.push(Action::Send {
-                to,
-                msg: ChainMsg::CaughtUp { epoch, range: self.range, seq: upto_seq },
-            });
+            out.push(Action::Send { to, msg: ChainMsg::CaughtUp { epoch, range: self.range, seq: prev } });
         }
     }
 
@@ -704,17 +723,25 @@ impl<S: ReplicaStore> Replica<S> {
             .collect()
     }
 
-    /// The source sent a syncing replica everything it held.
-    fn on_copy_end(&mut self, out: &mut Vec<Action>) {
-        if self.route.is_syncing() && !self.synced {
+    /// The source sent a syncing replica everything it held, up to `upto_seq`. Unless this
+    /// replica stored all of it (an append may have failed: a full disk), the copy is not
+    /// complete, and `Tick` asks for the rest.
+    fn on_copy_end(&mut self, upto_seq: u64, out: &mut Vec<Action>) {
+        let complete = self.store.max_seq() >= upto_seq || self.faulty(Fault::IncompleteCopyAccepted);
+        if self.route.is_syncing() && !self.synced && complete {
             self.synced = true;
             out.push(Action::SyncDone);
         }
     }
 
-    /// The predecessor, no longer a tail, confirmed a promoted tail has everything it had.
-    fn on_caught_up(&mut self, out: &mut Vec<Action>) {
+    /// The predecessor, no longer a tail, confirmed it sent a promoted tail everything it had,
+    /// up to `upto_seq`. Taken only if this replica stored all of it (an append may have failed:
+    /// a full disk); otherwise `Tick` asks for a resend again.
+    fn on_caught_up(&mut self, upto_seq: u64, out: &mut Vec<Action>) {
         if !self.route.is_tail() || self.route.is_syncing() {
+            return;
+        }
+        if self.store.max_seq() < upto_seq && !self.faulty(Fault::IncompleteCopyAccepted) {
             return;
         }
         self.readable = true;
@@ -824,7 +851,8 @@ impl<S: ReplicaStore> Replica<S> {
         }
         let promoted = self.route.is_tail() && !self.readable;
         let syncing = self.route.is_syncing() && !self.synced && !self.shell_sync;
-        if promoted || syncing {
+        let failed = std::mem::take(&mut self.append_failed) && !(self.shell_sync && self.route.is_syncing());
+        if promoted || syncing || failed {
             self.ask_resend(out);
         }
     }
@@ -1027,6 +1055,29 @@ mod tests {
         assert!(r.readable());
         let get = r.step(Event::Get { token: 1, key: b"k".to_vec(), now: 0 });
         assert_eq!(get, vec![Action::GetReply { token: 1, result: Ok(None) }]);
+    }
+
+    #[test]
+    fn a_promoted_tail_missing_what_caught_up_names_stays_unreadable_and_asks_again() {
+        // Its appends of the resent updates failed (a full disk): `CaughtUp` names a seq it
+        // does not hold, and serving gets would answer from a copy that lacks them.
+        let syncing = Route {
+            epoch: 1,
+            me: 2,
+            rc: RangeConfig { syncing: vec![2], ..RangeConfig::new(Range::full(), vec![1]) },
+        };
+        let mut r = Replica::new(MemStore::default(), syncing);
+        r.step(Event::Install(route(2, 2, &[1, 2])));
+        let caught_up = |seq| ChainMsg::CaughtUp { epoch: 2, range: Range::full(), seq };
+        r.step(Event::Chain { from: 1, msg: caught_up(9) });
+        assert!(!r.readable(), "a tail missing seq 9 took CaughtUp for it");
+        let out = r.step(Event::Tick);
+        assert!(
+            matches!(&out[..], [Action::Send { to: 1, msg: ChainMsg::Resend { after_seq: 0, .. } }]),
+            "{out:?}"
+        );
+        r.step(Event::Chain { from: 1, msg: caught_up(0) });
+        assert!(r.readable());
     }
 
     #[test]

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use fawn_ds::{BatchOp, DataStore, Meta, RecordKind};
-use fawn_proto::native::{ReplEffect, WireError};
-use fawn_proto::op::Item;
+use fawn_proto::native::{OutcomeEntry, ReplEffect, ReqId, WireError};
+use fawn_proto::op::{Item, Outcome};
 
 /// A datastore failure, as text (the replica only reports it), or a record too large to store.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -58,6 +58,16 @@ pub trait ReplicaStore {
     /// The updates with a seq above `after`, in seq order: every one of them, or (a log that
     /// compaction has cleaned) at least each key's latest.
     fn updates_after(&self, after: u64) -> Result<Vec<StoredUpdate>, StoreError>;
+    /// Keeps a request's outcome with the record of `seq` (held already), exactly as
+    /// durable as that record, so that a replica reopened on this store after a restart
+    /// remembers it (`kept_outcomes`) and answers a retry instead of deciding it again. The
+    /// default keeps nothing: FAWN-DS records carry no request id (yet), so the real back-end
+    /// restarts with an empty dedup table.
+    fn keep_outcome(&mut self, _req: ReqId, _seq: u64, _outcome: &Outcome) {}
+    /// Every outcome kept with a record this store still holds, in seq order.
+    fn kept_outcomes(&self) -> Vec<OutcomeEntry> {
+        Vec::new()
+    }
 }
 
 /// A range's updates in memory, as an uncompacted log: each key's latest, and every update
