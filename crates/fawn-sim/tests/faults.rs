@@ -33,7 +33,9 @@ fn a_head_that_forgets_dedup_after_failover_is_found() {
 
 #[test]
 fn unacked_updates_not_resent_to_a_new_successor_are_found() {
-    found(Fault::NoUnackedToNewSuccessor);
+    // Since a restarted node resyncs instead of resuming, one crash rarely leaves a middle
+    // with unacknowledged updates for a new successor: up to three give a margin.
+    found_with(Fault::NoUnackedToNewSuccessor, Config { crashes_max: 3, ..Config::default() });
 }
 
 #[test]
