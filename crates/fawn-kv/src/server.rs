@@ -5,6 +5,7 @@
 //! request is checked against the peer's certificate ([`crate::auth`]) before it is handled.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -57,6 +58,10 @@ const _: () = assert!(CONNECTION_OUTPUT_BYTES_MAX <= u32::MAX as usize);
 /// Chain messages of one connection handled as one batch (`Handler::chain_batch`): those
 /// already read, up to this many.
 pub const CHAIN_BATCH_MESSAGES_MAX: usize = 4096;
+/// Updates of one connection handed to the handler together (`Handler::updates`): those
+/// already read, up to this many.
+pub const UPDATE_BATCH_REQUESTS_MAX: usize = 1024;
+const _: () = assert!(UPDATE_BATCH_REQUESTS_MAX <= CONNECTION_REQUESTS_IN_FLIGHT_MAX);
 /// A refused connection is given this long to take its error frame.
 const REFUSAL_WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 /// Most bytes of queued responses coalesced into one write.
@@ -112,6 +117,13 @@ pub trait Handler: Send + Sync + 'static {
         None
     }
 
+    /// Answers updates (`Request::Update`) that arrived together on one connection, in order
+    /// (a handler may order them as one step): one answer each, in order. By default each is
+    /// answered as `request` answers it.
+    fn updates(self: Arc<Self>, requests: Vec<Request>) -> impl Future<Output = Vec<Answer>> + Send {
+        async move { requests.into_iter().map(|r| Answer::Later(Box::pin(self.clone().request(r)))).collect() }
+    }
+
     /// Handles chain messages from `from` that arrived together, in order (a handler may
     /// batch their work); by default one at a time.
     fn chain_batch(self: Arc<Self>, from: NodeId, msgs: Vec<ChainMsg>) -> impl Future<Output = ()> + Send {
@@ -121,6 +133,12 @@ pub trait Handler: Send + Sync + 'static {
             }
         }
     }
+}
+
+/// A request's response: ready, or to wait for.
+pub enum Answer {
+    Now(Response),
+    Later(Pin<Box<dyn Future<Output = Response> + Send>>),
 }
 
 /// Serves `handler` on `listener` until `shutdown` turns true, within [`limits`].
@@ -239,6 +257,32 @@ async fn connection<H: Handler>(
                     _ = tx.closed() => break,
                 };
                 let Ok(charged) = charged else { break };
+                if let Request::Update { .. } = req {
+                    // Every update already read is handed over as one batch.
+                    let mut batch = vec![(id, req, permit, charged)];
+                    while batch.len() < UPDATE_BATCH_REQUESTS_MAX {
+                        match frames.buffered() {
+                            Ok(Some((id, Message::Request(r @ Request::Update { .. }))))
+                                if auth::request(peer.as_ref(), &r).is_ok() =>
+                            {
+                                match admit_now(&in_flight, &output, &r) {
+                                    Some((permit, charged)) => batch.push((id, r, permit, charged)),
+                                    None => {
+                                        held = Some(Ok((id, Message::Request(r))));
+                                        break;
+                                    }
+                                }
+                            }
+                            Ok(None) => break,
+                            other => {
+                                held = other.transpose();
+                                break;
+                            }
+                        }
+                    }
+                    tokio::spawn(answer_updates(handler.clone(), batch, tx.clone(), output.clone()));
+                    continue;
+                }
                 let (handler, tx, output) = (handler.clone(), tx.clone(), output.clone());
                 tokio::spawn(async move {
                     let resp = handler.request(req).await;
@@ -301,6 +345,50 @@ async fn connection<H: Handler>(
     }
     drop(tx);
     let _ = writer_task.await;
+}
+
+/// An in-flight slot and the response charge for `request` if both are free now.
+fn admit_now(
+    in_flight: &Arc<Semaphore>,
+    output: &Arc<Semaphore>,
+    request: &Request,
+) -> Option<(OwnedSemaphorePermit, OwnedSemaphorePermit)> {
+    let permit = in_flight.clone().try_acquire_owned().ok()?;
+    let charged = output.clone().try_acquire_many_owned(response_charge(request) as u32).ok()?;
+    Some((permit, charged))
+}
+
+/// Hands updates that arrived together to the handler and queues each answer: the ready ones
+/// at once, then the others in order (a batch's updates commit in order).
+async fn answer_updates<H: Handler>(
+    handler: Arc<H>,
+    batch: Vec<(u64, Request, OwnedSemaphorePermit, OwnedSemaphorePermit)>,
+    tx: mpsc::Sender<Output>,
+    output: Arc<Semaphore>,
+) {
+    let mut requests = Vec::with_capacity(batch.len());
+    let mut slots = Vec::with_capacity(batch.len());
+    for (id, request, permit, charged) in batch {
+        requests.push(request);
+        slots.push((id, permit, charged));
+    }
+    let mut answers = handler.updates(requests).await.into_iter();
+    let mut later = Vec::new();
+    for (id, permit, charged) in slots {
+        let missing = || Answer::Now(Response::Error(WireError::Invalid("no answer".into())));
+        match answers.next().unwrap_or_else(missing) {
+            Answer::Now(resp) => {
+                let _ = tx.send(output_frame(id, resp, charged, &output)).await;
+                drop(permit);
+            }
+            Answer::Later(answer) => later.push((id, answer, permit, charged)),
+        }
+    }
+    for (id, answer, permit, charged) in later {
+        let resp = answer.await;
+        let _ = tx.send(output_frame(id, resp, charged, &output)).await;
+        drop(permit);
+    }
 }
 
 /// Logs a refused request or link and answers it with an error (the caller then closes).

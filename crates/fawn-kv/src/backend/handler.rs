@@ -2,6 +2,7 @@
 //! status and digests, and chain messages to the replica they are for.
 
 use super::*;
+use crate::server::Answer;
 
 impl Backend {
     pub(super) async fn get(&self, epoch: Epoch, key: &[u8]) -> Result<Response, WireError> {
@@ -52,6 +53,84 @@ impl Backend {
                 Ok(Response::Update(replica.wait_reply(req, rx, self.options.chain_timeout).await?))
             }
         }
+    }
+
+    /// Updates that arrived together on one connection, in order: grouped by the range
+    /// they are for (each range's order kept; ranges are independent) and ordered as one
+    /// step per range. One answer each, in order.
+    pub(super) async fn updates_together(self: &Arc<Self>, requests: Vec<Request>) -> Vec<Answer> {
+        let start = Instant::now();
+        let mut answers: Vec<Option<Answer>> = requests.iter().map(|_| None).collect();
+        let mut groups: Vec<UpdateGroup> = Vec::new();
+        for (i, request) in requests.into_iter().enumerate() {
+            let Request::Update { epoch, req, update, reply_to, .. } = request else {
+                answers[i] = Some(Answer::Later(Box::pin(self.clone().request(request))));
+                continue;
+            };
+            self.counters.updates.fetch_add(1, Ordering::Relaxed);
+            let view = match self.view_for(epoch).await {
+                Ok(view) => view,
+                Err(e) => {
+                    answers[i] = Some(self.answered(start, Err(e)));
+                    continue;
+                }
+            };
+            let replica = match self.replica_for_key(&view, &update.key) {
+                Ok((_, replica)) => replica,
+                Err(e) => {
+                    answers[i] = Some(self.answered(start, Err(for_sender(e, epoch, &view))));
+                    continue;
+                }
+            };
+            let same = |g: &UpdateGroup| {
+                Arc::ptr_eq(&g.replica, &replica) && g.view.config.epoch == view.config.epoch
+            };
+            let at = match groups.iter().position(same) {
+                Some(at) => at,
+                None => {
+                    groups.push(UpdateGroup { replica, view, items: Vec::new() });
+                    groups.len() - 1
+                }
+            };
+            groups[at].items.push((i, epoch, (req, update, reply_to)));
+        }
+        let links = self.linker();
+        for UpdateGroup { replica, view, items } in groups {
+            let (slots, updates): (Vec<_>, Vec<_>) =
+                items.into_iter().map(|(i, e, u)| ((i, e, u.0), u)).unzip();
+            let results = replica.order_updates(updates, view.config.flush_at_micros, &links).await;
+            for ((i, epoch, req), result) in slots.into_iter().zip(results) {
+                let answer = match result {
+                    Err(WireError::Unavailable(why)) if replica.route().await.rc.is_reshaping() => {
+                        let (me, refused_at) = (self.clone(), view.config.epoch);
+                        Answer::Later(Box::pin(async move {
+                            let r = Err(me.park_until_reshaped(refused_at, why).await);
+                            me.counters.update_latency.record(start.elapsed());
+                            r.unwrap_or_else(Response::Error)
+                        }))
+                    }
+                    Err(e) => self.answered(start, Err(for_sender(e, epoch, &view))),
+                    Ok(Ordered::Reply(outcome)) => self.answered(start, Ok(Response::Update(outcome))),
+                    Ok(Ordered::AwaitAck(rx)) => {
+                        let (me, replica) = (self.clone(), replica.clone());
+                        Answer::Later(Box::pin(async move {
+                            let r = replica.wait_reply(req, rx, me.options.chain_timeout).await;
+                            me.counters.update_latency.record(start.elapsed());
+                            r.map(Response::Update).unwrap_or_else(Response::Error)
+                        }))
+                    }
+                };
+                answers[i] = Some(answer);
+            }
+        }
+        let missing = || Answer::Now(Response::Error(WireError::Invalid("update not handled".into())));
+        answers.into_iter().map(|a| a.unwrap_or_else(missing)).collect()
+    }
+
+    /// An update's answer now, its latency recorded.
+    fn answered(&self, start: Instant, result: Result<Response, WireError>) -> Answer {
+        self.counters.update_latency.record(start.elapsed());
+        Answer::Now(result.unwrap_or_else(Response::Error))
     }
 
     pub(super) fn item_stats(&self) -> Response {
@@ -306,6 +385,13 @@ impl Backend {
     }
 }
 
+/// The updates of one batch for one range, with their places in the batch and epochs.
+struct UpdateGroup {
+    replica: Arc<RangeReplica>,
+    view: Arc<View>,
+    items: Vec<(usize, Epoch, (ReqId, Update, Option<String>))>,
+}
+
 /// One range's part of a batch of chain messages.
 enum Run {
     /// Replicated updates, in order.
@@ -401,6 +487,10 @@ impl Handler for Backend {
         if let Err(e) = self.on_chain(from, msg).await {
             error!(from, error = %e, "chain message failed");
         }
+    }
+
+    async fn updates(self: Arc<Self>, requests: Vec<Request>) -> Vec<Answer> {
+        self.updates_together(requests).await
     }
 
     async fn chain_batch(self: Arc<Self>, from: NodeId, msgs: Vec<ChainMsg>) {

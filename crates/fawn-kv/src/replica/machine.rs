@@ -77,6 +77,10 @@ pub const OUTCOMES_PER_MESSAGE_MAX: usize = 4096;
 pub enum Event {
     /// A client update, to the head.
     Update(ClientUpdate),
+    /// Client updates that arrived together, in order: handled as one `Update` event each
+    /// would be, but each run of plain sets among them appended with one
+    /// `ReplicaStore::append_batch`.
+    Updates(Vec<ClientUpdate>),
     /// A client get, to the tail; `token` names it in the reply.
     Get { token: u64, key: Vec<u8>, now: UnixSeconds },
     /// A chain message from a neighbour.
@@ -115,6 +119,17 @@ pub struct ClientUpdate {
     pub flush_at: u64,
     /// The bulk copy of a split or merge runs: the head of a reshaping range still orders.
     pub bulk_copy_pending: bool,
+}
+
+/// An update the head decided, with its seq, before its bookkeeping.
+struct Ordered {
+    req: ReqId,
+    seq: u64,
+    prev_seq: u64,
+    key: Vec<u8>,
+    effect: ReplEffect,
+    outcome: Outcome,
+    reply_to: Option<String>,
 }
 
 /// What the caller must do.
@@ -331,6 +346,7 @@ impl<S: ReplicaStore> Replica<S> {
         let mut out = Vec::new();
         match event {
             Event::Update(u) => self.on_update(u, &mut out),
+            Event::Updates(us) => self.on_updates(us, &mut out),
             Event::Get { token, key, now } => {
                 out.push(Action::GetReply { token, result: self.get(&key, now) })
             }
@@ -445,6 +461,14 @@ impl<S: ReplicaStore> Replica<S> {
             Effect::Delete => ReplEffect::Delete,
         };
         self.store.append(&update.key, &effect, seq).map_err(WireError::from)?;
+        let ordered = Ordered { req, seq, prev_seq, key: update.key, effect, outcome, reply_to };
+        Ok(self.appended(ordered, out))
+    }
+
+    /// Head: after an ordered update was appended, remember its outcome, forward it and, at
+    /// the tail, commit it. Returns the seq to wait for and the outcome.
+    fn appended(&mut self, o: Ordered, out: &mut Vec<Action>) -> (u64, Outcome) {
+        let Ordered { req, seq, prev_seq, key, effect, outcome, reply_to } = o;
         self.last_seq = seq;
         self.remember(req, seq, outcome.clone());
         let origin = Some(Origin { req, outcome: outcome.clone(), reply_to });
@@ -453,7 +477,7 @@ impl<S: ReplicaStore> Replica<S> {
             range: self.range,
             seq,
             prev_seq,
-            key: update.key,
+            key,
             effect,
             origin,
         };
@@ -461,7 +485,66 @@ impl<S: ReplicaStore> Replica<S> {
         if self.route.is_tail() {
             self.commit(seq, out);
         }
-        Ok((seq, outcome))
+        (seq, outcome)
+    }
+
+    /// Head: client updates that arrived together. Each run of plain sets (no read of the
+    /// current item, nothing to refuse) is decided in order, seqs assigned as one by one, and
+    /// appended with one `append_batch`; anything else first has the run before it appended,
+    /// then is ordered alone. The actions are those of one `Update` event each. If a run's
+    /// append fails, its updates are ordered again one by one (a record too large fails alone).
+    fn on_updates(&mut self, updates: Vec<ClientUpdate>, out: &mut Vec<Action>) {
+        let mut run: Vec<(ClientUpdate, Ordered)> = Vec::new();
+        for u in updates {
+            match self.stage(&u, &run) {
+                Some(ordered) => run.push((u, ordered)),
+                None => {
+                    self.append_run(std::mem::take(&mut run), out);
+                    self.on_update(u, out);
+                }
+            }
+        }
+        self.append_run(run, out);
+    }
+
+    /// Decides `u` after `run` (not yet appended) if it is a plain set that ordering alone
+    /// would take without looking at the store or refusing it; else `None`.
+    fn stage(&self, u: &ClientUpdate, run: &[(ClientUpdate, Ordered)]) -> Option<Ordered> {
+        let plain = u.update.mutation == Mutation::Set
+            && self.route.is_head()
+            && !(self.route.rc.is_reshaping() && !u.bulk_copy_pending)
+            && self.unacked.len() + run.len() < UNACKED_UPDATES_MAX
+            && !run.iter().any(|(_, o)| o.req == u.req)
+            && self.recent.get(&u.req).is_none();
+        if !plain {
+            return None;
+        }
+        let prev_seq = run.last().map_or_else(|| self.last_seq.max(self.store.max_seq()), |(_, o)| o.seq);
+        let seq = (prev_seq + 1).max(u.now_micros);
+        let (outcome, effect) = decide(&u.update, None, u.now, seq);
+        let Effect::Put { value, flags, expiry, state } = effect else { return None };
+        let effect = ReplEffect::Put { value, flags, expiry, state };
+        let (req, key, reply_to) = (u.req, u.update.key.clone(), u.reply_to.clone());
+        Some(Ordered { req, seq, prev_seq, key, effect, outcome, reply_to })
+    }
+
+    /// Appends a run of staged sets with one call and does the rest of ordering each.
+    fn append_run(&mut self, run: Vec<(ClientUpdate, Ordered)>, out: &mut Vec<Action>) {
+        if run.is_empty() {
+            return;
+        }
+        let records: Vec<(&[u8], &ReplEffect, u64)> =
+            run.iter().map(|(_, o)| (o.key.as_slice(), &o.effect, o.seq)).collect();
+        if let Err(e) = self.store.append_batch(&records) {
+            tracing::warn!(range = %self.range.id_string(), error = %e, "head batch append failed; ordering one by one");
+            run.into_iter().for_each(|(u, _)| self.on_update(u, out));
+            return;
+        }
+        for (_, ordered) in run {
+            let req = ordered.req;
+            let (seq, outcome) = self.appended(ordered, out);
+            self.reply_when_acked(req, seq, outcome, out);
+        }
     }
 
     fn reply_when_acked(&mut self, req: ReqId, seq: u64, outcome: Outcome, out: &mut Vec<Action>) {
@@ -1117,6 +1200,41 @@ mod tests {
             let together = batch.step(Event::Replicates { from, msgs: msgs.clone() });
             assert_eq!(together, singly, "node {me}");
             assert_eq!(batch.store().applied_after(0).collect::<Vec<_>>(), vec![5, 7, 12]);
+            assert_eq!((batch.acked(), batch.unacked_len()), (one.acked(), one.unacked_len()));
+        }
+    }
+
+    #[test]
+    fn client_updates_ordered_as_one_batch_act_as_ordered_one_by_one() {
+        let cas = |unique| Update { mutation: Mutation::Cas { unique }, ..set("a", "x") };
+        let Event::Update(retry) = update(1, set("a", "again")) else { unreachable!() };
+        // Sets, a retry of one of them in the same batch, a condition on what the batch wrote,
+        // then sets again.
+        let updates: Vec<ClientUpdate> = [
+            update(1, set("a", "1")),
+            update(2, set("b", "2")),
+            Event::Update(retry),
+            update(3, cas(1)),
+            update(4, set("c", "3")),
+            update(5, set("a", "4")),
+        ]
+        .into_iter()
+        .map(|e| match e {
+            Event::Update(u) => u,
+            _ => unreachable!(),
+        })
+        .collect();
+        for chain in [&[1, 2, 3][..], &[1][..]] {
+            let mut one = Replica::new(MemStore::default(), route(1, 1, chain));
+            let mut batch = Replica::new(MemStore::default(), route(1, 1, chain));
+            let singly: Vec<Action> =
+                updates.iter().flat_map(|u| one.step(Event::Update(u.clone()))).collect();
+            let together = batch.step(Event::Updates(updates.clone()));
+            assert_eq!(together, singly, "chain {chain:?}");
+            let applied = |r: &Replica<MemStore>| r.store().applied_after(0).collect::<Vec<_>>();
+            assert_eq!(applied(&batch), applied(&one));
+            assert_eq!(applied(&batch).len(), 5, "chain {chain:?}");
+            assert_eq!(batch.store().seq_of(b"a"), one.store().seq_of(b"a"));
             assert_eq!((batch.acked(), batch.unacked_len()), (one.acked(), one.unacked_len()));
         }
     }

@@ -326,11 +326,49 @@ impl RangeReplica {
             bulk_copy_pending: self.bulk_copy_pending.load(Ordering::Acquire),
         });
         let actions = st.machine.step(event);
-        match self.execute(&mut st, actions, links, Some(req)) {
+        let answer = self.execute(&mut st, actions, links, &[req]).pop().flatten();
+        self.ordered(req, answer)
+    }
+
+    /// Head: client updates that arrived together, in order, as one step of the machine
+    /// (`Event::Updates`: the plain sets among them with one append), their sends queued
+    /// together. One result each, in order.
+    pub async fn order_updates(
+        &self,
+        updates: Vec<(ReqId, Update, Option<String>)>,
+        flush_at: u64,
+        links: &dyn LinkTo,
+    ) -> Vec<Result<Ordered, WireError>> {
+        let mut st = self.state.lock().await;
+        let (now, now_micros) = (unix_now(), unix_micros());
+        let bulk_copy_pending = self.bulk_copy_pending.load(Ordering::Acquire);
+        let reqs: Vec<ReqId> = updates.iter().map(|(req, _, _)| *req).collect();
+        let event = Event::Updates(
+            updates
+                .into_iter()
+                .map(|(req, update, reply_to)| ClientUpdate {
+                    req,
+                    update,
+                    reply_to,
+                    now,
+                    now_micros,
+                    flush_at,
+                    bulk_copy_pending,
+                })
+                .collect(),
+        );
+        let actions = st.machine.step(event);
+        let answers = self.execute(&mut st, actions, links, &reqs);
+        reqs.into_iter().zip(answers).map(|(req, answer)| self.ordered(req, answer)).collect()
+    }
+
+    /// What the head did with `req`, given the reply a step gave it, if any. Called under the
+    /// state lock: a waiter is registered before any later step can answer it.
+    fn ordered(&self, req: ReqId, answer: Option<Result<Outcome, WireError>>) -> Result<Ordered, WireError> {
+        match answer {
             Some(Ok(outcome)) => Ok(Ordered::Reply(outcome)),
             Some(Err(e)) => Err(e),
             None => {
-                // Registered under the lock: no step can answer it before.
                 let (tx, rx) = oneshot::channel();
                 self.pending.lock().entry(req).or_default().push_back(tx);
                 Ok(Ordered::AwaitAck(rx))
@@ -365,21 +403,26 @@ impl RangeReplica {
     async fn run(&self, event: Event, links: &dyn LinkTo) {
         let mut st = self.state.lock().await;
         let actions = st.machine.step(event);
-        self.execute(&mut st, actions, links, None);
+        self.execute(&mut st, actions, links, &[]);
     }
 
     /// Carries out the machine's actions, in order. A send that does not fit its link is
     /// reported back (`Event::Dropped`), and nothing after it goes to the same peer in this
     /// batch (the receiver takes updates in order, and a `CaughtUp` must not overtake what
-    /// it confirms). Returns the reply to `mine`, if one came (the caller answers it).
+    /// it confirms). Returns the reply to each of `mine` (the caller's requests, in order), if
+    /// one came: the caller answers those; a request's first reply goes to its first entry.
     fn execute(
         &self,
         st: &mut WriteState,
         actions: Vec<Action>,
         links: &dyn LinkTo,
-        mine: Option<ReqId>,
-    ) -> Option<Result<Outcome, WireError>> {
-        let mut answer = None;
+        mine: &[ReqId],
+    ) -> Vec<Option<Result<Outcome, WireError>>> {
+        let mut answers: Vec<Option<Result<Outcome, WireError>>> = mine.iter().map(|_| None).collect();
+        let mut slots: HashMap<ReqId, VecDeque<usize>> = HashMap::new();
+        for (i, req) in mine.iter().enumerate() {
+            slots.entry(*req).or_default().push_back(i);
+        }
         let mut actions = actions;
         // At most one `Room` retry: a link that fills again waits for the tick.
         for _ in 0..2 {
@@ -397,10 +440,10 @@ impl RangeReplica {
                             st.machine.step(Event::Dropped { to, msg });
                         }
                     }
-                    Action::Reply { req, result } if Some(req) == mine && answer.is_none() => {
-                        answer = Some(result)
-                    }
-                    Action::Reply { req, result } => self.answer(req, result),
+                    Action::Reply { req, result } => match slots.get_mut(&req).and_then(|q| q.pop_front()) {
+                        Some(i) => answers[i] = Some(result),
+                        None => self.answer(req, result),
+                    },
                     Action::Committed { reply_to, req, outcome, key } => {
                         links.committed(&reply_to, req, outcome, &key)
                     }
@@ -416,7 +459,7 @@ impl RangeReplica {
             };
         }
         self.mirror(&st.machine);
-        answer
+        answers
     }
 
     fn answer(&self, req: ReqId, result: Result<Outcome, WireError>) {
@@ -473,7 +516,7 @@ impl RangeReplica {
             return Ok(());
         }
         let actions = st.machine.step(Event::Replicates { from, msgs });
-        self.execute(&mut st, actions, links, None);
+        self.execute(&mut st, actions, links, &[]);
         Ok(())
     }
 
@@ -485,7 +528,7 @@ impl RangeReplica {
         let mut st = self.state.lock().await;
         st.heard(from);
         let actions = st.machine.step(Event::Chain { from, msg });
-        self.execute(&mut st, actions, links, None);
+        self.execute(&mut st, actions, links, &[]);
     }
 
     /// Asks `pred`, if it is this replica's predecessor, for every update after what the
@@ -510,7 +553,7 @@ impl RangeReplica {
             st.sync = None;
         }
         let actions = st.machine.step(Event::Install(route));
-        self.execute(&mut st, actions, links, None);
+        self.execute(&mut st, actions, links, &[]);
     }
 
     /// Periodic retries: a syncing replica re-asks for its snapshot (`sink.rs`); the machine
@@ -520,7 +563,7 @@ impl RangeReplica {
         let mut st = self.state.lock().await;
         self.tick_sync(&mut st, links);
         let actions = st.machine.step(Event::Tick);
-        self.execute(&mut st, actions, links, None);
+        self.execute(&mut st, actions, links, &[]);
     }
 
     /// Number of updates forwarded but not yet acknowledged.

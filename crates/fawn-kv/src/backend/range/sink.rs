@@ -311,7 +311,7 @@ impl RangeReplica {
             for msg in buffered {
                 if matches!(msg, ChainMsg::Replicate { seq, .. } if seq > upto_seq) {
                     let actions = st.machine.step(Event::Chain { from: pred, msg });
-                    self.execute(&mut st, actions, links, None);
+                    self.execute(&mut st, actions, links, &[]);
                 }
             }
             if overflowed {
