@@ -104,9 +104,9 @@ impl Backend {
                     Err(WireError::Unavailable(why)) if replica.route().await.rc.is_reshaping() => {
                         let (me, refused_at) = (self.clone(), view.config.epoch);
                         Answer::Later(Box::pin(async move {
-                            let r = Err(me.park_until_reshaped(refused_at, why).await);
+                            let refused = me.park_until_reshaped(refused_at, why).await;
                             me.counters.update_latency.record(start.elapsed());
-                            r.unwrap_or_else(Response::Error)
+                            Response::Error(refused)
                         }))
                     }
                     Err(e) => self.answered(start, Err(for_sender(e, epoch, &view))),
@@ -385,11 +385,15 @@ impl Backend {
     }
 }
 
+/// A client update as the head orders it: request id, update, and the front-end to tell
+/// when it commits.
+type HeadUpdate = (ReqId, Update, Option<String>);
+
 /// The updates of one batch for one range, with their places in the batch and epochs.
 struct UpdateGroup {
     replica: Arc<RangeReplica>,
     view: Arc<View>,
-    items: Vec<(usize, Epoch, (ReqId, Update, Option<String>))>,
+    items: Vec<(usize, Epoch, HeadUpdate)>,
 }
 
 /// One range's part of a batch of chain messages.

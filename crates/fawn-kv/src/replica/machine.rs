@@ -512,7 +512,7 @@ impl<S: ReplicaStore> Replica<S> {
     fn stage(&self, u: &ClientUpdate, run: &[(ClientUpdate, Ordered)]) -> Option<Ordered> {
         let plain = u.update.mutation == Mutation::Set
             && self.route.is_head()
-            && !(self.route.rc.is_reshaping() && !u.bulk_copy_pending)
+            && (!self.route.rc.is_reshaping() || u.bulk_copy_pending)
             && self.unacked.len() + run.len() < UNACKED_UPDATES_MAX
             && !run.iter().any(|(_, o)| o.req == u.req)
             && self.recent.get(&u.req).is_none();
