@@ -72,11 +72,17 @@ fn join_splits_ranges_and_a_split_cut_short_is_finished_after_a_crash() {
 
     rt.block_on(common::assert_every_write_held(&client, &want, &after));
     rt.block_on(common::agreed_digests(&after));
-    // Re-added as a syncing replica, it finishes the split from the range above (the
-    // `.split-tmp` shows the split was under way) and fetches only the suffix.
+    // Re-added to the part as a syncing replica, it finishes the split from the range above
+    // (the `.split-tmp` shows the split was under way) and fetches only the suffix. The
+    // manager may re-replicate the part on another node instead; then there is nothing to
+    // finish.
     let logs = procs.logs(400);
     let recovered = logs.contains("finishing the split that made it");
-    eprintln!("victim {victim}, part {}: finished the split after the crash: {recovered}", part.id_string());
-    assert!(recovered, "{logs}");
+    let back_in_part = after.ranges.iter().any(|r| r.range == part && r.chain.contains(&victim));
+    eprintln!(
+        "victim {victim}, part {}: back in the part: {back_in_part}, finished the split after the crash: {recovered}",
+        part.id_string()
+    );
+    assert!(recovered || !back_in_part, "{logs}");
     procs.kill_all();
 }
