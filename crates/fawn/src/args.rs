@@ -443,6 +443,12 @@ pub struct FrontendArgs {
     /// Largest value accepted, in bytes.
     #[arg(long, default_value_t = fawn_ds::limits::VALUE_BYTES_MAX)]
     value_bytes_max: usize,
+    /// MiB of replies the memcached port's reads may hold at once, from the request to the
+    /// back-end until the reply is written to the client. Each read in flight holds room for
+    /// the largest value (--value-bytes-max), so this also caps full-path reads in flight;
+    /// clients that never read hold at most this until the write timeout closes them.
+    #[arg(long, default_value_t = fawn_kv::memcache::FETCH_BUDGET_BYTES >> 20)]
+    fetch_budget_mib: usize,
     /// memcached clients must authenticate as a user of this file (`user:password` lines, as
     /// memcached's `-Y`): text clients with `set <key> 0 0 <n>` + `<user> <password>`, binary
     /// clients with SASL PLAIN.
@@ -492,6 +498,7 @@ impl FrontendArgs {
         let mut mc = memcache_config(self.max_connections, self.idle_timeout_secs, self.value_bytes_max);
         mc.write_timeout = Duration::from_millis(self.write_timeout_ms.max(1));
         mc.request_read_timeout = Duration::from_millis(self.request_read_timeout_ms.max(1));
+        mc.fetch_budget_bytes = self.fetch_budget_mib.saturating_mul(1 << 20);
         if let Some(cap) = run::apply_limits(self.native.limits(), Some(mc.max_connections)) {
             mc.max_connections = cap;
         }

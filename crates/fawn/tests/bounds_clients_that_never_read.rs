@@ -21,10 +21,12 @@ const ITEMS: usize = 8;
 const ITEM_BYTES: usize = fawn_ds::limits::VALUE_BYTES_MAX;
 /// The write timeout of both roles in this test.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(1);
+/// The front-end's fetch budget in this test (`--fetch-budget-mib`; the default is larger).
+const FETCH_BUDGET_MIB: &str = "128";
 /// Stated bound on either role's resident memory while the hostile clients run: the
-/// front-end's fetch budget (`FETCH_BUDGET_BYTES`, 128 MiB; values are held once more while
-/// being copied into a reply) and the values it caches (8 MiB) above its baseline. Measured:
-/// front-end 199–306 MiB, back-end 78–144 MiB.
+/// front-end's fetch budget (128 MiB here; values are held once more while being copied into
+/// a reply) and the values it caches (8 MiB) above its baseline. Measured: front-end 199–306
+/// MiB, back-end 78–144 MiB.
 const RSS_MAX_BYTES: u64 = 512 << 20;
 /// Slowest answer the well-behaved client's sets may get meanwhile (generous for a loaded
 /// machine: they wait behind at most the fetch budget on the front-end's connection to the
@@ -38,7 +40,14 @@ const HOSTILE_CLOSED_WITHIN: Duration = Duration::from_secs(45);
 fn clients_that_never_read_are_closed_and_memory_stays_bounded() {
     let timeout_ms = WRITE_TIMEOUT.as_millis().to_string();
     let procs = Procs::start(one_of_each(
-        &["--write-timeout-ms", &timeout_ms, "--native-write-timeout-ms", &timeout_ms],
+        &[
+            "--write-timeout-ms",
+            &timeout_ms,
+            "--native-write-timeout-ms",
+            &timeout_ms,
+            "--fetch-budget-mib",
+            FETCH_BUDGET_MIB,
+        ],
         &["--native-write-timeout-ms", &timeout_ms],
     ));
     let mc_addr = procs.frontend_addrs[0].1.clone();

@@ -14,10 +14,12 @@ use std::sync::Arc;
 use fawn_proto::memcache::{Limits, KEY_BYTES_MAX};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// Bytes of replies (values, keys and their headers) that this server's reads may hold at
-/// once, from the moment a read is sent to the cluster until its reply is written to the
-/// client's socket.
-pub const FETCH_BUDGET_BYTES: usize = 128 * 1024 * 1024;
+/// Default bytes of replies (values, keys and their headers) that this server's reads may hold
+/// at once, from the moment a read is sent to the cluster until its reply is written to the
+/// client's socket (`MemcacheConfig::fetch_budget_bytes`). Each read in flight holds its
+/// largest possible reply (about 1 MiB by default), so this also caps the reads in flight:
+/// 512 MiB lets 32 connections pipeline 16 full-path gets each.
+pub const FETCH_BUDGET_BYTES: usize = 512 * 1024 * 1024;
 /// Most bytes one connection reserves for one batch of concurrent reads: a connection that
 /// holds room and needs more first writes out what it holds, so it never waits holding room.
 pub const CONNECTION_FETCH_BYTES_MAX: usize = 8 * 1024 * 1024;
@@ -25,7 +27,7 @@ pub const CONNECTION_FETCH_BYTES_MAX: usize = 8 * 1024 * 1024;
 pub const REPLY_HEADER_BYTES_MAX: usize = 64;
 
 const _: () = assert!(CONNECTION_FETCH_BYTES_MAX <= FETCH_BUDGET_BYTES);
-const _: () = assert!(FETCH_BUDGET_BYTES <= u32::MAX as usize);
+const _: () = assert!(CONNECTION_FETCH_BYTES_MAX <= u32::MAX as usize);
 
 /// The shared budget, in bytes.
 pub(super) struct FetchBudget {
@@ -37,12 +39,15 @@ pub(super) struct FetchBudget {
 }
 
 impl FetchBudget {
-    pub fn new(limits: &Limits) -> Self {
+    /// A budget of `total_bytes`, raised to `CONNECTION_FETCH_BYTES_MAX` if below it (a read
+    /// must always fit).
+    pub fn new(limits: &Limits, total_bytes: usize) -> Self {
         let per_key = limits.value_bytes_max + KEY_BYTES_MAX + REPLY_HEADER_BYTES_MAX;
         // A value limit above the per-connection bound still reads one key at a time.
         let per_key = per_key.min(CONNECTION_FETCH_BYTES_MAX);
+        let total_bytes = total_bytes.clamp(CONNECTION_FETCH_BYTES_MAX, Semaphore::MAX_PERMITS);
         FetchBudget {
-            bytes: Arc::new(Semaphore::new(FETCH_BUDGET_BYTES)),
+            bytes: Arc::new(Semaphore::new(total_bytes)),
             per_key,
             keys_per_batch: (CONNECTION_FETCH_BYTES_MAX / per_key).max(1),
         }

@@ -66,6 +66,8 @@ pub struct MemcacheConfig {
     /// At shutdown, how long connections may take to finish the request they are running
     /// (a request waiting on an unresponsive chain must not hold the process up forever).
     pub shutdown_grace: Duration,
+    /// Bytes of replies all connections' reads may hold at once ([`FETCH_BUDGET_BYTES`]).
+    pub fetch_budget_bytes: usize,
 }
 
 impl Default for MemcacheConfig {
@@ -81,6 +83,7 @@ impl Default for MemcacheConfig {
             users: None,
             tls: None,
             shutdown_grace: Duration::from_secs(5),
+            fetch_budget_bytes: FETCH_BUDGET_BYTES,
         }
     }
 }
@@ -116,7 +119,7 @@ pub async fn serve<S: KvService>(
     let listen = listener.local_addr().ok();
     let listen_fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
     let access = access::AccessTable::default();
-    let budget = budget::FetchBudget::new(&config.limits);
+    let budget = budget::FetchBudget::new(&config.limits, config.fetch_budget_bytes);
     let stats = Stats::new();
     let shared = Arc::new(Shared { service, config, stats, listen, listen_fd, access, budget });
     let (stop_tx, stop_rx) = watch::channel(false);
