@@ -32,7 +32,7 @@ use crate::output::Reporter;
 use crate::par::{self, Until};
 use crate::proto::Protocol;
 use crate::workload::{Workload, WorkloadArgs};
-use crate::{native, netbench, servers};
+use crate::{memory, native, netbench, servers};
 
 /// Options of `fawn bench cluster`.
 #[derive(clap::Args, Debug, Clone)]
@@ -214,7 +214,7 @@ pub fn run(args: &ClusterArgs, quiet: bool, rep: &mut Reporter) -> Result<()> {
         memcached_tls(&rt, &mut env, args, rep)?;
     }
     if has("memory") {
-        crate::memory::memory(&rt, &mut env, args, rep)?;
+        memory(&rt, &mut env, args, rep)?;
     }
     Ok(())
 }
@@ -593,6 +593,54 @@ fn peers_at(
             }
         }
     }
+    Ok(())
+}
+
+/// Each back-end's resident memory, fresh and after loading half of `--memory-keys` keys,
+/// then all ([`crate::memory`]).
+fn memory(rt: &tokio::runtime::Runtime, env: &mut Env, args: &ClusterArgs, rep: &mut Reporter) -> Result<()> {
+    ensure!(args.memory_keys >= 2, "--memory-keys must be at least 2");
+    let vs = args.value_sizes.first().copied().unwrap_or(256);
+    let c = env.start(|spec| spec.cache_entries = Some(0))?;
+    let pids: Vec<u32> = (0..c.spec.backends)
+        .map(|n| c.pid(&format!("backend-{n}")).with_context(|| format!("no backend-{n}")))
+        .collect::<Result<_>>()?;
+    let mean_rss = || -> Result<f64> {
+        let total: u64 = pids.iter().map(|p| memory::rss_bytes(*p)).sum::<Result<u64>>()?;
+        Ok(total as f64 / pids.len() as f64)
+    };
+    std::thread::sleep(memory::SETTLE);
+    let fresh = mean_rss()?;
+    let sc = format!("cluster/memory/v{vs}");
+    let per_backend = |keys: u64| keys as f64 * f64::from(c.spec.replicas) / f64::from(c.spec.backends);
+    let mut points = Vec::new();
+    for keys in [args.memory_keys / 2, args.memory_keys] {
+        let w = workload(&[
+            s("--keys"),
+            s(keys),
+            s("--value-size"),
+            s(vs),
+            s("--connections"),
+            s(args.connections),
+            s("--timeout"),
+            s(20),
+        ])?;
+        env.say(&format!("memory: loading {keys} keys of {vs} B"));
+        let started = std::time::Instant::now();
+        rt.block_on(loadgen::preload(c.spec.memcached_addr(0), Protocol::Memcached, &w))?;
+        let sets_per_s = keys as f64 / started.elapsed().as_secs_f64();
+        std::thread::sleep(memory::SETTLE);
+        let rss = mean_rss()?;
+        let params = json!({ "keys": keys, "keys_per_backend": per_backend(keys), "sets_per_s": sets_per_s });
+        rep.metric(&sc, "fawn", &format!("rss_mb_at_{keys}_keys"), rss / 1e6, "MB", &params)?;
+        points.push((per_backend(keys), rss));
+    }
+    let (per_key, fixed) = memory::fit(points[0], points[1]);
+    let params =
+        json!({ "backends": c.spec.backends, "replicas": c.spec.replicas, "keys": args.memory_keys });
+    rep.metric(&sc, "fawn", "rss_fresh_mb", fresh / 1e6, "MB", &params)?;
+    rep.metric(&sc, "fawn", "rss_fixed_under_load_mb", fixed / 1e6, "MB", &params)?;
+    rep.metric(&sc, "fawn", "bytes_per_key_per_replica", per_key, "B", &params)?;
     Ok(())
 }
 

@@ -8,19 +8,13 @@
 
 use std::time::Duration;
 
-use anyhow::{ensure, Context, Result};
-use serde_json::json;
-
-use crate::cluster::{s, workload, ClusterArgs, Env};
-use crate::loadgen;
-use crate::output::Reporter;
-use crate::proto::Protocol;
+use anyhow::{Context, Result};
 
 /// Time for a back-end's memory to settle after a load step (freed buffers, idle tasks).
-const SETTLE: Duration = Duration::from_secs(2);
+pub(crate) const SETTLE: Duration = Duration::from_secs(2);
 
 /// Resident set size of process `pid` in bytes (`VmRSS` in /proc).
-fn rss_bytes(pid: u32) -> Result<u64> {
+pub(crate) fn rss_bytes(pid: u32) -> Result<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("reading /proc/{pid}/status"))?;
     let kib = status
@@ -31,55 +25,24 @@ fn rss_bytes(pid: u32) -> Result<u64> {
     Ok(kib * 1024)
 }
 
-pub(crate) fn memory(
-    rt: &tokio::runtime::Runtime,
-    env: &mut Env,
-    args: &ClusterArgs,
-    rep: &mut Reporter,
-) -> Result<()> {
-    ensure!(args.memory_keys >= 2, "--memory-keys must be at least 2");
-    let vs = args.value_sizes.first().copied().unwrap_or(256);
-    let c = env.start(|spec| spec.cache_entries = Some(0))?;
-    let pids: Vec<u32> = (0..c.spec.backends)
-        .map(|n| c.pid(&format!("backend-{n}")).with_context(|| format!("no backend-{n}")))
-        .collect::<Result<_>>()?;
-    let mean_rss = || -> Result<f64> {
-        let total: u64 = pids.iter().map(|p| rss_bytes(*p)).sum::<Result<u64>>()?;
-        Ok(total as f64 / pids.len() as f64)
-    };
-    std::thread::sleep(SETTLE);
-    let fresh = mean_rss()?;
-    let sc = format!("cluster/memory/v{vs}");
-    let per_backend = |keys: u64| keys as f64 * f64::from(c.spec.replicas) / f64::from(c.spec.backends);
-    let mut points = Vec::new();
-    for keys in [args.memory_keys / 2, args.memory_keys] {
-        let w = workload(&[
-            s("--keys"),
-            s(keys),
-            s("--value-size"),
-            s(vs),
-            s("--connections"),
-            s(args.connections),
-            s("--timeout"),
-            s(20),
-        ])?;
-        env.say(&format!("memory: loading {keys} keys of {vs} B"));
-        let started = std::time::Instant::now();
-        rt.block_on(loadgen::preload(c.spec.memcached_addr(0), Protocol::Memcached, &w))?;
-        let sets_per_s = keys as f64 / started.elapsed().as_secs_f64();
-        std::thread::sleep(SETTLE);
-        let rss = mean_rss()?;
-        let params = json!({ "keys": keys, "keys_per_backend": per_backend(keys), "sets_per_s": sets_per_s });
-        rep.metric(&sc, "fawn", &format!("rss_mb_at_{keys}_keys"), rss / 1e6, "MB", &params)?;
-        points.push((per_backend(keys), rss));
-    }
-    let ((k1, r1), (k2, r2)) = (points[0], points[1]);
+/// The line through two (keys per back-end, bytes) points: bytes per key (its slope) and
+/// the fixed bytes (its value at zero keys).
+pub(crate) fn fit((k1, r1): (f64, f64), (k2, r2): (f64, f64)) -> (f64, f64) {
     let per_key = (r2 - r1) / (k2 - k1);
-    let fixed = r1 - per_key * k1;
-    let params =
-        json!({ "backends": c.spec.backends, "replicas": c.spec.replicas, "keys": args.memory_keys });
-    rep.metric(&sc, "fawn", "rss_fresh_mb", fresh / 1e6, "MB", &params)?;
-    rep.metric(&sc, "fawn", "rss_fixed_under_load_mb", fixed / 1e6, "MB", &params)?;
-    rep.metric(&sc, "fawn", "bytes_per_key_per_replica", per_key, "B", &params)?;
-    Ok(())
+    (per_key, r1 - per_key * k1)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_fit_recovers_a_line() {
+        let (per_key, fixed) =
+            super::fit((1000.0, 20_000.0 + 8.0 * 1000.0), (3000.0, 20_000.0 + 8.0 * 3000.0));
+        assert!((per_key - 8.0).abs() < 1e-9 && (fixed - 20_000.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn this_process_has_a_resident_set() {
+        assert!(super::rss_bytes(std::process::id()).unwrap() > 0);
+    }
 }
