@@ -223,24 +223,7 @@ pub fn run(args: &ClusterArgs, quiet: bool, rep: &mut Reporter) -> Result<()> {
 /// (through chains of 3) with the cluster's native connections in plain TCP, then in mutual
 /// TLS: what TLS costs in operations per second and per CPU-second of the cluster.
 fn tls(rt: &tokio::runtime::Runtime, env: &mut Env, args: &ClusterArgs, rep: &mut Reporter) -> Result<()> {
-    let vs = args.value_sizes.first().copied().unwrap_or(256);
-    let systems = [("fawn-plaintext", false), ("fawn-tls", true)];
-    for (system, tls) in systems {
-        let c = env.start(|s| {
-            s.tls = tls;
-            s.cache_entries = Some(0);
-        })?;
-        let pids = c.pids();
-        for (op, g) in [("get", "1"), ("put", "0")] {
-            let mut e = load_args(vs, g, args.connections);
-            e.extend([s("--scenario"), format!("cluster/tls/{op}/v{vs}")]);
-            if op == "put" {
-                e.push(s("--no-preload"));
-            }
-            memcached_run(rt, env, &c, &pids, args, &e, system, rep)?;
-        }
-    }
-    tls_ratios(rep, "cluster/tls", vs, systems.map(|(system, _)| system))
+    plain_then_tls(rt, env, args, rep, "cluster/tls", |spec, on| spec.tls = on)
 }
 
 /// Gets (front-end cache off) and sets through the memcached port in plain TCP, then in TLS
@@ -252,17 +235,30 @@ fn memcached_tls(
     args: &ClusterArgs,
     rep: &mut Reporter,
 ) -> Result<()> {
+    plain_then_tls(rt, env, args, rep, "cluster/memcached-tls", |spec, on| spec.memcached_tls = on)
+}
+
+/// Gets and puts through the memcached port of a cluster (cache off) with `set_tls(false)`,
+/// then of one with `set_tls(true)`, as scenarios under `prefix`, and their ratios.
+fn plain_then_tls(
+    rt: &tokio::runtime::Runtime,
+    env: &mut Env,
+    args: &ClusterArgs,
+    rep: &mut Reporter,
+    prefix: &str,
+    set_tls: fn(&mut ClusterSpec, bool),
+) -> Result<()> {
     let vs = args.value_sizes.first().copied().unwrap_or(256);
     let systems = [("fawn-plaintext", false), ("fawn-tls", true)];
     for (system, tls) in systems {
         let c = env.start(|s| {
-            s.memcached_tls = tls;
+            set_tls(s, tls);
             s.cache_entries = Some(0);
         })?;
         let pids = c.pids();
         for (op, g) in [("get", "1"), ("put", "0")] {
             let mut e = load_args(vs, g, args.connections);
-            e.extend([s("--scenario"), format!("cluster/memcached-tls/{op}/v{vs}")]);
+            e.extend([s("--scenario"), format!("{prefix}/{op}/v{vs}")]);
             if let Some(ca) = c.spec.memcached_ca() {
                 e.extend([s("--tls-ca"), ca.display().to_string()]);
             }
@@ -272,7 +268,7 @@ fn memcached_tls(
             memcached_run(rt, env, &c, &pids, args, &e, system, rep)?;
         }
     }
-    tls_ratios(rep, "cluster/memcached-tls", vs, systems.map(|(system, _)| system))
+    tls_ratios(rep, prefix, vs, systems.map(|(system, _)| system))
 }
 
 /// Reports TLS's throughput and throughput per CPU-second relative to plain TCP, for the gets

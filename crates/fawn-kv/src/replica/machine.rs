@@ -1122,10 +1122,9 @@ mod tests {
         assert_eq!(retry, vec![Action::Reply { req, result: Ok(outcome) }]);
     }
 
-    #[test]
-    fn a_promoted_tail_left_alone_in_the_chain_serves_gets() {
-        // Promoted from syncing, it waits for its predecessor's `CaughtUp`; if that
-        // predecessor fails first, no one is left to send it, and it must not refuse for ever.
+    /// Node 2, syncing behind node 1 at epoch 1, then promoted to tail of `[1, 2]` at epoch 2
+    /// (it has not heard `CaughtUp` yet).
+    fn promoted_behind_node_1() -> Replica<MemStore> {
         let syncing = Route {
             epoch: 1,
             me: 2,
@@ -1133,6 +1132,14 @@ mod tests {
         };
         let mut r = Replica::new(MemStore::default(), syncing);
         r.step(Event::Install(route(2, 2, &[1, 2])));
+        r
+    }
+
+    #[test]
+    fn a_promoted_tail_left_alone_in_the_chain_serves_gets() {
+        // Promoted from syncing, it waits for its predecessor's `CaughtUp`; if that
+        // predecessor fails first, no one is left to send it, and it must not refuse for ever.
+        let mut r = promoted_behind_node_1();
         assert!(!r.readable(), "a promoted tail served gets before it caught up");
         r.step(Event::Install(route(3, 2, &[2])));
         assert!(r.readable());
@@ -1144,13 +1151,7 @@ mod tests {
     fn a_promoted_tail_missing_what_caught_up_names_stays_unreadable_and_asks_again() {
         // Its appends of the resent updates failed (a full disk): `CaughtUp` names a seq it
         // does not hold, and serving gets would answer from a copy that lacks them.
-        let syncing = Route {
-            epoch: 1,
-            me: 2,
-            rc: RangeConfig { syncing: vec![2], ..RangeConfig::new(Range::full(), vec![1]) },
-        };
-        let mut r = Replica::new(MemStore::default(), syncing);
-        r.step(Event::Install(route(2, 2, &[1, 2])));
+        let mut r = promoted_behind_node_1();
         let caught_up = |seq| ChainMsg::CaughtUp { epoch: 2, range: Range::full(), seq };
         r.step(Event::Chain { from: 1, msg: caught_up(9) });
         assert!(!r.readable(), "a tail missing seq 9 took CaughtUp for it");
