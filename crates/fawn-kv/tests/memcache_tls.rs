@@ -6,20 +6,14 @@
 mod memcache_support;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use fawn_kv::memcache::auth::Users;
 use fawn_kv::memcache::MemcacheConfig;
 use fawn_tls::{ClientTls, ClusterCa, Identity, Role};
+use memcache_support::tls::{connect_tls, connector, roundtrip, stats_settings, write_tls_files, WAIT};
 use memcache_support::{bin_request, show, BinReply, Server};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio_rustls::rustls::pki_types::pem::PemObject;
-use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use tokio_rustls::rustls::{ClientConfig, RootCertStore};
-use tokio_rustls::TlsConnector;
-
-const WAIT: Duration = Duration::from_secs(20);
 
 fn ca() -> ClusterCa {
     ClusterCa::create("mctest").expect("CA")
@@ -32,40 +26,6 @@ async fn tls_server(ca: &ClusterCa, client_ca: Option<&str>, users: Option<Users
     let tls = ClientTls::new(&server.cert_pem, &server.key_pem, client_ca).expect("TLS config");
     let config = MemcacheConfig { tls: Some(tls), users: users.map(Arc::new), ..MemcacheConfig::default() };
     Server::with_config(config).await
-}
-
-/// A client trusting `ca`, presenting `credentials` if given.
-fn connector(ca: &ClusterCa, credentials: Option<&fawn_tls::Credentials>) -> TlsConnector {
-    let mut roots = RootCertStore::empty();
-    roots.add(CertificateDer::from_pem_slice(ca.cert_pem().as_bytes()).expect("CA PEM")).expect("root");
-    let builder = ClientConfig::builder().with_root_certificates(roots);
-    let config = match credentials {
-        Some(c) => {
-            let cert = CertificateDer::from_pem_slice(c.cert_pem.as_bytes()).expect("cert PEM");
-            let key = PrivateKeyDer::from_pem_slice(c.key_pem.as_bytes()).expect("key PEM");
-            builder.with_client_auth_cert(vec![cert], key).expect("client cert")
-        }
-        None => builder.with_no_client_auth(),
-    };
-    TlsConnector::from(Arc::new(config))
-}
-
-async fn connect_tls(
-    server: &Server,
-    connector: &TlsConnector,
-) -> std::io::Result<tokio_rustls::client::TlsStream<TcpStream>> {
-    let tcp = TcpStream::connect(server.addr).await?;
-    let name = ServerName::IpAddress(server.addr.ip().into());
-    tokio::time::timeout(WAIT, connector.connect(name, tcp)).await.expect("handshake in time")
-}
-
-/// Sends `request` and reads exactly `want.len()` bytes back.
-async fn roundtrip<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S, request: &[u8], want: &[u8]) {
-    stream.write_all(request).await.expect("write");
-    stream.flush().await.expect("flush");
-    let mut got = vec![0u8; want.len()];
-    tokio::time::timeout(WAIT, stream.read_exact(&mut got)).await.expect("reply in time").expect("read");
-    assert_eq!(show(&got), show(want));
 }
 
 /// Everything until the server closes (or resets) the connection.
@@ -166,12 +126,8 @@ async fn a_client_ca_makes_client_certificates_required() {
 async fn stats_settings_describe_the_tls_port() {
     let ca = ca();
     let dir = tempfile::tempdir().expect("temp dir");
-    let server_creds = ca.issue_memcached(&fawn_tls::clients::memcached_names("127.0.0.1")).expect("cert");
-    let (cert, key, client_ca) =
-        (dir.path().join("mc.crt"), dir.path().join("mc.key"), dir.path().join("ca.crt"));
-    std::fs::write(&cert, &server_creds.cert_pem).expect("write cert");
-    std::fs::write(&key, &server_creds.key_pem).expect("write key");
-    std::fs::set_permissions(&key, std::os::unix::fs::PermissionsExt::from_mode(0o600)).expect("chmod");
+    let (cert, key) = write_tls_files(&ca, dir.path());
+    let client_ca = dir.path().join("ca.crt");
     std::fs::write(&client_ca, ca.cert_pem()).expect("write CA");
     let tls = ClientTls::load(&cert, &key, Some(&client_ca)).expect("TLS files");
     let server = Server::with_config(MemcacheConfig { tls: Some(tls), ..MemcacheConfig::default() }).await;
@@ -199,19 +155,4 @@ async fn stats_settings_describe_the_tls_port() {
         assert!(settings.contains(&format!("STAT {line}\r\n")), "{line}: {settings}");
     }
     plain.shutdown().await;
-}
-
-/// The reply to `stats settings`, up to its `END`.
-async fn stats_settings<S: AsyncRead + AsyncWrite + Unpin>(stream: &mut S) -> String {
-    stream.write_all(b"stats settings\r\n").await.expect("write");
-    stream.flush().await.expect("flush");
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !got.ends_with(b"END\r\n") {
-        let n =
-            tokio::time::timeout(WAIT, stream.read(&mut buf)).await.expect("reply in time").expect("read");
-        assert!(n > 0, "closed before END: {:?}", show(&got));
-        got.extend_from_slice(&buf[..n]);
-    }
-    String::from_utf8(got).expect("text")
 }

@@ -10,7 +10,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -24,10 +24,12 @@ use crate::TlsError;
 /// The file stem of the memcached server certificate `fawn up` issues in its TLS directory.
 pub const MEMCACHED_CERT_STEM: &str = "memcached";
 
-/// The memcached port's TLS acceptor.
+/// The memcached port's TLS acceptor. Clones share it, so [`ClientTls::reload`] (memcached's
+/// `refresh_certs`) changes what every later handshake presents; connections already open keep
+/// the session they negotiated.
 #[derive(Clone)]
 pub struct ClientTls {
-    acceptor: TlsAcceptor,
+    acceptor: Arc<RwLock<TlsAcceptor>>,
     /// Whether clients must present a certificate of the clients' CA.
     client_certs: bool,
     /// The files it was read from (`None`: built from PEM text), for `stats settings`.
@@ -80,7 +82,7 @@ impl ClientTls {
             None => builder.with_no_client_auth(),
         };
         let config = builder.with_single_cert(chain, key)?;
-        let acceptor = TlsAcceptor::from(Arc::new(config));
+        let acceptor = Arc::new(RwLock::new(TlsAcceptor::from(Arc::new(config))));
         Ok(ClientTls { acceptor, client_certs: client_ca_pem.is_some(), files: None })
     }
 
@@ -98,8 +100,24 @@ impl ClientTls {
         self.files.as_ref()
     }
 
-    pub fn acceptor(&self) -> &TlsAcceptor {
-        &self.acceptor
+    /// The acceptor for the next handshake (a cheap handle: the configuration is shared).
+    pub fn acceptor(&self) -> TlsAcceptor {
+        // A poisoned lock still holds a whole acceptor: the writer only swaps the value.
+        self.acceptor.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Reads the files it was loaded from again and, if they make a valid configuration, serves
+    /// it to every later handshake; on any error the configuration in use is kept, so a
+    /// half-written certificate never takes the port down. Whether client certificates are
+    /// required is fixed at start (the client CA file is re-read, not added or removed).
+    pub fn reload(&self) -> Result<(), TlsError> {
+        let Some(files) = &self.files else {
+            return Err(TlsError::Config("the TLS configuration was not read from files".into()));
+        };
+        let fresh = Self::load(&files.chain, &files.key, files.client_ca.as_deref())?;
+        let acceptor = fresh.acceptor();
+        *self.acceptor.write().unwrap_or_else(|e| e.into_inner()) = acceptor;
+        Ok(())
     }
 
     /// Whether clients must present a certificate.

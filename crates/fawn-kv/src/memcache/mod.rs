@@ -143,7 +143,7 @@ pub async fn serve<S: KvService>(
                     let stop = stop_rx.clone();
                     let done = done_tx.clone();
                     tokio::spawn(async move {
-                        if let Some(stream) = client_stream(stream, shared.config.tls.as_ref()).await {
+                        if let Some(stream) = client_stream(stream, &shared).await {
                             let conn = conn::Connection::new(stream, shared.config.write_timeout);
                             session::Session::new(conn, shared, stop).run().await;
                         }
@@ -170,16 +170,18 @@ pub async fn serve<S: KvService>(
 
 /// The accepted connection, after the TLS handshake on a TLS port; `None` if that fails or
 /// takes longer than [`MEMCACHE_TLS_HANDSHAKE_TIMEOUT`] (the connection is closed).
-async fn client_stream(tcp: TcpStream, tls: Option<&fawn_tls::ClientTls>) -> Option<conn::ClientStream> {
-    let Some(tls) = tls else { return Some(conn::ClientStream::Plain(tcp)) };
+async fn client_stream<S>(tcp: TcpStream, shared: &Shared<S>) -> Option<conn::ClientStream> {
+    let Some(tls) = shared.config.tls.as_ref() else { return Some(conn::ClientStream::Plain(tcp)) };
     let peer = tcp.peer_addr().ok();
     match tokio::time::timeout(MEMCACHE_TLS_HANDSHAKE_TIMEOUT, tls.acceptor().accept(tcp)).await {
         Ok(Ok(stream)) => Some(conn::ClientStream::Tls(Box::new(stream))),
         Ok(Err(e)) => {
+            Stats::incr(&shared.stats.counters.ssl_handshake_errors);
             tracing::debug!(?peer, error = %e, "memcached front-end: TLS handshake failed; closed");
             None
         }
         Err(_) => {
+            Stats::incr(&shared.stats.counters.ssl_handshake_errors);
             tracing::debug!(?peer, "memcached front-end: TLS handshake timed out; closed");
             None
         }

@@ -57,6 +57,7 @@ counters!(
     store_too_large,
     server_errors,
     fetch_budget_waits,
+    ssl_handshake_errors,
     bytes_read,
     bytes_written,
     total_items,
@@ -78,6 +79,9 @@ pub struct Stats {
     /// `stats settings` `oldest`: when the last `flush_all` served here takes effect, on
     /// memcached's relative clock (see [`Stats::flushed`]); 0 before any.
     oldest: AtomicU64,
+    /// When the TLS certificates were last read (`refresh_certs`), on memcached's relative
+    /// clock: 0 for the read at start, as memcached counts it.
+    certs_read: AtomicU64,
 }
 
 /// What `stats conns` shows of one connection.
@@ -112,6 +116,7 @@ impl Stats {
             rejected_connections: AtomicU64::new(0),
             conns: Mutex::new(BTreeMap::new()),
             oldest: AtomicU64::new(0),
+            certs_read: AtomicU64::new(0),
         }
     }
 
@@ -120,12 +125,27 @@ impl Stats {
     /// `oldest` is the flush time less one second: the same arithmetic on this front-end's
     /// uptime. (A flush through another front-end is not seen here.)
     pub fn flushed(&self, delay_secs: u64) {
-        let at = self.uptime_secs() + ITEM_UPDATE_INTERVAL_SECS + delay_secs;
+        let at = self.relative_now() + delay_secs;
         self.oldest.store(at.saturating_sub(1), Relaxed);
     }
 
     pub fn oldest(&self) -> u64 {
         self.oldest.load(Relaxed)
+    }
+
+    /// The TLS certificates were read again now.
+    pub fn certs_refreshed(&self) {
+        self.certs_read.store(self.relative_now(), Relaxed);
+    }
+
+    /// `time_since_server_cert_refresh`: seconds since the certificates were last read, on
+    /// memcached's relative clock (so it starts at [`ITEM_UPDATE_INTERVAL_SECS`], as there).
+    pub fn secs_since_certs_read(&self) -> u64 {
+        self.relative_now().saturating_sub(self.certs_read.load(Relaxed))
+    }
+
+    fn relative_now(&self) -> u64 {
+        self.uptime_secs() + ITEM_UPDATE_INTERVAL_SECS
     }
 
     /// Lists an open connection for `stats conns`; its session updates the returned state.

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod tls;
+
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;

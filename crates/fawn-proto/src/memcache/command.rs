@@ -24,6 +24,8 @@ pub enum Command {
     Verbosity { noreply: bool },
     /// `stats [group]`.
     Stats { group: Option<Vec<u8>> },
+    /// `refresh_certs [noreply]`: read the TLS certificate and key files again.
+    RefreshCerts { noreply: bool },
     /// `quit`: close the connection without a reply.
     Quit,
     /// `mg`.

@@ -32,6 +32,8 @@ pub(super) fn parse(tokens: &Tokens, consumed: usize, rest: &[u8], limits: &Limi
         b"quit" => Ok(Command::Quit),
         b"verbosity" => verbosity(tokens),
         b"stats" => Ok(Command::Stats { group: tokens.get(1).map(|g| g.to_vec()) }),
+        // memcached runs it whatever else the line holds; only a last `noreply` counts.
+        b"refresh_certs" => Ok(Command::RefreshCerts { noreply: noreply(tokens) }),
         _ if is_http_request(tokens) => return Parse::Invalid(Invalid::close(consumed)),
         _ => Err(Invalid::line(reply::ERROR, 0)),
     };

@@ -1,4 +1,4 @@
-//! `flush_all`, `version`, `verbosity`, `stats`.
+//! `flush_all`, `version`, `verbosity`, `stats`, `refresh_certs`.
 
 use fawn_proto::memcache::{absolute_expiry, reply};
 
@@ -36,6 +36,35 @@ pub(super) fn verbosity<S: KvService>(ctx: &mut Ctx<'_, S>, noreply: bool) {
     }
 }
 
+/// `refresh_certs`: read the TLS port's certificate, key and client CA files again, for every
+/// later handshake (certificate rotation without a restart). On an error the certificates in
+/// use are kept. The replies are memcached's: `OK` (not sent under `noreply`), or one line
+/// starting `Error` (sent even under `noreply`, as memcached does).
+pub(super) fn refresh_certs<S: KvService>(ctx: &mut Ctx<'_, S>, noreply: bool) {
+    let Some(tls) = ctx.shared.config.tls.as_ref() else {
+        return ctx.reply(b"Error TLS not enabled\r\n");
+    };
+    match tls.reload() {
+        Ok(()) => {
+            ctx.stats().certs_refreshed();
+            tracing::info!("memcached front-end: TLS certificates read again");
+            if !noreply {
+                ctx.reply(reply::OK);
+            }
+        }
+        Err(error) => {
+            tracing::warn!(%error, "memcached front-end: refresh_certs failed; the certificates in use are kept");
+            let line = format!("Error loading the certificates: {}\r\n", one_line(&error.to_string()));
+            ctx.reply(line.as_bytes());
+        }
+    }
+}
+
+/// An error message fit for one reply line.
+fn one_line(text: &str) -> String {
+    text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect()
+}
+
 pub(super) async fn stats<S: KvService>(ctx: &mut Ctx<'_, S>, group: Option<Vec<u8>>) {
     match group.as_deref() {
         None => general(ctx).await,
@@ -54,8 +83,9 @@ pub(super) async fn stats<S: KvService>(ctx: &mut Ctx<'_, S>, group: Option<Vec<
     }
 }
 
-/// memcached 1.6.18's general stats, names and order as it sends them.
-const GENERAL: [&str; 92] = [
+/// memcached 1.6.18's general stats, names and order as it sends them; the [`TLS_ONLY`] ones
+/// only on a TLS port, as there.
+const GENERAL: [&str; 94] = [
     "pid",
     "uptime",
     "time",
@@ -129,6 +159,8 @@ const GENERAL: [&str; 92] = [
     "log_watcher_skipped",
     "log_watcher_sent",
     "log_watchers",
+    "ssl_handshake_errors",
+    "time_since_server_cert_refresh",
     "unexpected_napi_ids",
     "round_robin_fallback",
     "bytes",
@@ -149,6 +181,9 @@ const GENERAL: [&str; 92] = [
     "direct_reclaims",
     "lru_bumps_dropped",
 ];
+
+/// General stats memcached sends only when TLS is enabled.
+const TLS_ONLY: [&str; 2] = ["ssl_handshake_errors", "time_since_server_cert_refresh"];
 
 /// General stats: memcached's field set in its order. `curr_items` and `bytes` are the
 /// cluster's; the counters are this front-end's. Fields about memcached's own memory manager,
@@ -190,10 +225,12 @@ pub(super) async fn general_stats<S: KvService>(
             "threads" => config.threads.to_string(),
             "bytes" => items.bytes.to_string(),
             "curr_items" => items.curr_items.to_string(),
+            "time_since_server_cert_refresh" => stats.secs_since_certs_read().to_string(),
             other => stats.get(other).unwrap_or(0).to_string(),
         }
     };
-    Ok(GENERAL.iter().map(|name| (*name, value(name))).collect())
+    let shown = |name: &&&str| config.tls.is_some() || !TLS_ONLY.contains(*name);
+    Ok(GENERAL.iter().filter(shown).map(|name| (*name, value(name))).collect())
 }
 
 /// This process's user and system CPU seconds, as memcached prints them (`%ld.%06ld`).

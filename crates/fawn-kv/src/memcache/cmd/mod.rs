@@ -132,6 +132,7 @@ pub(super) async fn run<S: KvService>(ctx: &mut Ctx<'_, S>, command: Command) ->
         Command::Version => admin::version(ctx),
         Command::Verbosity { noreply } => admin::verbosity(ctx, noreply),
         Command::Stats { group } => admin::stats(ctx, group).await,
+        Command::RefreshCerts { noreply } => admin::refresh_certs(ctx, noreply),
         Command::Quit => return Flow::Close,
         Command::MetaGet(mg) => meta::get(ctx, mg).await,
         Command::MetaSet(ms) => meta::set(ctx, ms).await,
