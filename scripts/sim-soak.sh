@@ -4,9 +4,11 @@
 # exactly (`cargo run --release -p fawn-sim -- --seeds 1 --seed S --crashes C --trace`).
 #
 #   scripts/sim-soak.sh [--minutes M] [--crashes C] [--first-seed S] [--block N] [--out FILE] [--disks]
+#                      [--frontend-cache]
 #
 # Defaults: 10 minutes, 3 crashes and 2 partitions per run (CI runs 1 crash), seeds from a
-# random start, blocks of 20 000 seeds; --disks: process, host and disk crashes. Exits 1 if any
+# random start, blocks of 20 000 seeds; --disks: process, host and disk crashes;
+# --frontend-cache: clients through a front-end with the real query cache. Exits 1 if any
 # seed failed; the failing seeds are in FILE (default target/sim-soak/failures.txt) and stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +27,8 @@ while [ $# -gt 0 ]; do
     --block) block=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
     --disks) extra+=(--disks); shift ;;
-    -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --frontend-cache) extra+=(--frontend-cache); shift ;;
+    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "sim-soak: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done

@@ -15,6 +15,8 @@ pub mod world;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 #[cfg(feature = "faults")]
+pub use fawn_kv::frontend::cache::CacheFault;
+#[cfg(feature = "faults")]
 pub use fawn_kv::replica::machine::Fault;
 
 /// The shape of one run.
@@ -47,11 +49,17 @@ pub struct Config {
     /// With `disks`: now and then a node's disk is full for up to a second and refuses
     /// appends (a replica whose append failed asks for a resend each tick).
     pub full_disks: bool,
+    /// Clients reach the chains through one front-end with the real query cache
+    /// (`world::frontend`); off: clients send to heads and tails themselves.
+    pub frontend_cache: bool,
     /// Print every event and a failing key's history to stderr.
     pub trace: bool,
     /// A fault switched on in every replica.
     #[cfg(feature = "faults")]
     pub fault: Option<Fault>,
+    /// A fault switched on in the front-end's cache.
+    #[cfg(feature = "faults")]
+    pub cache_fault: Option<CacheFault>,
 }
 
 impl Default for Config {
@@ -68,9 +76,12 @@ impl Default for Config {
             full_disks: false,
             persistent_outcomes: false,
             sync: disk::SyncPolicy::Interval(100_000),
+            frontend_cache: false,
             trace: false,
             #[cfg(feature = "faults")]
             fault: None,
+            #[cfg(feature = "faults")]
+            cache_fault: None,
         }
     }
 }
@@ -103,4 +114,10 @@ pub fn run_seed(seed: u64, cfg: &Config) -> SeedResult {
 #[cfg(feature = "faults")]
 pub fn fault_named(name: &str) -> Option<Fault> {
     Fault::ALL.into_iter().find(|f| format!("{f:?}") == name)
+}
+
+/// A front-end cache fault by its name as printed by `{:?}` (`KeepsItemOnUpdate`, ...).
+#[cfg(feature = "faults")]
+pub fn cache_fault_named(name: &str) -> Option<CacheFault> {
+    CacheFault::ALL.into_iter().find(|f| format!("{f:?}") == name)
 }

@@ -40,6 +40,10 @@ struct Args {
     /// design the real datastore does not implement yet).
     #[arg(long)]
     persistent_outcomes: bool,
+    /// Clients go through one front-end with the real query cache (gets served from it,
+    /// updates and `Committed` notices invalidating it).
+    #[arg(long)]
+    frontend_cache: bool,
     /// Operations per client.
     #[arg(long, default_value_t = 40)]
     ops: usize,
@@ -49,7 +53,8 @@ struct Args {
     /// Print every event of the run, and a failing key's history (use with one seed).
     #[arg(long)]
     trace: bool,
-    /// Re-introduce a known fault (builds with `--features faults` only).
+    /// Re-introduce a known fault of the replica or of the front-end's cache (builds with
+    /// `--features faults` only).
     #[cfg(feature = "faults")]
     #[arg(long)]
     fault: Option<String>,
@@ -69,13 +74,16 @@ fn main() {
         disks: args.disks,
         full_disks: args.full_disks,
         persistent_outcomes: args.persistent_outcomes,
+        frontend_cache: args.frontend_cache,
         ..Default::default()
     };
     #[cfg(feature = "faults")]
     if let Some(name) = &args.fault {
-        match fawn_sim::fault_named(name) {
-            Some(f) => cfg.fault = Some(f),
-            None => {
+        match (fawn_sim::fault_named(name), fawn_sim::cache_fault_named(name)) {
+            (Some(f), _) => cfg.fault = Some(f),
+            // A cache fault needs the front-end's cache.
+            (None, Some(f)) => (cfg.cache_fault, cfg.frontend_cache) = (Some(f), true),
+            (None, None) => {
                 eprintln!("unknown fault {name}");
                 std::process::exit(2);
             }

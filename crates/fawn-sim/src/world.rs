@@ -22,6 +22,7 @@ use crate::Config;
 
 mod checks;
 mod clients;
+mod frontend;
 mod manager;
 mod partition;
 
@@ -148,6 +149,12 @@ enum Ev {
         range: RangeIx,
     },
     Fault,
+    /// A tail's `Committed` notice arrives at the front-end (`Config::frontend_cache`).
+    Committed {
+        req: ReqId,
+        outcome: Outcome,
+        key: Vec<u8>,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -229,6 +236,8 @@ pub struct Stats {
     /// The longest an operation waited for its answer, and operations never answered.
     pub max_wait_ms: u64,
     pub unanswered: usize,
+    /// Gets the front-end's cache answered (`Config::frontend_cache`).
+    pub cache_hits: usize,
 }
 
 pub struct World {
@@ -271,6 +280,8 @@ pub struct World {
     answered: HashMap<ReqId, Outcome>,
     /// (range, seq) stored at the tail of their time.
     committed: HashSet<(RangeIx, u64)>,
+    /// The front-end with its query cache, if the run has one (`Config::frontend_cache`).
+    frontend: Option<frontend::Frontend>,
 }
 
 /// How a violation caused by a retried request decided again starts: a replica that got the
@@ -317,6 +328,7 @@ impl World {
             ordered: HashMap::new(),
             answered: HashMap::new(),
             committed: HashSet::new(),
+            frontend: cfg.frontend_cache.then(|| frontend::Frontend::new(&cfg)),
             cfg,
         };
         let formed = w.form();
@@ -418,6 +430,9 @@ impl World {
         let mut settle_at = None;
         while let Some(Reverse((t, id))) = self.queue.pop() {
             self.now = t;
+            if let Some(fe) = &self.frontend {
+                fe.set_now(t);
+            }
             if settle_at.is_some_and(|s| t > s) {
                 break;
             }
@@ -446,6 +461,7 @@ impl World {
             sim_ms: self.now / MS,
             max_wait_ms: self.history.iter().filter_map(|o| Some(o.ret?.0 - o.call)).max().unwrap_or(0) / MS,
             unanswered: self.history.iter().filter(|o| o.ret.is_none()).count(),
+            cache_hits: self.frontend.as_ref().map_or(0, |fe| fe.hits),
         };
         RunReport { violations: self.violations, stats }
     }
@@ -461,6 +477,7 @@ impl World {
             }
             Ev::Request { node, range, client, tag, req } => self.on_request(node, range, client, tag, req),
             Ev::Answer { client, tag, answer } => self.on_answer(client, tag, answer),
+            Ev::Committed { req, outcome, key } => self.frontend_committed(req, outcome, key),
             Ev::ClientSend { client } => self.send_request(client),
             Ev::NodeBack { node } => self.node_back(node),
             Ev::Install { node, epoch } => self.on_install(node, epoch),
@@ -564,7 +581,11 @@ impl World {
                 let d = self.delay();
                 self.at(d, Ev::Answer { client, tag, answer: Answer::Get(result) });
             }
-            Action::Committed { .. } => {}
+            Action::Committed { req, outcome, key, .. } => {
+                if !self.isolated(node) {
+                    self.send_committed(req, outcome, key);
+                }
+            }
             Action::SyncDone => {
                 let d = self.delay();
                 self.at(d, Ev::SyncDone { node, range: ix });

@@ -1,16 +1,21 @@
-//! Guards the simulator's teeth: each fault re-introduced in the replica state machine is
-//! found within a bounded number of seeds (seeds that pass without the fault only).
+//! Guards the simulator's teeth: each fault re-introduced in the replica state machine or in
+//! the front-end's query cache is found within a bounded number of seeds (seeds that pass
+//! without the fault only).
 #![cfg(feature = "faults")]
 
-use fawn_sim::{run_seed, Config, Fault};
+use fawn_sim::{run_seed, CacheFault, Config, Fault};
 
 /// Each fault must be found among this many seeds.
 const SEEDS_MAX: u64 = 2_000;
 
 fn seeds_to_find(fault: Fault, clean: Config) -> Option<u64> {
     let faulty = Config { fault: Some(fault), ..clean.clone() };
+    first_found(&faulty, &clean)
+}
+
+fn first_found(faulty: &Config, clean: &Config) -> Option<u64> {
     (0..SEEDS_MAX).find(|seed| {
-        !run_seed(*seed, &faulty).violations.is_empty() && run_seed(*seed, &clean).violations.is_empty()
+        !run_seed(*seed, faulty).violations.is_empty() && run_seed(*seed, clean).violations.is_empty()
     })
 }
 
@@ -74,4 +79,24 @@ fn a_copy_taken_though_its_appends_failed_is_found() {
     // Needs a disk that fills up while its node syncs a range.
     let cfg = Config { disks: true, full_disks: true, ..Config::default() };
     found_with(Fault::IncompleteCopyAccepted, cfg);
+}
+
+/// A front-end cache fault, in runs through the cached front-end with one crash at most.
+fn cache_fault_found(fault: CacheFault) {
+    let clean = Config { crashes_max: 1, frontend_cache: true, ..Config::default() };
+    let faulty = Config { cache_fault: Some(fault), ..clean.clone() };
+    match first_found(&faulty, &clean) {
+        Some(seed) => eprintln!("{fault:?}: found at seed {seed} ({} seeds)", seed + 1),
+        None => panic!("{fault:?} not found in {SEEDS_MAX} seeds"),
+    }
+}
+
+#[test]
+fn a_front_end_cache_that_keeps_an_item_across_an_update_is_found() {
+    cache_fault_found(CacheFault::KeepsItemOnUpdate);
+}
+
+#[test]
+fn a_front_end_cache_filled_by_a_read_that_raced_an_update_is_found() {
+    cache_fault_found(CacheFault::FillsDuringUpdates);
 }

@@ -21,8 +21,10 @@
 //! Together: a fill is accepted only if, during the whole read, no update of the slot that
 //! could still commit was known to this front-end.
 
+use std::collections::hash_map::{DefaultHasher, RandomState};
 use std::collections::HashMap;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, BuildHasherDefault};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fawn_proto::op::Item;
@@ -61,6 +63,35 @@ impl Default for CacheTiming {
     }
 }
 
+/// The cache's source of time, as the time since an origin of its own: the real monotonic
+/// clock, or a simulator's (which must not read the real one).
+pub type Clock = Arc<dyn Fn() -> Duration + Send + Sync>;
+
+/// Faults that can be switched on to show the simulator finds them (a build with the `faults`
+/// feature only; see `replica::machine::Fault`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CacheFault {
+    /// An update leaves the key's cached item in place: later gets are served the value from
+    /// before the update.
+    KeepsItemOnUpdate,
+    /// A fill skips the check that no update of the key was in flight or started during the
+    /// read: a read that raced an update caches what the update replaced.
+    FillsDuringUpdates,
+}
+
+impl CacheFault {
+    /// Every fault, for tools that pick one by name.
+    pub const ALL: [CacheFault; 2] = [CacheFault::KeepsItemOnUpdate, CacheFault::FillsDuringUpdates];
+}
+
+/// How keys are spread over slots and shards.
+enum Spread {
+    /// Seeded at random per process: a client cannot aim its keys at one slot.
+    Random(RandomState),
+    /// The same in every run, for a seeded simulation to replay exactly.
+    Fixed(BuildHasherDefault<DefaultHasher>),
+}
+
 /// A bounded cache of items by key.
 pub struct QueryCache {
     shards: Vec<Mutex<Shard>>,
@@ -69,8 +100,10 @@ pub struct QueryCache {
     bytes_per_shard_max: usize,
     timing: CacheTiming,
     /// No fill before this (a previous process's updates may still commit).
-    fills_from: Instant,
-    hasher: std::collections::hash_map::RandomState,
+    fills_from: Duration,
+    spread: Spread,
+    clock: Clock,
+    fault: Option<CacheFault>,
 }
 
 /// What the cache knows of the updates of the keys that hash to one slot.
@@ -81,11 +114,11 @@ struct Slot {
     /// Updates of the slot that left for the head and whose outcome is not known yet.
     updates_in_flight: u32,
     /// An update of the slot was abandoned with its outcome unknown: no fill until then.
-    held_until: Option<Instant>,
+    held_until: Option<Duration>,
 }
 
 impl Slot {
-    fn fillable(&self, generation: u64, now: Instant) -> bool {
+    fn fillable(&self, generation: u64, now: Duration) -> bool {
         self.generation == generation
             && self.updates_in_flight == 0
             && self.held_until.is_none_or(|until| now >= until)
@@ -159,16 +192,7 @@ impl UpdateGuard<'_> {
         if std::mem::replace(&mut self.released, true) {
             return;
         }
-        let now = Instant::now();
-        let mut slot = self.cache.slot(&self.key);
-        assert!(slot.updates_in_flight > 0, "an update guard outlived its count");
-        slot.updates_in_flight -= 1;
-        slot.generation += 1;
-        if unsettled {
-            let until = now + self.cache.timing.unsettled_hold;
-            slot.held_until = Some(slot.held_until.map_or(until, |u| u.max(until)));
-        }
-        self.cache.remove(&self.key);
+        self.cache.end_update(&self.key, unsettled);
     }
 }
 
@@ -183,6 +207,23 @@ impl QueryCache {
     /// A cache of at most `entries_max` items costing at most `bytes_max` bytes (see
     /// [`ENTRY_OVERHEAD_BYTES`]); 0 for either disables it.
     pub fn new(entries_max: usize, bytes_max: usize, timing: CacheTiming) -> QueryCache {
+        let origin = Instant::now();
+        let mut cache = Self::build(entries_max, bytes_max, timing, Arc::new(move || origin.elapsed()));
+        cache.fills_from = (cache.clock)() + timing.unsettled_hold;
+        cache
+    }
+
+    /// A cache for a seeded simulation: time is `clock`'s, keys spread the same in every
+    /// run, and fills are taken at once: the simulated front-end is the first process of its
+    /// cluster, so no earlier one can have left updates in the chains (a real front-end cannot
+    /// know that, and holds fills for [`CacheTiming::unsettled_hold`] after it starts).
+    pub fn simulated(entries_max: usize, bytes_max: usize, timing: CacheTiming, clock: Clock) -> QueryCache {
+        let mut cache = Self::build(entries_max, bytes_max, timing, clock);
+        cache.spread = Spread::Fixed(BuildHasherDefault::default());
+        cache
+    }
+
+    fn build(entries_max: usize, bytes_max: usize, timing: CacheTiming, clock: Clock) -> QueryCache {
         let bytes_per_shard_max = bytes_max / SHARDS;
         QueryCache {
             shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
@@ -190,13 +231,30 @@ impl QueryCache {
             entries_per_shard_max: if bytes_per_shard_max == 0 { 0 } else { entries_max.div_ceil(SHARDS) },
             bytes_per_shard_max,
             timing,
-            fills_from: Instant::now() + timing.unsettled_hold,
-            hasher: Default::default(),
+            fills_from: clock(),
+            spread: Spread::Random(RandomState::new()),
+            clock,
+            fault: None,
         }
     }
 
+    /// Re-introduces `fault` (a build with the `faults` feature only; otherwise ignored).
+    pub fn with_fault(mut self, fault: Option<CacheFault>) -> QueryCache {
+        if cfg!(feature = "faults") {
+            self.fault = fault;
+        }
+        self
+    }
+
+    fn faulty(&self, fault: CacheFault) -> bool {
+        cfg!(feature = "faults") && self.fault == Some(fault)
+    }
+
     fn hash(&self, key: &[u8]) -> usize {
-        self.hasher.hash_one(key) as usize
+        match &self.spread {
+            Spread::Random(h) => h.hash_one(key) as usize,
+            Spread::Fixed(h) => h.hash_one(key) as usize,
+        }
     }
 
     fn slot(&self, key: &[u8]) -> parking_lot::MutexGuard<'_, Slot> {
@@ -229,12 +287,40 @@ impl QueryCache {
     /// An update of `key` leaves for the head: no fill of its slot until the guard is
     /// released, and the cached item is dropped now.
     pub fn begin_update(&self, key: &[u8]) -> UpdateGuard<'_> {
+        self.start_update(key);
+        UpdateGuard { cache: self, key: key.to_vec(), released: false }
+    }
+
+    /// [`QueryCache::begin_update`] without a guard, for a caller that cannot hold a borrow
+    /// across the update (the simulator): each start must be matched by one
+    /// [`QueryCache::end_update`].
+    pub fn start_update(&self, key: &[u8]) {
         let mut slot = self.slot(key);
         slot.updates_in_flight += 1;
         slot.generation += 1;
         drop(slot);
-        self.remove(key);
-        UpdateGuard { cache: self, key: key.to_vec(), released: false }
+        if !self.faulty(CacheFault::KeepsItemOnUpdate) {
+            self.remove(key);
+        }
+    }
+
+    /// An update of `key` started with [`QueryCache::start_update`] ended: its outcome is
+    /// known, or (`unsettled`) it may still commit, and its slot takes no fill for
+    /// [`CacheTiming::unsettled_hold`].
+    pub fn end_update(&self, key: &[u8], unsettled: bool) {
+        let now = (self.clock)();
+        let mut slot = self.slot(key);
+        assert!(slot.updates_in_flight > 0, "an update ended that never started");
+        slot.updates_in_flight -= 1;
+        slot.generation += 1;
+        if unsettled {
+            let until = now + self.timing.unsettled_hold;
+            slot.held_until = Some(slot.held_until.map_or(until, |u| u.max(until)));
+        }
+        // Under the slot's lock (as a fill is): no fill can slip in before the removal.
+        if !self.faulty(CacheFault::KeepsItemOnUpdate) {
+            self.remove(key);
+        }
     }
 
     /// Caches a value read from the tail if the read overlapped no update of the key that
@@ -244,13 +330,13 @@ impl QueryCache {
         if self.entries_per_shard_max == 0 {
             return;
         }
-        let now = Instant::now();
+        let now = (self.clock)();
         if now < self.fills_from {
             return;
         }
         // Held across the insert: an update cannot start between the check and the fill.
         let slot = self.slot(key);
-        if !slot.fillable(generation, now) {
+        if !slot.fillable(generation, now) && !self.faulty(CacheFault::FillsDuringUpdates) {
             return;
         }
         let mut shard = self.shards[self.hash(key) % SHARDS].lock();
@@ -358,7 +444,7 @@ mod tests {
         drop(c.begin_update(b"k"));
         let slot = c.slot(b"k");
         assert_eq!(slot.updates_in_flight, 0);
-        assert!(!slot.fillable(slot.generation, Instant::now()));
+        assert!(!slot.fillable(slot.generation, (c.clock)()));
     }
 
     #[test]

@@ -10,6 +10,7 @@ use fawn_proto::op::{Mutation, Outcome, Update};
 use fawn_ring::NodeId;
 use rand::Rng;
 
+use super::frontend::FRONTEND_ADDR;
 use super::{
     key_bytes, Answer, Client, Ev, Micros, RangeIx, Req, World, CLIENT_ATTEMPTS_MAX, CLIENT_BACKOFF,
     CLIENT_TIMEOUT, MS,
@@ -66,7 +67,16 @@ impl World {
         let index = self.history.len();
         self.history.push(Op { client, key, kind, call: self.now, ret: None });
         let range = self.range_of_key(key);
-        self.clients[client as usize].current = Some((index, req, range, 0));
+        self.clients[client as usize].current = Some((index, req.clone(), range, 0));
+        match req {
+            Req::Update { req, update } => self.frontend_update_starts(req, &update.key),
+            Req::Get { key } => {
+                if let Some(item) = self.frontend_get(client, index, &key) {
+                    let answer = Answer::Get(Ok(Some(item)));
+                    return self.at(0, Ev::Answer { client, tag: index as u64, answer });
+                }
+            }
+        }
         self.send_request(client);
     }
 
@@ -90,6 +100,11 @@ impl World {
         let Some((index, req, range, attempt)) = c.current.take() else { return };
         if attempt + 1 >= CLIENT_ATTEMPTS_MAX {
             // Given up: the operation's outcome stays unknown in the history.
+            let update = match req {
+                Req::Update { req, .. } => Some(req),
+                Req::Get { .. } => None,
+            };
+            self.frontend_op_ends(client, index, update, true);
             let d = self.rng.gen_range(0..5 * MS);
             self.at(d, Ev::ClientNext { client });
             return;
@@ -108,7 +123,7 @@ impl World {
             Req::Update { req, update } => Event::Update(ClientUpdate {
                 req,
                 update,
-                reply_to: None,
+                reply_to: self.frontend.is_some().then(|| FRONTEND_ADDR.to_string()),
                 now,
                 now_micros: self.now,
                 flush_at: 0,
@@ -124,15 +139,27 @@ impl World {
     pub(super) fn on_answer(&mut self, client: u32, tag: u64, answer: Answer) {
         let c = &mut self.clients[client as usize];
         let Some((index, req, _, _)) = c.current.as_ref() else { return };
-        let current = match req {
-            Req::Update { req, .. } => req.seq,
-            Req::Get { .. } => *index as u64,
+        // An update's tag is its request seq, a get's its history index: the two can be
+        // equal, so an answer of the other kind (a late or duplicate one) is not this op's.
+        let current = match (req, &answer) {
+            (Req::Update { req, .. }, Answer::Update(_)) => req.seq,
+            (Req::Get { .. }, Answer::Get(_)) => *index as u64,
+            _ => return,
         };
         if current != tag {
             return;
         }
-        let index = *index;
+        let (index, update) = match req {
+            Req::Update { req, .. } => (*index, Some(*req)),
+            Req::Get { .. } => (*index, None),
+        };
         let key = self.history[index].key;
+        match &answer {
+            Answer::Update(Ok(_)) => self.frontend_op_ends(client, index, update, false),
+            Answer::Get(Ok(item)) => self.frontend_read(client, index, &key_bytes(key), item),
+            Answer::Update(Err(_)) | Answer::Get(Err(_)) => {}
+        }
+        let c = &mut self.clients[client as usize];
         let result = match answer {
             Answer::Update(Ok(outcome)) => {
                 let (r, seq) = match outcome {
