@@ -169,6 +169,14 @@ pub fn incoming(seq: u64, prev_seq: u64, have: u64) -> Incoming {
     }
 }
 
+/// The seq of a `Replicate` (0 for any other message).
+fn replicate_seq(msg: &ChainMsg) -> u64 {
+    match msg {
+        ChainMsg::Replicate { seq, .. } => *seq,
+        _ => 0,
+    }
+}
+
 /// One range's replica on one node.
 pub struct Replica<S> {
     range: Range,
@@ -696,6 +704,13 @@ impl<S: ReplicaStore> Replica<S> {
         for (verdict, have, msg) in judged {
             match verdict {
                 Incoming::Duplicate if self.route.is_tail() => self.ack_upstream(have, out),
+                // A predecessor resends what it holds unacknowledged (a new successor, a
+                // resend): if the tail's ack of it already passed here, say so again, or it
+                // waits for the next update (the ack it missed may have come in an epoch it had
+                // not installed yet).
+                Incoming::Duplicate if replicate_seq(&msg) <= self.acked_by_successor => {
+                    self.ack_upstream(self.acked_by_successor, out)
+                }
                 Incoming::Duplicate => {}
                 Incoming::Gap => self.ask_resend_for_gap(have, out),
                 Incoming::Next if appended => self.applied(msg, out),
@@ -1014,6 +1029,23 @@ mod tests {
         assert!(matches!(&get[..], [Action::GetReply { result: Ok(Some(_)), .. }]), "{get:?}");
         let at_head = c.run(1, Event::Get { token: 9, key: b"k".to_vec(), now: 0 });
         assert!(matches!(&at_head[..], [Action::GetReply { result: Err(WireError::WrongNode(_)), .. }]));
+    }
+
+    #[test]
+    fn a_middle_acks_a_resent_update_the_tail_already_acked() {
+        let mut c = Chain::new(&[1, 2, 3]);
+        let head = c.0.get_mut(&1).expect("head").step(update(1, set("k", "v")));
+        let [Action::Send { to: 2, msg }] = head.as_slice() else { panic!("{head:?}") };
+        let msg = msg.clone();
+        let done = c.run(2, Event::Chain { from: 1, msg: msg.clone() });
+        assert!(matches!(&done[..], [Action::Reply { .. }]), "{done:?}");
+        // The head resends it (say the ack reached it in an epoch it had not installed): the
+        // middle passes the tail's ack up again rather than wait for a later update.
+        let again = c.0.get_mut(&2).expect("middle").step(Event::Chain { from: 1, msg });
+        assert!(
+            matches!(&again[..], [Action::Send { to: 1, msg: ChainMsg::Ack { seq, .. } }] if *seq == c.0[&3].acked()),
+            "{again:?}"
+        );
     }
 
     #[test]
