@@ -18,7 +18,7 @@ impl LinkTo for Wires {
     fn link(&self, peer: NodeId) -> mpsc::Sender<ChainMsg> {
         self.0.lock().entry(peer).or_insert_with(|| mpsc::channel(1024)).0.clone()
     }
-    fn committed(&self, _: &str, _: ReqId, _: Outcome, _: &[u8]) {}
+    fn committed(&self, _: &str, _: Vec<CommittedNotice>) {}
 }
 
 impl Wires {
@@ -103,7 +103,7 @@ impl LinkTo for RealLinks {
             None => mpsc::channel(1).0,
         }
     }
-    fn committed(&self, _: &str, _: ReqId, _: Outcome, _: &[u8]) {}
+    fn committed(&self, _: &str, _: Vec<CommittedNotice>) {}
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
