@@ -103,6 +103,12 @@ async fn write_loop(mut writer: NetWrite, mut rx: mpsc::Receiver<Vec<u8>>, alive
     while let Some(frame) = rx.recv().await {
         batch.clear();
         batch.extend_from_slice(&frame);
+        if rx.is_empty() {
+            // Woken by the first call, this task would write its frame alone before the other
+            // calls that are ready to run queue theirs: let them run first, so that concurrent
+            // calls share one write (a yield costs less than a send per frame).
+            tokio::task::yield_now().await;
+        }
         // Coalesce whatever else is queued into one write: pipelining without extra syscalls.
         while let Ok(more) = rx.try_recv() {
             batch.extend_from_slice(&more);

@@ -32,13 +32,16 @@ use fawn_ring::{KeyId, NodeId, Range};
 /// `Invalidate` and `CasStale` mutations and their outcomes.
 /// 9: `ClusterConfig::cluster_id`, carried in `ChainMsg::Hello`.
 /// 10: `Request::FrontendRefused` (a peer front-end refused a connection).
-pub const PROTOCOL_VERSION: u8 = 10;
+/// 11: `Request::Committed` carries the notices of many updates.
+pub const PROTOCOL_VERSION: u8 = 11;
 /// Largest frame body accepted (a 1 MiB value plus key and headers fits many times over).
 pub const FRAME_BYTES_MAX: usize = 8 << 20;
 /// Bytes before the body: length (4) + version (1) + request id (8).
 pub const FRAME_HEADER_BYTES: usize = 13;
 /// Most digest entries returned in one `RangeDigest` page.
 pub const DIGEST_PAGE_ENTRIES_MAX: u32 = 10_000;
+/// Most notices one `Request::Committed` carries (a tail sends more as several requests).
+pub const COMMITTED_NOTICES_MAX: usize = 1024;
 
 /// Configuration epoch: bumped by the manager on every membership or config change.
 pub type Epoch = u64;
@@ -50,6 +53,16 @@ pub struct ReqId {
     pub client: u64,
     /// Increasing per client.
     pub seq: u64,
+}
+
+/// One update the tail committed (`Request::Committed`). `key` lets a front-end that stopped
+/// waiting for the update (or restarted since) invalidate its cache.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommittedNotice {
+    pub req: ReqId,
+    pub outcome: Outcome,
+    #[serde(with = "serde_bytes")]
+    pub key: Vec<u8>,
 }
 
 /// Everything that travels in a frame.
@@ -101,14 +114,10 @@ pub enum Request {
     RangeDigest { range: Range, after_key: Option<Vec<u8>>, limit: u32 },
     /// Liveness probe (heartbeats).
     Ping,
-    /// The tail committed a front-end's update (tail → front-end). `key` lets a front-end
-    /// that stopped waiting for the update (or restarted since) invalidate its cache.
-    Committed {
-        req: ReqId,
-        outcome: Outcome,
-        #[serde(with = "serde_bytes")]
-        key: Vec<u8>,
-    },
+    /// The tail committed these updates of a front-end (tail → front-end): those one step of
+    /// the tail committed, at most `COMMITTED_NOTICES_MAX`, so a batch of updates costs one
+    /// request, not one each.
+    Committed { notices: Vec<CommittedNotice> },
     /// Back-end `node` cannot reach its chain neighbour `peer` although both still reach the
     /// manager: updates it forwarded to `peer` went unacknowledged past its repair threshold
     /// and `peer` did not answer a direct probe (to the manager; answered with `Config`).

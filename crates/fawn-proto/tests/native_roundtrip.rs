@@ -6,9 +6,10 @@
 //! until it is added to `samples`.
 
 use fawn_proto::native::{
-    decode_frame, encode_frame, BackendInfo, ChainMsg, ClusterConfig, DigestEntry, FrameError, FrontendInfo,
-    Message, NodeState, NodeStatus, Origin, OutcomeEntry, RangeConfig, RecordMark, ReplEffect, ReqId,
-    Request, Response, SnapshotItem, WireError, FRAME_BYTES_MAX, FRAME_HEADER_BYTES, PROTOCOL_VERSION,
+    decode_frame, encode_frame, BackendInfo, ChainMsg, ClusterConfig, CommittedNotice, DigestEntry,
+    FrameError, FrontendInfo, Message, NodeState, NodeStatus, Origin, OutcomeEntry, RangeConfig, RecordMark,
+    ReplEffect, ReqId, Request, Response, SnapshotItem, WireError, FRAME_BYTES_MAX, FRAME_HEADER_BYTES,
+    PROTOCOL_VERSION,
 };
 use fawn_proto::op::{Item, Mutation, Outcome, Update};
 use fawn_ring::{KeyId, Range};
@@ -108,7 +109,16 @@ fn samples() -> Vec<Message> {
         Request::Status,
         Request::RangeDigest { range: range(), after_key: Some(b"m".to_vec()), limit: 1000 },
         Request::Ping,
-        Request::Committed { req: req(), outcome: Outcome::Counter { value: 3, cas: 4 }, key: b"k".to_vec() },
+        Request::Committed {
+            notices: vec![
+                CommittedNotice {
+                    req: req(),
+                    outcome: Outcome::Counter { value: 3, cas: 4 },
+                    key: b"k".to_vec(),
+                },
+                CommittedNotice { req: req(), outcome: Outcome::Stored { cas: 5 }, key: b"l".to_vec() },
+            ],
+        },
         Request::LinkCut { node: 1, peer: 2 },
         Request::TailReady { node: 1, range: range() },
         Request::SplitReady { node: 1, range: range() },

@@ -25,10 +25,10 @@ use std::time::{Duration, Instant};
 use fawn_client::pool::Pool;
 use fawn_ds::{DataStore, Options as DsOptions, SyncPolicy};
 use fawn_proto::native::{
-    ChainMsg, ClusterConfig, DigestEntry, Epoch, NodeState, NodeStatus, RangeConfig, ReqId, Request,
-    Response, WireError, DIGEST_PAGE_ENTRIES_MAX,
+    ChainMsg, ClusterConfig, CommittedNotice, DigestEntry, Epoch, NodeState, NodeStatus, RangeConfig, ReqId,
+    Request, Response, WireError, COMMITTED_NOTICES_MAX, DIGEST_PAGE_ENTRIES_MAX,
 };
-use fawn_proto::op::{Outcome, Update};
+use fawn_proto::op::Update;
 use fawn_ring::{key_id, KeyId, NodeId, Range};
 use parking_lot::RwLock;
 use tokio::sync::{mpsc, watch};
@@ -602,7 +602,7 @@ impl LinkTo for Linker {
         }
     }
 
-    fn committed(&self, reply_to: &str, req: ReqId, outcome: Outcome, key: &[u8]) {
+    fn committed(&self, reply_to: &str, notices: Vec<CommittedNotice>) {
         let Some(b) = self.0.clone() else { return };
         // Only to a front-end of the configuration: an update's `reply_to` must not make this
         // node connect to any address a client names.
@@ -611,10 +611,14 @@ impl LinkTo for Linker {
             return;
         }
         let addr = reply_to.to_string();
-        let key = key.to_vec();
         tokio::spawn(async move {
-            let msg = Request::Committed { req, outcome, key };
-            let _ = b.pool.call(&addr, msg, COMMITTED_NOTICE_TIMEOUT).await;
+            let mut notices = notices;
+            while !notices.is_empty() {
+                let rest = notices.split_off(notices.len().min(COMMITTED_NOTICES_MAX));
+                let msg = Request::Committed { notices };
+                let _ = b.pool.call(&addr, msg, COMMITTED_NOTICE_TIMEOUT).await;
+                notices = rest;
+            }
         });
     }
 }

@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use fawn_client::pool::Pool;
 use fawn_client::retry::{Attempt, Next, Retry, RetryPolicy};
-use fawn_proto::native::{ClusterConfig, Epoch, NodeStatus, ReqId, Request, Response, WireError};
+use fawn_proto::native::{
+    ClusterConfig, CommittedNotice, Epoch, NodeStatus, ReqId, Request, Response, WireError,
+};
 use fawn_proto::op::{is_expired, Item, Outcome, Update};
 use fawn_ring::key_id;
 use parking_lot::RwLock;
@@ -580,14 +582,16 @@ impl Handler for Frontend {
                 }
             }
             Request::GetConfig => Ok(Response::Config(self.config())),
-            Request::Committed { req, outcome, key } => {
-                match self.committed.take(&req) {
-                    Some(tx) => {
-                        let _ = tx.send(outcome);
+            Request::Committed { notices } => {
+                for CommittedNotice { req, outcome, key } in notices {
+                    match self.committed.take(&req) {
+                        Some(tx) => {
+                            let _ = tx.send(outcome);
+                        }
+                        // An update this process stopped waiting for, or sent before it
+                        // restarted, committed: its key's cached item may be older.
+                        None => self.cache.invalidate(&key),
                     }
-                    // An update this process stopped waiting for, or sent before it
-                    // restarted, committed: its key's cached item may be older.
-                    None => self.cache.invalidate(&key),
                 }
                 Ok(Response::Ok)
             }

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fawn_ds::DataStore;
-use fawn_proto::native::{ChainMsg, ReplEffect, ReqId, WireError};
+use fawn_proto::native::{ChainMsg, CommittedNotice, ReplEffect, ReqId, WireError};
 use fawn_proto::op::{Item, Outcome, Update};
 use fawn_ring::{NodeId, Range};
 use parking_lot::Mutex;
@@ -52,8 +52,8 @@ pub use source::suffix_plan;
 /// Where a link to a peer back-end can be had.
 pub trait LinkTo: Send + Sync {
     fn link(&self, peer: NodeId) -> mpsc::Sender<ChainMsg>;
-    /// Tell the front-end at `reply_to` that its update committed (fire and forget).
-    fn committed(&self, reply_to: &str, req: ReqId, outcome: Outcome, key: &[u8]);
+    /// Tell the front-end at `reply_to` that these updates of it committed (fire and forget).
+    fn committed(&self, reply_to: &str, notices: Vec<CommittedNotice>);
 }
 
 /// The first write error of a range's datastore (a full disk, an I/O error, a poisoned
@@ -409,8 +409,9 @@ impl RangeReplica {
     /// Carries out the machine's actions, in order. A send that does not fit its link is
     /// reported back (`Event::Dropped`), and nothing after it goes to the same peer in this
     /// batch (the receiver takes updates in order, and a `CaughtUp` must not overtake what
-    /// it confirms). Returns the reply to each of `mine` (the caller's requests, in order), if
-    /// one came: the caller answers those; a request's first reply goes to its first entry.
+    /// it confirms). The `Committed` notices of the step go as one request per front-end.
+    /// Returns the reply to each of `mine` (the caller's requests, in order), if one came: the
+    /// caller answers those; a request's first reply goes to its first entry.
     fn execute(
         &self,
         st: &mut WriteState,
@@ -423,6 +424,7 @@ impl RangeReplica {
         for (i, req) in mine.iter().enumerate() {
             slots.entry(*req).or_default().push_back(i);
         }
+        let mut notices: Vec<(String, Vec<CommittedNotice>)> = Vec::new();
         let mut actions = actions;
         // At most one `Room` retry: a link that fills again waits for the tick.
         for _ in 0..2 {
@@ -445,7 +447,11 @@ impl RangeReplica {
                         None => self.answer(req, result),
                     },
                     Action::Committed { reply_to, req, outcome, key } => {
-                        links.committed(&reply_to, req, outcome, &key)
+                        let notice = CommittedNotice { req, outcome, key };
+                        match notices.iter_mut().find(|(to, _)| *to == reply_to) {
+                            Some((_, batch)) => batch.push(notice),
+                            None => notices.push((reply_to, vec![notice])),
+                        }
                     }
                     // Gets are served without the machine; the sink reports a finished sync.
                     Action::GetReply { .. } | Action::SyncDone => {}
@@ -457,6 +463,9 @@ impl RangeReplica {
                 }
                 _ => break,
             };
+        }
+        for (reply_to, batch) in notices {
+            links.committed(&reply_to, batch);
         }
         self.mirror(&st.machine);
         answers

@@ -3,22 +3,25 @@ use super::*;
 use std::time::Instant;
 
 use fawn_ds::Meta;
-use fawn_proto::native::{Epoch, RangeConfig, ReplEffect, SnapshotItem};
+use fawn_proto::native::{Epoch, Origin, RangeConfig, ReplEffect, SnapshotItem};
 use fawn_proto::op::Mutation;
 
 use crate::replica::machine::UNACKED_UPDATES_MAX;
 
 type Wire = (mpsc::Sender<ChainMsg>, mpsc::Receiver<ChainMsg>);
 
-/// Links that keep what is sent, per peer.
+/// Links that keep what is sent, per peer, and the `Committed` requests (front-end, their
+/// requests).
 #[derive(Default)]
-struct Wires(Mutex<HashMap<NodeId, Wire>>);
+struct Wires(Mutex<HashMap<NodeId, Wire>>, Mutex<Vec<(String, Vec<ReqId>)>>);
 
 impl LinkTo for Wires {
     fn link(&self, peer: NodeId) -> mpsc::Sender<ChainMsg> {
         self.0.lock().entry(peer).or_insert_with(|| mpsc::channel(1024)).0.clone()
     }
-    fn committed(&self, _: &str, _: ReqId, _: Outcome, _: &[u8]) {}
+    fn committed(&self, reply_to: &str, notices: Vec<CommittedNotice>) {
+        self.1.lock().push((reply_to.to_string(), notices.iter().map(|n| n.req).collect()));
+    }
 }
 
 impl Wires {
@@ -103,7 +106,7 @@ impl LinkTo for RealLinks {
             None => mpsc::channel(1).0,
         }
     }
-    fn committed(&self, _: &str, _: ReqId, _: Outcome, _: &[u8]) {}
+    fn committed(&self, _: &str, _: Vec<CommittedNotice>) {}
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -445,4 +448,30 @@ async fn a_sync_buffer_past_its_byte_budget_asks_for_the_rest_once_the_copy_is_c
         sent.iter().any(|m| matches!(m, ChainMsg::Resend { after_seq, .. } if *after_seq == kept)),
         "no resend of what the buffer dropped: {sent:?}"
     );
+}
+
+#[tokio::test]
+async fn a_tail_tells_each_front_end_of_a_step_s_commits_in_one_request() {
+    // Updates applied together at the tail cost each front-end one `Committed` request
+    // carrying its notices in order, not one request per update.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wires = Wires::default();
+    let tail = replica(dir.path(), route(5, 2, &[1, 2], &[]));
+    let replicate = |n: u64, reply_to: &str| ChainMsg::Replicate {
+        epoch: 5,
+        range: Range::full(),
+        seq: n,
+        prev_seq: n - 1,
+        key: format!("k{n}").into_bytes(),
+        effect: ReplEffect::Put { value: b"v".to_vec(), flags: 0, expiry: 0, state: 0 },
+        origin: Some(Origin {
+            req: req(n),
+            outcome: Outcome::Stored { cas: n },
+            reply_to: Some(reply_to.into()),
+        }),
+    };
+    let msgs = vec![replicate(1, "fe-a"), replicate(2, "fe-b"), replicate(3, "fe-a")];
+    tail.on_replicates(1, msgs, &wires).await.expect("replicates");
+    let sent = wires.1.lock().clone();
+    assert_eq!(sent, vec![("fe-a".to_string(), vec![req(1), req(3)]), ("fe-b".to_string(), vec![req(2)])]);
 }
