@@ -501,7 +501,7 @@ impl AppliedRecord for BatchOp<'_> {
         &self.meta
     }
     fn len(&self) -> u64 {
-        record_len(self.key, self.value) as u64
+        record_len(self.key, self.value, self.tag) as u64
     }
 }
 
@@ -509,9 +509,9 @@ impl AppliedRecord for BatchOp<'_> {
 /// at, and whether that record is in the cold log.
 pub(crate) type Existing = (Loc, u64, bool);
 
-/// Bytes of the record holding `key` and `value` (header + key + value, padded).
-fn record_len(key: &[u8], value: &[u8]) -> usize {
-    pad_to_unit(RECORD_HEADER_BYTES + key.len() + value.len())
+/// Bytes of the record holding `key`, `value` and `tag` (header + key + value + tag, padded).
+fn record_len(key: &[u8], value: &[u8], tag: &[u8]) -> usize {
+    pad_to_unit(RECORD_HEADER_BYTES + key.len() + value.len() + tag.len())
 }
 
 /// One write of a batch (`DataStore::write_batch`).
@@ -520,17 +520,27 @@ pub struct BatchOp<'a> {
     kind: RecordKind,
     key: &'a [u8],
     value: &'a [u8],
+    tag: &'a [u8],
     meta: Meta,
 }
 
 impl<'a> BatchOp<'a> {
     /// Store `value` under `key`, as `DataStore::store`.
     pub fn put(key: &'a [u8], value: &'a [u8], meta: Meta) -> BatchOp<'a> {
-        BatchOp { kind: RecordKind::Put, key, value, meta }
+        BatchOp { kind: RecordKind::Put, key, value, tag: &[], meta }
     }
 
     /// Delete `key` (a tombstone), as `DataStore::delete`.
     pub fn delete(key: &'a [u8], meta: Meta) -> BatchOp<'a> {
-        BatchOp { kind: RecordKind::Delete, key, value: &[], meta }
+        BatchOp { kind: RecordKind::Delete, key, value: &[], tag: &[], meta }
+    }
+
+    /// Writes `tag` (at most `TAG_BYTES_MAX` bytes, opaque to the datastore) in the same
+    /// record, so it is exactly as durable as the record: iteration returns it, and the
+    /// store keeps the recent ones across a reopen (`DataStore::recent_tags`). Compaction
+    /// into the cold log keeps tags; a merge, split or full compaction drops them.
+    pub fn with_tag(mut self, tag: &'a [u8]) -> BatchOp<'a> {
+        self.tag = tag;
+        self
     }
 }

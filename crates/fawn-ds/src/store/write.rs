@@ -23,7 +23,7 @@ impl Inner {
         self.check_key(key)?;
         self.check_value(value)?;
         self.check_writable()?;
-        let buf = record::encode(kind, key, value, meta, self.durable.load(Ordering::Acquire))?;
+        let buf = record::encode(kind, key, value, &[], meta, self.durable.load(Ordering::Acquire))?;
         let kh = KeyHash::of(key);
         let mut w = self.writer.lock();
         self.check_writable()?;
@@ -60,10 +60,11 @@ impl Inner {
         for op in ops {
             self.check_key(op.key)?;
             self.check_value(op.value)?;
+            record::check_tag(op.tag)?;
         }
         self.check_writable()?;
         let hashes: Vec<KeyHash> = ops.iter().map(|op| KeyHash::of(op.key)).collect();
-        let bytes: usize = ops.iter().map(|op| record_len(op.key, op.value)).sum();
+        let bytes: usize = ops.iter().map(|op| record_len(op.key, op.value, op.tag)).sum();
         let mut buf = Vec::with_capacity(bytes);
         let mut offsets = Vec::with_capacity(ops.len());
         let mut w = self.writer.lock();
@@ -77,17 +78,17 @@ impl Inner {
         for group in ops.chunks(3) {
             sealing.clear();
             for op in group {
-                let pad = self.padding_before(base + buf.len() as u64, record_len(op.key, op.value));
+                let pad = self.padding_before(base + buf.len() as u64, record_len(op.key, op.value, op.tag));
                 if pad > 0 {
                     record::encode_pad(&mut buf, pad)?;
                 }
                 offsets.push(base + buf.len() as u64);
-                sealing.push((buf.len(), record::body_len(op.key, op.value)));
-                record::encode_unsealed(&mut buf, op.kind, op.key, op.value, op.meta, durable);
+                sealing.push((buf.len(), record::body_len(op.key, op.value, op.tag)));
+                record::encode_unsealed(&mut buf, op.kind, op.key, op.value, op.tag, op.meta, durable);
             }
             record::seal_records(&mut buf, &sealing);
             for (op, &(start, _)) in group.iter().zip(&sealing) {
-                record::check_encoded(&buf[start..], op.kind, op.key, op.value, op.meta, durable)?;
+                record::check_encoded(&buf[start..], op.kind, op.key, op.value, op.tag, op.meta, durable)?;
             }
         }
         let new_end = base + buf.len() as u64;
@@ -279,16 +280,16 @@ impl Inner {
         };
         let w = self.writer.lock();
         let base = cold.end.load(Ordering::Acquire);
-        let mut buf = Vec::with_capacity(ops.iter().map(|op| record_len(op.key, op.value)).sum());
+        let mut buf = Vec::with_capacity(ops.iter().map(|op| record_len(op.key, op.value, op.tag)).sum());
         let mut offsets = Vec::with_capacity(ops.len());
         for op in ops {
-            let pad = self.cold_padding_before(base + buf.len() as u64, record_len(op.key, op.value));
+            let pad = self.cold_padding_before(base + buf.len() as u64, record_len(op.key, op.value, op.tag));
             if pad > 0 {
                 record::encode_pad(&mut buf, pad)?;
             }
             offsets.push(base + buf.len() as u64);
             // The cold log is fsynced as a whole before it is committed; the stamp is unused.
-            record::encode_into(&mut buf, op.kind, op.key, op.value, op.meta, LOG_HEADER_BYTES)?;
+            record::encode_into(&mut buf, op.kind, op.key, op.value, op.tag, op.meta, LOG_HEADER_BYTES)?;
         }
         let len = buf.len() as u64;
         if base + len > DATASTORE_BYTES_MAX {
@@ -303,7 +304,7 @@ impl Inner {
             // After the write: an earlier op of this batch on the same key is found too.
             let existing = self.find_existing(kh, op.key)?;
             let units = (offset / OFFSET_UNIT) as u32 | COLD_UNITS_BIT;
-            let g = self.apply(op.kind, &op.meta, kh, existing, units, record_len(op.key, op.value) as u64);
+            let g = self.apply(op.kind, &op.meta, kh, existing, units, record_len(op.key, op.value, op.tag) as u64);
             growth = Growth { started: growth.started || g.started, behind: g.behind };
             self.max_seq.fetch_max(op.meta.seq, Ordering::AcqRel);
         }
