@@ -25,6 +25,7 @@ use crate::limits::{
 use crate::log::{LogFile, Scanner};
 use crate::reclaim::Reclaim;
 use crate::report::LockPhases;
+use crate::tags::RecentTags;
 use crate::types::{Meta, Options, RecordKind, Stats};
 
 /// A 4 KiB page of the log device: lookups read within one, `page_aligned_records` keeps
@@ -83,6 +84,10 @@ pub(crate) struct Counters {
     /// Automatic compactions that failed.
     pub auto_compact_errors: AtomicU64,
     pub write_stalls: AtomicU64,
+    /// The tags of the latest tagged records. Here because, like the counters, every state
+    /// of the store shares it: a maintenance swap keeps it. Changed under a state's writer
+    /// lock, so a checkpoint's snapshot holds exactly the tags of the records it covers.
+    pub recent_tags: Mutex<RecentTags>,
 }
 
 /// The cold log of a hot/cold datastore (`data.cold`): records that survived a compaction.
@@ -346,6 +351,7 @@ impl Inner {
         self.live_bytes.store(loaded.live_bytes, Ordering::Release);
         self.cold_live_bytes.store(loaded.cold_live_bytes, Ordering::Release);
         *self.ckpt.lock() = loaded.covered_end;
+        *self.counters.recent_tags.lock() = loaded.tags;
     }
 
     /// Open, before a rebuild from the logs: an empty index sized for `keys`.
@@ -537,8 +543,8 @@ impl<'a> BatchOp<'a> {
 
     /// Writes `tag` (at most `TAG_BYTES_MAX` bytes, opaque to the datastore) in the same
     /// record, so it is exactly as durable as the record: iteration returns it, and the
-    /// store keeps the recent ones across a reopen (`DataStore::recent_tags`). Compaction
-    /// into the cold log keeps tags; a merge, split or full compaction drops them.
+    /// store keeps the recent ones across a reopen (`DataStore::recent_tags`). Maintenance
+    /// (compaction, split, merge) copies a record with its tag.
     pub fn with_tag(mut self, tag: &'a [u8]) -> BatchOp<'a> {
         self.tag = tag;
         self

@@ -55,8 +55,19 @@ impl Inner {
     /// Append a batch: every record checked and encoded into one buffer, one `pwrite`,
     /// then the index updated record by record in order (after the bytes are written, so a
     /// reader never finds an entry whose record is not there). Returns the new log end.
-    /// Nothing is written when any op is invalid.
+    /// Nothing is written when any op is invalid. The ops' tags are kept as the latest
+    /// (`Counters::recent_tags`).
     pub fn write_batch(&self, ops: &[BatchOp<'_>]) -> Result<u64, Error> {
+        self.append_batch(ops, true)
+    }
+
+    /// `write_batch` of maintenance copies: their tags are in the log again, but are not
+    /// the latest (each was kept when its record was first written).
+    pub(crate) fn write_copies(&self, ops: &[BatchOp<'_>]) -> Result<u64, Error> {
+        self.append_batch(ops, false)
+    }
+
+    fn append_batch(&self, ops: &[BatchOp<'_>], keep_tags: bool) -> Result<u64, Error> {
         for op in ops {
             self.check_key(op.key)?;
             self.check_value(op.value)?;
@@ -112,6 +123,10 @@ impl Inner {
         };
         self.applied_end.store(new_end, Ordering::Release);
         self.max_seq.fetch_max(max_seq, Ordering::AcqRel);
+        if keep_tags && ops.iter().any(|op| !op.tag.is_empty()) {
+            let mut tags = self.counters.recent_tags.lock();
+            ops.iter().for_each(|op| tags.push(op.meta.seq, op.tag));
+        }
         drop(w);
         self.after_apply(growth);
         Ok(new_end)
