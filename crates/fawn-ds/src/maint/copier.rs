@@ -57,11 +57,13 @@ pub(crate) struct Copier<'a> {
 /// Copies collected for one batched append.
 #[derive(Default)]
 pub(crate) struct Pending {
-    /// Kind, key, value, tag and meta of each.
-    pub(crate) records: Vec<(RecordKind, Vec<u8>, Vec<u8>, Vec<u8>, Meta)>,
+    pub(crate) records: Vec<Copied>,
     pub(crate) bytes: usize,
     pub(crate) cold: bool,
 }
+
+/// Kind, key, value, tag and meta of a record copied, waiting to be appended.
+pub(crate) type Copied = (RecordKind, Vec<u8>, Vec<u8>, Vec<u8>, Meta);
 
 /// Copies are appended in batches of about this many bytes (one write each).
 pub(crate) const COPY_BATCH_BYTES: usize = 1 << 20;
