@@ -39,7 +39,8 @@ pub const LOG_HEADER_BYTES: u64 = 32;
 pub const RECORD_HEADER_BYTES: usize = 32;
 
 /// Largest record on disk: header + max key + max value, padded.
-pub const RECORD_BYTES_MAX: usize = pad_to_unit(RECORD_HEADER_BYTES + KEY_BYTES_MAX + VALUE_BYTES_MAX + TAG_BYTES_MAX);
+pub const RECORD_BYTES_MAX: usize =
+    pad_to_unit(RECORD_HEADER_BYTES + KEY_BYTES_MAX + VALUE_BYTES_MAX + TAG_BYTES_MAX);
 
 /// Index slots per bucket (set associativity).
 pub const SLOTS_PER_BUCKET: usize = 8;

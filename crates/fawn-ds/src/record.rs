@@ -4,7 +4,9 @@
 //! and every read goes through `parse_header` + `verify` (pair assertions).
 
 use crate::error::Error;
-use crate::limits::{pad_to_unit, KEY_BYTES_MAX, OFFSET_UNIT, RECORD_HEADER_BYTES, TAG_BYTES_MAX, VALUE_BYTES_MAX};
+use crate::limits::{
+    pad_to_unit, KEY_BYTES_MAX, OFFSET_UNIT, RECORD_HEADER_BYTES, TAG_BYTES_MAX, VALUE_BYTES_MAX,
+};
 use crate::types::{Meta, RecordKind};
 
 const KIND_PUT: u8 = b'P';
@@ -488,7 +490,8 @@ mod tests {
             assert_eq!((h.meta, key_of(&buf, &h)), (meta, &key[..]));
         }
         // Format 2 with a zero state is never written, so it is garbage.
-        let mut buf = encode(RecordKind::Put, b"k", b"v", &[], Meta { state: 1, ..Meta::default() }, 0).unwrap();
+        let mut buf =
+            encode(RecordKind::Put, b"k", b"v", &[], Meta { state: 1, ..Meta::default() }, 0).unwrap();
         buf[7] = 0;
         assert!(parse_header(&buf, 0).is_err());
     }
@@ -511,7 +514,8 @@ mod tests {
             buf[7] = [0, 0, 1, 2, 3, rng.gen()][rng.gen_range(0..6)];
             buf[8..12].copy_from_slice(&rng.gen_range(0u32..8).to_le_bytes());
             // A tag length (format 3), around its bounds, or a stray high value-length byte.
-            buf[11] = [0, 0, 1, TAG_BYTES_MAX as u8, TAG_BYTES_MAX as u8 + 1, rng.gen_range(0..48)][rng.gen_range(0..6)];
+            buf[11] = [0, 0, 1, TAG_BYTES_MAX as u8, TAG_BYTES_MAX as u8 + 1, rng.gen_range(0..48)]
+                [rng.gen_range(0..6)];
             buf[28..32].fill(0);
             rng.fill(&mut buf[32..]);
             let Ok(h) = parse_header(&buf, 0) else { continue };
@@ -522,7 +526,8 @@ mod tests {
             buf[0..4].copy_from_slice(&crc.to_le_bytes());
             let h = parse_header(&buf, 0).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
             verify(&buf, 0, &h).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-            let again = encode(h.kind, key_of(&buf, &h), value_of(&buf, &h), tag_of(&buf, &h), h.meta, h.durable);
+            let again =
+                encode(h.kind, key_of(&buf, &h), value_of(&buf, &h), tag_of(&buf, &h), h.meta, h.durable);
             assert_eq!(again.ok().as_ref(), Some(&buf), "seed {seed}");
             accepted += 1;
             tagged += usize::from(h.tag_len > 0);
@@ -574,7 +579,10 @@ mod tests {
                 let h = parse_header(&buf, 0).unwrap();
                 verify(&buf, 0, &h).unwrap();
                 assert_eq!((h.kind, h.meta, h.total_len()), (kind, meta, buf.len()));
-                assert_eq!((key_of(&buf, &h), value_of(&buf, &h), tag_of(&buf, &h)), (&b"key"[..], value, &tag[..]));
+                assert_eq!(
+                    (key_of(&buf, &h), value_of(&buf, &h), tag_of(&buf, &h)),
+                    (&b"key"[..], value, &tag[..])
+                );
                 assert_every_bitflip_detected(&buf);
             }
         }

@@ -26,7 +26,8 @@ fn write(ds: &DataStore, from: u64, to: u64) -> Vec<(u64, Vec<u8>)> {
         .zip(keys.iter().zip(&tags))
         .map(|(seq, (key, t))| {
             let meta = Meta { seq, ..Meta::default() };
-            let op = if seq % 5 == 0 { BatchOp::delete(key, meta) } else { BatchOp::put(key, b"value", meta) };
+            let op =
+                if seq % 5 == 0 { BatchOp::delete(key, meta) } else { BatchOp::put(key, b"value", meta) };
             if seq % 3 == 0 {
                 op
             } else {
@@ -45,8 +46,12 @@ fn tags_survive_close_crash_torn_tail_and_compaction() {
     let mut want = write(&ds, 1, 40);
     assert_eq!(ds.recent_tags(), want);
     // Iteration returns each record's tag.
-    let tagged: Vec<(u64, Vec<u8>)> =
-        ds.iter().map(|r| r.expect("iter")).filter(|r| !r.tag.is_empty()).map(|r| (r.meta.seq, r.tag)).collect();
+    let tagged: Vec<(u64, Vec<u8>)> = ds
+        .iter()
+        .map(|r| r.expect("iter"))
+        .filter(|r| !r.tag.is_empty())
+        .map(|r| (r.meta.seq, r.tag))
+        .collect();
     assert_eq!(tagged, want);
     ds.close().expect("close");
 

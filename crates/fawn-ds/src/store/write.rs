@@ -319,7 +319,14 @@ impl Inner {
             // After the write: an earlier op of this batch on the same key is found too.
             let existing = self.find_existing(kh, op.key)?;
             let units = (offset / OFFSET_UNIT) as u32 | COLD_UNITS_BIT;
-            let g = self.apply(op.kind, &op.meta, kh, existing, units, record_len(op.key, op.value, op.tag) as u64);
+            let g = self.apply(
+                op.kind,
+                &op.meta,
+                kh,
+                existing,
+                units,
+                record_len(op.key, op.value, op.tag) as u64,
+            );
             growth = Growth { started: growth.started || g.started, behind: g.behind };
             self.max_seq.fetch_max(op.meta.seq, Ordering::AcqRel);
         }
