@@ -6,35 +6,53 @@ use std::collections::VecDeque;
 
 use crate::limits::{RECENT_TAGS_MAX, TAG_BYTES_MAX};
 
+/// One kept tag, inline (no allocation per record written): its record's seq, its length
+/// and its bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Kept {
+    seq: u64,
+    len: u8,
+    bytes: [u8; TAG_BYTES_MAX],
+}
+
+impl Kept {
+    fn tag(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
 /// The newest `RECENT_TAGS_MAX` tags in log order, each with its record's seq.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct RecentTags {
-    entries: VecDeque<(u64, Box<[u8]>)>,
+    entries: VecDeque<Kept>,
 }
 
 impl RecentTags {
-    /// Adds the tag of a record just appended or replayed (ignored when empty).
+    /// Adds the tag of a record just appended or replayed (ignored when empty; the record
+    /// codec refused any longer than `TAG_BYTES_MAX`).
     pub fn push(&mut self, seq: u64, tag: &[u8]) {
-        if tag.is_empty() {
+        if tag.is_empty() || tag.len() > TAG_BYTES_MAX {
             return;
         }
         if self.entries.len() == RECENT_TAGS_MAX {
             self.entries.pop_front();
         }
-        self.entries.push_back((seq, tag.into()));
+        let mut kept = Kept { seq, len: tag.len() as u8, bytes: [0; TAG_BYTES_MAX] };
+        kept.bytes[..tag.len()].copy_from_slice(tag);
+        self.entries.push_back(kept);
     }
 
     /// Every tag kept, oldest first.
     pub fn to_vec(&self) -> Vec<(u64, Vec<u8>)> {
-        self.entries.iter().map(|(seq, tag)| (*seq, tag.to_vec())).collect()
+        self.entries.iter().map(|k| (k.seq, k.tag().to_vec())).collect()
     }
 
     /// Appends the checkpoint section's entries: `seq u64 | len u8 | tag` each.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        for (seq, tag) in &self.entries {
-            out.extend_from_slice(&seq.to_le_bytes());
-            out.push(tag.len() as u8);
-            out.extend_from_slice(tag);
+        for k in &self.entries {
+            out.extend_from_slice(&k.seq.to_le_bytes());
+            out.push(k.len);
+            out.extend_from_slice(k.tag());
         }
     }
 
@@ -74,7 +92,7 @@ mod tests {
             t.push(seq, &seq.to_le_bytes()[..1 + (seq % 8) as usize]);
         }
         assert_eq!(t.entries.len(), RECENT_TAGS_MAX);
-        assert_eq!(t.entries.front().map(|e| e.0), Some(3));
+        assert_eq!(t.entries.front().map(|e| e.seq), Some(3));
         let mut buf = Vec::new();
         t.encode(&mut buf);
         assert_eq!(RecentTags::decode(&buf), Ok(t));
