@@ -22,7 +22,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let rounds = arg(4, 3)?;
     let dir = std::path::PathBuf::from(args.get(5).cloned().unwrap_or_else(|| "/tmp/fawn-tag-cost".into()));
     let keys: Vec<Vec<u8>> = (0..n).map(|i| format!("user:{i:012}").into_bytes()).collect();
-    let tags: Vec<[u8; 25]> = (0..n).map(|i| tag(i)).collect();
+    let tags: Vec<[u8; 25]> = (0..n).map(tag).collect();
     let value = vec![7u8; vlen];
     let mut rates: Vec<Vec<f64>> = vec![Vec::new(); TAG_SIZES.len()];
     let mut cpu_ns: Vec<Vec<f64>> = vec![Vec::new(); TAG_SIZES.len()];

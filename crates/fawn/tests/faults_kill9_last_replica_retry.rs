@@ -14,8 +14,12 @@ use fawn_proto::native::{ReqId, Request, Response};
 use fawn_proto::op::{Mutation, Outcome, Update};
 use tokio::runtime::Runtime;
 
+fn counter(mutation: Mutation, value: &[u8]) -> Update {
+    Update { key: b"counter".to_vec(), mutation, value: value.to_vec(), flags: 0, expiry: 0 }
+}
+
 fn incr(delta: u64) -> Update {
-    Update { key: b"counter".to_vec(), mutation: Mutation::Incr { delta }, value: Vec::new(), flags: 0, expiry: 0 }
+    counter(Mutation::Incr { delta }, b"")
 }
 
 /// Sends `update` as request `req` through the front-end until it is answered (the back-end
@@ -25,7 +29,8 @@ fn send(procs: &Procs, rt: &Runtime, req: ReqId, update: &Update) -> Outcome {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let epoch = procs.config().map_or(0, |c| c.epoch);
-        let request = Request::Update { epoch, req, update: update.clone(), forwarded: false, reply_to: None };
+        let request =
+            Request::Update { epoch, req, update: update.clone(), forwarded: false, reply_to: None };
         let call = pool.call(&procs.frontend_addrs[0].0, request, Duration::from_secs(5));
         let last = match rt.block_on(call) {
             Ok(Response::Update(outcome)) => return outcome,
@@ -43,7 +48,7 @@ fn a_retried_incr_is_applied_once_across_a_kill9_of_its_only_replica() {
     let node = procs.backend_nodes()[0];
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("rt");
     let id = |seq| ReqId { client: 0x0C0F_FEE0, seq };
-    let set = Update { key: b"counter".to_vec(), mutation: Mutation::Set, value: b"10".to_vec(), flags: 0, expiry: 0 };
+    let set = counter(Mutation::Set, b"10");
     assert!(matches!(send(&procs, &rt, id(1), &set), Outcome::Stored { .. }));
     // This reply is lost on its way to the client, which will send the request again.
     let first = send(&procs, &rt, id(2), &incr(1));
