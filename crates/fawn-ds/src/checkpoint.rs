@@ -10,9 +10,13 @@ use crate::error::Error;
 use crate::files::{CHECKPOINT_FILE, CHECKPOINT_TMP};
 use crate::index::{image, Index};
 use crate::limits::{LOG_HEADER_BYTES, OFFSET_UNIT};
+use crate::tags::RecentTags;
 
 const MAGIC: [u8; 8] = *b"FAWNCKPT";
 const TRAILER_MAGIC: [u8; 4] = *b"FCKE";
+/// Ends a version 8 checkpoint, after its recent tags section, that section's length and
+/// its checksum.
+const TAGS_MAGIC: [u8; 4] = *b"FTGE";
 /// Version 2 added `live_bytes`, version 3 the cold log (hot/cold separation: its nonce,
 /// length and live bytes; index offsets with the cold bit), version 4 the primary bucket from
 /// the low key-id bits (docs/FORMAT.md §1), version 5 the growth scan state instead of a
@@ -20,8 +24,9 @@ const TRAILER_MAGIC: [u8; 4] = *b"FCKE";
 /// growth scan could not place keep their old bucket), version 7 the linear-hashing index
 /// (level, split pointer, 13-bit fragments with split bits, refresh scan state). An older
 /// checkpoint is rejected (the index is rebuilt from the logs once, which also recomputes
-/// the live bytes).
-const VERSION: u32 = 7;
+/// the live bytes). Version 8 added the recent tags section at the end (version 7 is read
+/// as having no tags).
+const VERSION: u32 = 8;
 /// The oldest version still read.
 const VERSION_READ_MIN: u32 = 7;
 const HEADER_BYTES: usize = 96;
@@ -35,6 +40,7 @@ pub(crate) struct Loaded {
     pub max_seq: u64,
     pub live_bytes: u64,
     pub cold_live_bytes: u64,
+    pub tags: RecentTags,
 }
 
 /// The header fields besides the nonce and the image.
@@ -47,8 +53,9 @@ pub(crate) struct Sums {
     pub cold_live: u64,
 }
 
-/// The checkpoint of `index` for the log with `nonce`.
-pub(crate) fn encode(nonce: u64, sums: &Sums, index: &Index) -> Vec<u8> {
+/// The checkpoint of `index` and `tags` (those of the records it covers) for the log with
+/// `nonce`.
+pub(crate) fn encode(nonce: u64, sums: &Sums, index: &Index, tags: &RecentTags) -> Vec<u8> {
     let mut out = vec![0u8; HEADER_BYTES];
     image::write(index, &mut out);
     let image_len = (out.len() - HEADER_BYTES) as u64;
@@ -69,7 +76,31 @@ pub(crate) fn encode(nonce: u64, sums: &Sums, index: &Index) -> Vec<u8> {
     let icrc = crc32c::crc32c(&out[HEADER_BYTES..]);
     out.extend_from_slice(&icrc.to_le_bytes());
     out.extend_from_slice(&TRAILER_MAGIC);
+    let tags_at = out.len();
+    tags.encode(&mut out);
+    let tags_len = (out.len() - tags_at) as u32;
+    let tcrc = crc32c::crc32c(&out[tags_at..]);
+    out.extend_from_slice(&tags_len.to_le_bytes());
+    out.extend_from_slice(&tcrc.to_le_bytes());
+    out.extend_from_slice(&TAGS_MAGIC);
     out
+}
+
+/// Splits a version 8 checkpoint's recent tags off its end: (the rest, the tags).
+fn split_tags(buf: &[u8]) -> Result<(&[u8], RecentTags), String> {
+    let n = buf.len();
+    if n < HEADER_BYTES + 8 + 12 || buf[n - 4..] != TAGS_MAGIC {
+        return Err("recent tags trailer missing".into());
+    }
+    let tags_len = u32_at(buf, n - 12) as usize;
+    let Some(tags_at) = (n - 12).checked_sub(tags_len).filter(|&at| at >= HEADER_BYTES + 8) else {
+        return Err("recent tags longer than the file".into());
+    };
+    let section = &buf[tags_at..n - 12];
+    if u32_at(buf, n - 8) != crc32c::crc32c(section) {
+        return Err("recent tags checksum mismatch".into());
+    }
+    Ok((&buf[..tags_at], RecentTags::decode(section)?))
 }
 
 fn u64_at(b: &[u8], i: usize) -> u64 {
@@ -95,6 +126,7 @@ pub(crate) fn decode(buf: &[u8], nonce: u64, log_len: u64, cold: (u64, u64)) -> 
     if u32_at(buf, HEADER_CRC_AT) != crc32c::crc32c(&buf[0..HEADER_CRC_AT]) || u32_at(buf, 92) != 0 {
         return Err("header checksum mismatch".into());
     }
+    let (buf, tags) = if version >= 8 { split_tags(buf)? } else { (buf, RecentTags::default()) };
     if u32_at(buf, 12) as u64 != OFFSET_UNIT {
         return Err(format!("unsupported unit {}", u32_at(buf, 12)));
     }
@@ -129,6 +161,7 @@ pub(crate) fn decode(buf: &[u8], nonce: u64, log_len: u64, cold: (u64, u64)) -> 
         max_seq: u64_at(buf, 32),
         live_bytes: u64_at(buf, 56),
         cold_live_bytes: u64_at(buf, 80),
+        tags,
     })
 }
 
@@ -147,4 +180,40 @@ pub(crate) fn replace_file(dir: &Path, bytes: &[u8]) -> Result<(), Error> {
         return Err(Error::io("writing the index checkpoint", e));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sums() -> Sums {
+        Sums { covered_end: 64, max_seq: 9, live_bytes: 0, cold_nonce: 0, cold_len: 0, cold_live: 0 }
+    }
+
+    /// Version 8 carries the recent tags; version 7 (written before them) still loads, with
+    /// none; a damaged tags section rejects the checkpoint (the logs rebuild it).
+    #[test]
+    fn recent_tags_round_trip_and_version_7_reads_without_them() {
+        let mut tags = RecentTags::default();
+        tags.push(5, b"first");
+        tags.push(9, &[7u8; crate::limits::TAG_BYTES_MAX]);
+        let index = Index::for_keys(0);
+        let v8 = encode(42, &sums(), &index, &tags);
+        let loaded = decode(&v8, 42, 64, (0, 0)).expect("v8");
+        assert_eq!((loaded.tags, loaded.max_seq), (tags.clone(), 9));
+        // The same checkpoint as version 7 wrote it: no tags section.
+        let mut section = Vec::new();
+        tags.encode(&mut section);
+        let mut v7 = v8[..v8.len() - 12 - section.len()].to_vec();
+        v7[8..12].copy_from_slice(&7u32.to_le_bytes());
+        let hcrc = crc32c::crc32c(&v7[0..HEADER_CRC_AT]);
+        v7[HEADER_CRC_AT..HEADER_CRC_AT + 4].copy_from_slice(&hcrc.to_le_bytes());
+        assert_eq!(decode(&v7, 42, 64, (0, 0)).expect("v7").tags, RecentTags::default());
+        for at in [v8.len() - 1, v8.len() - 6, v8.len() - 10, v8.len() - 13] {
+            let mut bad = v8.clone();
+            bad[at] ^= 1;
+            assert!(decode(&bad, 42, 64, (0, 0)).is_err(), "flip at {at} of {}", v8.len());
+        }
+        assert!(decode(&v8[..v8.len() - 1], 42, 64, (0, 0)).is_err());
+    }
 }

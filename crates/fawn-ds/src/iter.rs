@@ -56,6 +56,7 @@ impl Iterator for Iter {
                 kind: header.kind,
                 key: record::key_of(bytes, &header).to_vec(),
                 value: record::value_of(bytes, &header).to_vec(),
+                tag: record::tag_of(bytes, &header).to_vec(),
                 meta: header.meta,
                 offset,
             })),

@@ -14,8 +14,8 @@
 //!   `fault` (fault injection), `report` (maintenance reports), `types` (options, metadata,
 //!   stats), `files` (the directory's file names, fsync, lock and floor files).
 //! - formats: `record` (the record codec), `log` (positional I/O, header, scanner), `index`
-//!   (the hash index and its checkpoint image), `checkpoint` and `manifest` (pure encode /
-//!   decode plus atomic replacement), `reclaim`, `iter`.
+//!   (the hash index and its checkpoint image), `tags` (recent caller tags), `checkpoint` and
+//!   `manifest` (pure encode / decode plus atomic replacement), `reclaim`, `iter`.
 //! - `store`: `Inner`, one state of the engine (logs + index): reads, writes, growth,
 //!   group commit, checkpoints.
 //! - `shared`: what all handles share (the current `Inner`, maintenance settings, helper
@@ -43,6 +43,7 @@ mod recovery;
 mod report;
 mod shared;
 mod store;
+mod tags;
 mod types;
 
 pub use datastore::merge::MergeInProgress;

@@ -6,6 +6,16 @@ pub const KEY_BYTES_MAX: usize = 250;
 /// Largest value accepted by `store` (memcached's default item size limit).
 pub const VALUE_BYTES_MAX: usize = 1 << 20;
 
+/// Longest caller tag a record may carry (`BatchOp::with_tag`, record format 3), in bytes: a
+/// request id and its outcome, written in the same record and so exactly as durable as it.
+pub const TAG_BYTES_MAX: usize = 40;
+
+/// Tags of the most recent tagged records a datastore keeps across a reopen
+/// (`DataStore::recent_tags`, stored in the checkpoint): as many as FAWN-KV's request dedup
+/// table holds (`DEDUP_ENTRIES_MAX`, checked there). 56 bytes each in memory (3.2 MB when
+/// full), at most 49 in a checkpoint.
+pub const RECENT_TAGS_MAX: usize = 57_344;
+
 /// Records start on multiples of this many bytes, so the index stores offsets in these units.
 pub const OFFSET_UNIT: u64 = 16;
 
@@ -30,7 +40,8 @@ pub const LOG_HEADER_BYTES: u64 = 32;
 pub const RECORD_HEADER_BYTES: usize = 32;
 
 /// Largest record on disk: header + max key + max value, padded.
-pub const RECORD_BYTES_MAX: usize = pad_to_unit(RECORD_HEADER_BYTES + KEY_BYTES_MAX + VALUE_BYTES_MAX);
+pub const RECORD_BYTES_MAX: usize =
+    pad_to_unit(RECORD_HEADER_BYTES + KEY_BYTES_MAX + VALUE_BYTES_MAX + TAG_BYTES_MAX);
 
 /// Index slots per bucket (set associativity).
 pub const SLOTS_PER_BUCKET: usize = 8;
@@ -74,6 +85,9 @@ const _: () = assert!(KEY_BYTES_MAX <= u16::MAX as usize);
 // Record format 2 keeps the key length in one byte (the other holds the item state).
 const _: () = assert!(KEY_BYTES_MAX <= u8::MAX as usize);
 const _: () = assert!(VALUE_BYTES_MAX <= u32::MAX as usize);
+// Record format 3 keeps the value length in three bytes and the tag length in the fourth.
+const _: () = assert!(VALUE_BYTES_MAX < 1 << 24);
+const _: () = assert!(TAG_BYTES_MAX <= u8::MAX as usize);
 // A maximal record fits far inside the addressable log.
 const _: () = assert!((RECORD_BYTES_MAX as u64) < DATASTORE_BYTES_MAX / 1024);
 const _: () = assert!(SLOT_BYTES * 8 == OFFSET_BITS as usize + 16);

@@ -291,7 +291,7 @@ mod tests {
             } else {
                 (RecordKind::Put, vec![rng.gen(); rng.gen_range(0..3000)])
             };
-            let rec = record::encode(kind, &key, &value, Meta { seq, ..Meta::default() }, 0).unwrap();
+            let rec = record::encode(kind, &key, &value, &[], Meta { seq, ..Meta::default() }, 0).unwrap();
             bytes.extend_from_slice(&rec);
             records.push((kind, key));
         }

@@ -4,7 +4,9 @@
 //! and every read goes through `parse_header` + `verify` (pair assertions).
 
 use crate::error::Error;
-use crate::limits::{pad_to_unit, KEY_BYTES_MAX, OFFSET_UNIT, RECORD_HEADER_BYTES, VALUE_BYTES_MAX};
+use crate::limits::{
+    pad_to_unit, KEY_BYTES_MAX, OFFSET_UNIT, RECORD_HEADER_BYTES, TAG_BYTES_MAX, VALUE_BYTES_MAX,
+};
 use crate::types::{Meta, RecordKind};
 
 const KIND_PUT: u8 = b'P';
@@ -16,6 +18,11 @@ const RECORD_MARKER: u8 = 0xF1;
 /// holds the state. A record with state 0 is always written in format 1, so logs of items
 /// without state stay byte for byte what older releases wrote and read.
 const RECORD_MARKER_STATE: u8 = 0xF2;
+/// Byte 5 of a put or delete that carries a caller tag (`BatchOp::with_tag`): record format
+/// 3, where byte 6 is the key length, byte 7 the state (zero or not), byte 11 (the high byte
+/// of the value length, always zero since values are at most 1 MiB) the tag length, and the
+/// tag follows the value. A record without a tag is written in format 1 or 2 as before.
+const RECORD_MARKER_TAG: u8 = 0xF3;
 /// Kind byte of a padding record (`Options::page_aligned_records`): fills the rest of a
 /// 4 KiB page so that the next record starts on the next page. Not a put or a delete:
 /// scanners skip it, the index never points at it.
@@ -30,6 +37,8 @@ pub(crate) struct Header {
     pub kind: RecordKind,
     pub key_len: usize,
     pub value_len: usize,
+    /// Bytes of the caller tag after the value (0: none; format 3 only).
+    pub tag_len: usize,
     pub meta: Meta,
     /// Log bytes known durable (fdatasync'ed) when this record was appended: a lower bound
     /// that lets recovery tell a torn unsynced tail from damage in synced data.
@@ -39,7 +48,7 @@ pub(crate) struct Header {
 impl Header {
     /// Bytes of the whole record including padding.
     pub fn total_len(&self) -> usize {
-        pad_to_unit(RECORD_HEADER_BYTES + self.key_len + self.value_len)
+        pad_to_unit(RECORD_HEADER_BYTES + self.key_len + self.value_len + self.tag_len)
     }
 }
 
@@ -56,59 +65,79 @@ pub(crate) fn encode(
     kind: RecordKind,
     key: &[u8],
     value: &[u8],
+    tag: &[u8],
     meta: Meta,
     durable: u64,
 ) -> Result<Vec<u8>, Error> {
-    let mut buf = Vec::with_capacity(pad_to_unit(RECORD_HEADER_BYTES + key.len() + value.len()));
-    encode_into(&mut buf, kind, key, value, meta, durable)?;
+    let mut buf = Vec::with_capacity(pad_to_unit(body_len(key, value, tag)));
+    encode_into(&mut buf, kind, key, value, tag, meta, durable)?;
     Ok(buf)
 }
 
 /// Append one encoded record (as `encode`) to `out`; returns its length. On error `out` is
 /// left as it was. Batches encode many records into one buffer this way (one allocation).
+/// A tag longer than `TAG_BYTES_MAX` is refused.
 pub(crate) fn encode_into(
     out: &mut Vec<u8>,
     kind: RecordKind,
     key: &[u8],
     value: &[u8],
+    tag: &[u8],
     meta: Meta,
     durable: u64,
 ) -> Result<usize, Error> {
+    check_tag(tag)?;
     let start = out.len();
-    let total = encode_unsealed(out, kind, key, value, meta, durable);
+    let total = encode_unsealed(out, kind, key, value, tag, meta, durable);
     let buf = &mut out[start..];
-    let crc = crc32c::crc32c(&buf[4..body_len(key, value)]);
+    let crc = crc32c::crc32c(&buf[4..body_len(key, value, tag)]);
     buf[0..4].copy_from_slice(&crc.to_le_bytes());
-    if let Err(e) = check_encoded(buf, kind, key, value, meta, durable) {
+    if let Err(e) = check_encoded(buf, kind, key, value, tag, meta, durable) {
         out.truncate(start);
         return Err(e);
     }
     Ok(total)
 }
 
-/// Bytes of a record's header, key and value (what its checksum covers from byte 4 on).
-pub(crate) fn body_len(key: &[u8], value: &[u8]) -> usize {
-    RECORD_HEADER_BYTES + key.len() + value.len()
+/// A caller tag must fit record format 3 (`TAG_BYTES_MAX`).
+pub(crate) fn check_tag(tag: &[u8]) -> Result<(), Error> {
+    if tag.len() > TAG_BYTES_MAX {
+        return Err(Error::InvalidRequest(format!("a tag of {} bytes (at most {TAG_BYTES_MAX})", tag.len())));
+    }
+    Ok(())
+}
+
+/// Bytes of a record's header, key, value and tag (what its checksum covers from byte 4 on).
+pub(crate) fn body_len(key: &[u8], value: &[u8], tag: &[u8]) -> usize {
+    RECORD_HEADER_BYTES + key.len() + value.len() + tag.len()
 }
 
 /// Append a record as `encode_into` does, but with a zero checksum: the caller fills it in
-/// (`seal_records`) and then checks the record (`check_encoded`). Returns its length.
+/// (`seal_records`) and then checks the record (`check_encoded`). Returns its length. The
+/// tag must be at most `TAG_BYTES_MAX` bytes (the self-check fails otherwise).
 pub(crate) fn encode_unsealed(
     out: &mut Vec<u8>,
     kind: RecordKind,
     key: &[u8],
     value: &[u8],
+    tag: &[u8],
     meta: Meta,
     durable: u64,
 ) -> usize {
-    let total = pad_to_unit(body_len(key, value));
+    let total = pad_to_unit(body_len(key, value, tag));
     let start = out.len();
     let mut h = [0u8; RECORD_HEADER_BYTES];
     h[4] = kind_byte(kind);
-    h[5] = if meta.state == 0 { RECORD_MARKER } else { RECORD_MARKER_STATE };
+    h[5] = match (tag.is_empty(), meta.state) {
+        (false, _) => RECORD_MARKER_TAG,
+        (true, 0) => RECORD_MARKER,
+        (true, _) => RECORD_MARKER_STATE,
+    };
     h[6..8].copy_from_slice(&(key.len() as u16).to_le_bytes());
     h[7] = meta.state;
     h[8..12].copy_from_slice(&(value.len() as u32).to_le_bytes());
+    // Format 3: the value length's high byte (zero: values are under 16 MiB) is the tag's.
+    h[11] |= tag.len() as u8;
     h[12..16].copy_from_slice(&meta.flags.to_le_bytes());
     h[16..24].copy_from_slice(&meta.seq.to_le_bytes());
     h[24..28].copy_from_slice(&meta.expiry.to_le_bytes());
@@ -118,6 +147,7 @@ pub(crate) fn encode_unsealed(
     out.extend_from_slice(&h);
     out.extend_from_slice(key);
     out.extend_from_slice(value);
+    out.extend_from_slice(tag);
     out.resize(start + total, 0);
     total
 }
@@ -148,10 +178,11 @@ pub(crate) fn check_encoded(
     kind: RecordKind,
     key: &[u8],
     value: &[u8],
+    tag: &[u8],
     meta: Meta,
     durable: u64,
 ) -> Result<(), Error> {
-    let total = pad_to_unit(body_len(key, value));
+    let total = pad_to_unit(body_len(key, value, tag));
     let stored = buf.get(..4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
     let ok = match parse_header(buf, 0) {
         Ok(header) => {
@@ -163,7 +194,8 @@ pub(crate) fn check_encoded(
                 && header.durable == durable
                 && key_of(buf, &header) == key
                 && value_of(buf, &header) == value
-                && buf[body_len(key, value)..total].iter().all(|&b| b == 0)
+                && tag_of(buf, &header) == tag
+                && buf[body_len(key, value, tag)..total].iter().all(|&b| b == 0)
         }
         Err(_) => false,
     };
@@ -285,20 +317,24 @@ pub(crate) fn parse_header(buf: &[u8], offset: u64) -> Result<Header, Error> {
         return Err(Error::corrupt(offset, "record header truncated"));
     };
     // Format 1: no state (byte 7 is the key length's zero high byte); format 2: a non-zero
-    // state in byte 7 (a zero one would have been written as format 1).
-    let state = match h[5] {
-        RECORD_MARKER => 0,
-        RECORD_MARKER_STATE if h[7] != 0 => h[7],
+    // state in byte 7 (a zero one would have been written as format 1); format 3: any state
+    // in byte 7 and a tag of 1 to `TAG_BYTES_MAX` bytes (none would be format 1 or 2).
+    let (state, tag_len) = match h[5] {
+        RECORD_MARKER => (0, 0),
+        RECORD_MARKER_STATE if h[7] != 0 => (h[7], 0),
+        RECORD_MARKER_TAG if (1..=TAG_BYTES_MAX).contains(&usize::from(h[11])) => (h[7], usize::from(h[11])),
         _ => return Err(Error::corrupt(offset, "record marker missing")),
     };
+    let short_key_len = h[5] != RECORD_MARKER;
     let kind = match h[4] {
         KIND_PUT => RecordKind::Put,
         KIND_DELETE => RecordKind::Delete,
         other => return Err(Error::corrupt(offset, format!("unknown record kind {other:#04x}"))),
     };
-    // In format 2 byte 7 is the state, so the key length is byte 6 alone.
-    let key_len = if state == 0 { u16::from_le_bytes([h[6], h[7]]) } else { u16::from(h[6]) } as usize;
-    let value_len = u32::from_le_bytes([h[8], h[9], h[10], h[11]]) as usize;
+    // In formats 2 and 3 byte 7 is the state, so the key length is byte 6 alone; in format
+    // 3 byte 11 is the tag length, so the value length is bytes 8 to 10.
+    let key_len = if short_key_len { u16::from(h[6]) } else { u16::from_le_bytes([h[6], h[7]]) } as usize;
+    let value_len = u32::from_le_bytes([h[8], h[9], h[10], if tag_len == 0 { h[11] } else { 0 }]) as usize;
     if key_len == 0 || key_len > KEY_BYTES_MAX {
         return Err(Error::corrupt(offset, format!("bad key length {key_len}")));
     }
@@ -313,7 +349,7 @@ pub(crate) fn parse_header(buf: &[u8], offset: u64) -> Result<Header, Error> {
     };
     let crc = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
     let durable = u32::from_le_bytes([h[28], h[29], h[30], h[31]]) as u64 * OFFSET_UNIT;
-    Ok(Header { durable, crc, kind, key_len, value_len, meta })
+    Ok(Header { durable, crc, kind, key_len, value_len, tag_len, meta })
 }
 
 /// Check the checksum and zero padding of a whole record (`buf.len() >= total_len`).
@@ -322,7 +358,7 @@ pub(crate) fn verify(buf: &[u8], offset: u64, header: &Header) -> Result<(), Err
     let Some(rec) = buf.get(..total) else {
         return Err(Error::corrupt(offset, "record truncated"));
     };
-    let body_end = RECORD_HEADER_BYTES + header.key_len + header.value_len;
+    let body_end = RECORD_HEADER_BYTES + header.key_len + header.value_len + header.tag_len;
     if crc32c::crc32c(&rec[4..body_end]) != header.crc {
         return Err(Error::corrupt(offset, "record checksum mismatch"));
     }
@@ -341,6 +377,12 @@ pub(crate) fn key_of<'a>(buf: &'a [u8], header: &Header) -> &'a [u8] {
 pub(crate) fn value_of<'a>(buf: &'a [u8], header: &Header) -> &'a [u8] {
     let start = RECORD_HEADER_BYTES + header.key_len;
     &buf[start..start + header.value_len]
+}
+
+/// The caller tag of a record buffer whose header was parsed (empty: none).
+pub(crate) fn tag_of<'a>(buf: &'a [u8], header: &Header) -> &'a [u8] {
+    let start = RECORD_HEADER_BYTES + header.key_len + header.value_len;
+    &buf[start..start + header.tag_len]
 }
 
 #[cfg(test)]
@@ -372,7 +414,7 @@ mod tests {
         for bad_len in [0usize, 8, 24, 4096] {
             assert!(encode_pad(&mut Vec::new(), bad_len).is_err());
         }
-        let rec = encode(RecordKind::Put, b"k", b"v", Meta::default(), 0).unwrap();
+        let rec = encode(RecordKind::Put, b"k", b"v", &[], Meta::default(), 0).unwrap();
         assert_eq!(pad_len(&rec, 0).unwrap(), None);
     }
 
@@ -397,19 +439,19 @@ mod tests {
             (0..7).map(|i| (format!("key-{i}").into_bytes(), vec![b'v'; 37 * i])).collect();
         let (mut sealed, mut plain, mut recs) = (Vec::new(), Vec::new(), Vec::new());
         for (k, v) in &ops {
-            recs.push((sealed.len(), body_len(k, v)));
-            encode_unsealed(&mut sealed, RecordKind::Put, k, v, meta, 64);
-            encode_into(&mut plain, RecordKind::Put, k, v, meta, 64).unwrap();
+            recs.push((sealed.len(), body_len(k, v, &[])));
+            encode_unsealed(&mut sealed, RecordKind::Put, k, v, &[], meta, 64);
+            encode_into(&mut plain, RecordKind::Put, k, v, &[], meta, 64).unwrap();
         }
         seal_records(&mut sealed, &recs);
         assert_eq!(sealed, plain);
         for ((k, v), &(start, _)) in ops.iter().zip(&recs) {
-            check_encoded(&sealed[start..], RecordKind::Put, k, v, meta, 64).unwrap();
+            check_encoded(&sealed[start..], RecordKind::Put, k, v, &[], meta, 64).unwrap();
         }
         // A wrong byte fails the self-check.
         sealed[recs[2].0 + 40] ^= 1;
         let (k, v) = &ops[2];
-        assert!(check_encoded(&sealed[recs[2].0..], RecordKind::Put, k, v, meta, 64).is_err());
+        assert!(check_encoded(&sealed[recs[2].0..], RecordKind::Put, k, v, &[], meta, 64).is_err());
     }
 
     /// A put as format 1 lays it out (docs/FORMAT.md §2.1), built by hand: what every release
@@ -433,7 +475,7 @@ mod tests {
         verify(&old, 0, &h).unwrap();
         assert_eq!(h.meta, Meta { seq: 77, flags: 5, expiry: 99, state: 0 });
         assert_eq!((key_of(&old, &h), value_of(&old, &h)), (&b"key"[..], &b"vv"[..]));
-        assert_eq!(encode(RecordKind::Put, b"key", b"vv", h.meta, 32).unwrap(), old);
+        assert_eq!(encode(RecordKind::Put, b"key", b"vv", &[], h.meta, 32).unwrap(), old);
     }
 
     #[test]
@@ -441,14 +483,15 @@ mod tests {
         for state in [1u8, 2, 3, 0xFF] {
             let meta = Meta { seq: 7, flags: 3, expiry: 99, state };
             let key = vec![b'k'; KEY_BYTES_MAX];
-            let buf = encode(RecordKind::Put, &key, b"value", meta, 0).unwrap();
+            let buf = encode(RecordKind::Put, &key, b"value", &[], meta, 0).unwrap();
             assert_eq!((buf[5], buf[6], buf[7]), (0xF2, KEY_BYTES_MAX as u8, state));
             let h = parse_header(&buf, 0).unwrap();
             verify(&buf, 0, &h).unwrap();
             assert_eq!((h.meta, key_of(&buf, &h)), (meta, &key[..]));
         }
         // Format 2 with a zero state is never written, so it is garbage.
-        let mut buf = encode(RecordKind::Put, b"k", b"v", Meta { state: 1, ..Meta::default() }, 0).unwrap();
+        let mut buf =
+            encode(RecordKind::Put, b"k", b"v", &[], Meta { state: 1, ..Meta::default() }, 0).unwrap();
         buf[7] = 0;
         assert!(parse_header(&buf, 0).is_err());
     }
@@ -461,36 +504,42 @@ mod tests {
         use rand::{Rng, SeedableRng};
         let seed: u64 = rand::random();
         let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
-        let mut accepted = 0;
+        let (mut accepted, mut tagged) = (0, 0);
         for _ in 0..20_000 {
-            let mut buf = vec![0u8; 96];
+            let mut buf = vec![0u8; 160];
             rng.fill(&mut buf[4..32]);
             buf[4] = [b'P', b'D', b'Z', rng.gen()][rng.gen_range(0..4)];
-            buf[5] = [RECORD_MARKER, RECORD_MARKER_STATE, rng.gen()][rng.gen_range(0..3)];
+            buf[5] = [RECORD_MARKER, RECORD_MARKER_STATE, RECORD_MARKER_TAG, rng.gen()][rng.gen_range(0..4)];
             buf[6] = rng.gen_range(0..40);
             buf[7] = [0, 0, 1, 2, 3, rng.gen()][rng.gen_range(0..6)];
             buf[8..12].copy_from_slice(&rng.gen_range(0u32..8).to_le_bytes());
+            // A tag length (format 3), around its bounds, or a stray high value-length byte.
+            buf[11] = [0, 0, 1, TAG_BYTES_MAX as u8, TAG_BYTES_MAX as u8 + 1, rng.gen_range(0..48)]
+                [rng.gen_range(0..6)];
             buf[28..32].fill(0);
             rng.fill(&mut buf[32..]);
             let Ok(h) = parse_header(&buf, 0) else { continue };
-            let end = RECORD_HEADER_BYTES + h.key_len + h.value_len;
+            let end = RECORD_HEADER_BYTES + h.key_len + h.value_len + h.tag_len;
             buf.truncate(h.total_len());
             buf[end..].fill(0);
             let crc = crc32c::crc32c(&buf[4..end]);
             buf[0..4].copy_from_slice(&crc.to_le_bytes());
             let h = parse_header(&buf, 0).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
             verify(&buf, 0, &h).unwrap_or_else(|e| panic!("seed {seed}: {e}"));
-            let again = encode(h.kind, key_of(&buf, &h), value_of(&buf, &h), h.meta, h.durable);
+            let again =
+                encode(h.kind, key_of(&buf, &h), value_of(&buf, &h), tag_of(&buf, &h), h.meta, h.durable);
             assert_eq!(again.ok().as_ref(), Some(&buf), "seed {seed}");
             accepted += 1;
+            tagged += usize::from(h.tag_len > 0);
         }
         assert!(accepted > 1000, "seed {seed}: only {accepted} headers accepted");
+        assert!(tagged > 100, "seed {seed}: only {tagged} tagged headers accepted");
     }
 
     #[test]
     fn state_record_bitflips_detected() {
         let meta = Meta { seq: 7, flags: 3, expiry: 99, state: 3 };
-        let buf = encode(RecordKind::Put, b"key", b"value!", meta, 4096).unwrap();
+        let buf = encode(RecordKind::Put, b"key", b"value!", &[], meta, 4096).unwrap();
         assert_every_bitflip_detected(&buf);
     }
 
@@ -509,10 +558,49 @@ mod tests {
     #[test]
     fn roundtrip_and_bitflips_detected() {
         let meta = Meta { seq: 7, flags: 3, expiry: 99, state: 0 };
-        let buf = encode(RecordKind::Put, b"key", b"value!", meta, 4096).unwrap();
+        let buf = encode(RecordKind::Put, b"key", b"value!", &[], meta, 4096).unwrap();
         assert_eq!(buf.len() % 16, 0);
         let h = parse_header(&buf, 0).unwrap();
         verify(&buf, 0, &h).unwrap();
         assert_every_bitflip_detected(&buf);
+    }
+
+    /// Format 3 (docs/FORMAT.md §2.1): a tag after the value, any state, both kinds; every
+    /// bit flip is caught, and the tag's bytes are exactly what was given.
+    #[test]
+    fn format_3_carries_a_tag_after_the_value() {
+        for (kind, value) in [(RecordKind::Put, &b"value!"[..]), (RecordKind::Delete, &b""[..])] {
+            for (state, tag_len) in [(0u8, 1usize), (0, 17), (3, 25), (0xFF, TAG_BYTES_MAX)] {
+                let tag: Vec<u8> = (0..tag_len as u8).map(|i| i.wrapping_mul(37) ^ 0xA5).collect();
+                let meta = Meta { seq: 1 << 52, flags: 3, expiry: 99, state };
+                let buf = encode(kind, b"key", value, &tag, meta, 4096).unwrap();
+                assert_eq!((buf[5], buf[6], buf[7], buf[11]), (0xF3, 3, state, tag_len as u8));
+                assert_eq!(buf.len(), pad_to_unit(RECORD_HEADER_BYTES + 3 + value.len() + tag_len));
+                let h = parse_header(&buf, 0).unwrap();
+                verify(&buf, 0, &h).unwrap();
+                assert_eq!((h.kind, h.meta, h.total_len()), (kind, meta, buf.len()));
+                assert_eq!(
+                    (key_of(&buf, &h), value_of(&buf, &h), tag_of(&buf, &h)),
+                    (&b"key"[..], value, &tag[..])
+                );
+                assert_every_bitflip_detected(&buf);
+            }
+        }
+        // A value of the largest size keeps its length in three bytes beside the tag's.
+        let big = vec![7u8; VALUE_BYTES_MAX];
+        let buf = encode(RecordKind::Put, b"k", &big, b"tag", Meta::default(), 0).unwrap();
+        let h = parse_header(&buf, 0).unwrap();
+        assert_eq!((h.value_len, h.tag_len), (VALUE_BYTES_MAX, 3));
+        // Too long a tag is refused; format 3 with no tag or an oversized one is garbage.
+        let long = vec![1u8; TAG_BYTES_MAX + 1];
+        assert!(encode(RecordKind::Put, b"k", b"v", &long, Meta::default(), 0).is_err());
+        let mut buf = encode(RecordKind::Put, b"k", b"v", b"t", Meta::default(), 0).unwrap();
+        for bad in [0u8, TAG_BYTES_MAX as u8 + 1] {
+            buf[11] = bad;
+            assert!(parse_header(&buf, 0).is_err(), "tag length {bad}");
+        }
+        // Without a tag a record is written in format 1 or 2 as before.
+        let plain = encode(RecordKind::Put, b"k", b"v", &[], Meta::default(), 0).unwrap();
+        assert_eq!(plain[5], 0xF1);
     }
 }

@@ -207,6 +207,8 @@ struct ReplayBatch {
     records: Vec<(RecordKind, Meta, std::ops::Range<usize>, u64)>,
     hashes: Vec<KeyHash>,
     offsets: Vec<u64>,
+    /// Seq and tag of each tagged record, in order.
+    tags: Vec<(u64, Vec<u8>)>,
 }
 
 impl ReplayBatch {
@@ -215,6 +217,7 @@ impl ReplayBatch {
         self.records.clear();
         self.hashes.clear();
         self.offsets.clear();
+        self.tags.clear();
     }
 
     fn push(&mut self, offset: u64, header: &record::Header, key: &[u8]) {
@@ -232,6 +235,9 @@ impl ReplayBatch {
             match sc.next_record() {
                 Ok(Some((offset, header, bytes))) => {
                     self.push(offset, &header, record::key_of(bytes, &header));
+                    if header.tag_len > 0 {
+                        self.tags.push((header.meta.seq, record::tag_of(bytes, &header).to_vec()));
+                    }
                     if self.offsets.len() == REPLAY_BATCH_RECORDS {
                         return Ok(BatchEnd::Full);
                     }
@@ -262,6 +268,10 @@ impl ReplayBatch {
         let max_seq = records.iter().map(|r| r.meta.seq).max().unwrap_or(0);
         inner.raise_max_seq(max_seq);
         inner.after_apply(growth);
+        if !self.tags.is_empty() {
+            let mut tags = inner.counters().recent_tags.lock();
+            self.tags.iter().for_each(|(seq, tag)| tags.push(*seq, tag));
+        }
         report.records_replayed += records.len() as u64;
         Ok(())
     }

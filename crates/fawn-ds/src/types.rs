@@ -150,6 +150,8 @@ pub struct Record {
     pub key: Vec<u8>,
     /// Empty for deletes.
     pub value: Vec<u8>,
+    /// The caller tag written with it (`BatchOp::with_tag`); empty for none.
+    pub tag: Vec<u8>,
     pub meta: Meta,
     /// Offset of this record in the log (a record boundary, usable with `iter_from`).
     pub offset: u64,

@@ -3,9 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use fawn_kv::replica::store::{MemStore, ReplicaStore, StoreError, StoredUpdate};
-use fawn_proto::native::{OutcomeEntry, ReplEffect, ReqId};
-use fawn_proto::op::{Item, Outcome};
+use fawn_kv::replica::store::{Append, MemStore, ReplicaStore, StoreError, StoredUpdate};
+use fawn_proto::native::OutcomeEntry;
+use fawn_proto::op::Item;
 
 /// When appended records become durable (as `fawn_ds::SyncPolicy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,9 +26,10 @@ pub struct DiskStore {
     always: bool,
     /// Appends refused (the disk is full).
     full: bool,
-    /// Request outcomes are kept with their records (`Config::persistent_outcomes`), by seq.
+    /// Request outcomes are kept with their records (`Config::persistent_outcomes`), by seq,
+    /// as FAWN-DS keeps them in the record's tag: only those appended with their record.
     keeps_outcomes: bool,
-    outcomes: BTreeMap<u64, Vec<OutcomeEntry>>,
+    outcomes: BTreeMap<u64, OutcomeEntry>,
 }
 
 impl DiskStore {
@@ -64,11 +65,10 @@ impl DiskStore {
         let mut mem = MemStore::default();
         let records = self.mem.updates_after(0).unwrap_or_default();
         for u in records.into_iter().take_while(|u| u.seq <= keep) {
-            mem.append(&u.key, &u.effect, u.seq).expect("records in seq order");
+            mem.append(&Append::bare(&u.key, &u.effect, u.seq)).expect("records in seq order");
         }
         let synced = mem.max_seq();
-        // An outcome is in the record it belongs to (or, for a failed condition, which writes
-        // nothing, it is taken as kept with the record it was decided after).
+        // An outcome is in the record it belongs to.
         let outcomes = self.outcomes.range(..=synced).map(|(s, e)| (*s, e.clone())).collect();
         DiskStore {
             mem,
@@ -88,13 +88,16 @@ impl DiskStore {
 }
 
 impl ReplicaStore for DiskStore {
-    fn append(&mut self, key: &[u8], effect: &ReplEffect, seq: u64) -> Result<(), StoreError> {
+    fn append(&mut self, u: &Append<'_>) -> Result<(), StoreError> {
         if self.full {
             return Err(StoreError::Failed("no space left on device".into()));
         }
-        self.mem.append(key, effect, seq)?;
+        self.mem.append(u)?;
+        if let Some((req, outcome)) = u.origin.filter(|_| self.keeps_outcomes) {
+            self.outcomes.insert(u.seq, OutcomeEntry { req, seq: u.seq, outcome: outcome.clone() });
+        }
         if self.always {
-            self.synced = seq;
+            self.synced = u.seq;
         }
         Ok(())
     }
@@ -111,21 +114,16 @@ impl ReplicaStore for DiskStore {
         self.mem.updates_after(after)
     }
 
-    fn keep_outcome(&mut self, req: ReqId, seq: u64, outcome: &Outcome) {
-        if self.keeps_outcomes {
-            let entry = OutcomeEntry { req, seq, outcome: outcome.clone() };
-            self.outcomes.entry(seq).or_default().push(entry);
-        }
-    }
-
     fn kept_outcomes(&self) -> Vec<OutcomeEntry> {
-        self.outcomes.values().flatten().cloned().collect()
+        self.outcomes.values().cloned().collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fawn_proto::native::{ReplEffect, ReqId};
+    use fawn_proto::op::Outcome;
 
     fn put(v: &str) -> ReplEffect {
         ReplEffect::Put { value: v.as_bytes().to_vec(), flags: 0, expiry: 0, state: 0 }
@@ -134,33 +132,35 @@ mod tests {
     #[test]
     fn a_crash_keeps_the_synced_prefix_and_what_was_written_back() {
         let mut d = DiskStore::new(SyncPolicy::Interval(100));
-        d.append(b"a", &put("1"), 5).expect("append");
+        d.append(&Append::bare(b"a", &put("1"), 5)).expect("append");
         d.sync();
-        d.append(b"b", &put("2"), 7).expect("append");
-        d.append(b"a", &put("3"), 9).expect("append");
+        d.append(&Append::bare(b"b", &put("2"), 7)).expect("append");
+        d.append(&Append::bare(b"a", &put("3"), 9)).expect("append");
         assert_eq!(d.after_crash(0).max_seq(), 5);
         assert_eq!(d.after_crash(8).max_seq(), 7);
         assert_eq!(d.after_crash(9).read(b"a").expect("read").map(|i| i.cas), Some(9));
         let mut always = DiskStore::new(SyncPolicy::Always);
-        always.append(b"a", &put("1"), 5).expect("append");
+        always.append(&Append::bare(b"a", &put("1"), 5)).expect("append");
         assert_eq!(always.after_crash(0).max_seq(), 5);
     }
 
     #[test]
     fn kept_outcomes_survive_a_crash_with_their_records_only() {
         let req = |seq| ReqId { client: 1, seq };
+        let (v1, v2) = (put("1"), put("2"));
+        let (s5, s7) = (Outcome::Stored { cas: 5 }, Outcome::Stored { cas: 7 });
+        let first = Append { key: b"a", effect: &v1, seq: 5, origin: Some((req(1), &s5)) };
+        let second = Append { key: b"b", effect: &v2, seq: 7, origin: Some((req(2), &s7)) };
         let mut d = DiskStore::new(SyncPolicy::Interval(100)).keeping_outcomes(true);
-        d.append(b"a", &put("1"), 5).expect("append");
-        d.keep_outcome(req(1), 5, &Outcome::Stored { cas: 5 });
+        d.append(&first).expect("append");
         d.sync();
-        d.append(b"b", &put("2"), 7).expect("append");
-        d.keep_outcome(req(2), 7, &Outcome::Stored { cas: 7 });
+        d.append(&second).expect("append");
+        d.append(&Append::bare(b"c", &v1, 9)).expect("append");
         let kept = |d: &DiskStore| d.kept_outcomes().into_iter().map(|e| e.req).collect::<Vec<_>>();
         assert_eq!(kept(&d.after_crash(0)), vec![req(1)]);
         assert_eq!(kept(&d.after_crash(7)), vec![req(1), req(2)]);
         let mut off = DiskStore::new(SyncPolicy::Always);
-        off.append(b"a", &put("1"), 5).expect("append");
-        off.keep_outcome(req(1), 5, &Outcome::Stored { cas: 5 });
+        off.append(&first).expect("append");
         assert!(off.after_crash(0).kept_outcomes().is_empty());
     }
 
@@ -168,8 +168,8 @@ mod tests {
     fn a_full_disk_refuses_appends() {
         let mut d = DiskStore::new(SyncPolicy::Always);
         d.set_full(true);
-        assert!(d.append(b"a", &put("1"), 5).is_err());
+        assert!(d.append(&Append::bare(b"a", &put("1"), 5)).is_err());
         d.set_full(false);
-        assert!(d.append(b"a", &put("1"), 5).is_ok());
+        assert!(d.append(&Append::bare(b"a", &put("1"), 5)).is_ok());
     }
 }

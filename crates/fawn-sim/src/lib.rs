@@ -41,10 +41,10 @@ pub struct Config {
     pub disks: bool,
     /// When appended records become durable.
     pub sync: disk::SyncPolicy,
-    /// With `disks`: each request's outcome is kept with its record, so a replica reopened
-    /// after a crash rebuilds its dedup table from what its log kept (a design the real
-    /// FAWN-DS does not implement yet: off by default, so that runs model today's back-end,
-    /// whose restarted range's last proven replica decides a retry again).
+    /// With `disks`: each request's outcome appended with its record is kept with it, so a
+    /// replica reopened after a crash rebuilds its dedup table from what its log kept, as the
+    /// back-end's FAWN-DS does (record tags). Off by default: runs then model a back-end
+    /// without it, whose restarted range's last proven replica decides a retry again.
     pub persistent_outcomes: bool,
     /// With `disks`: now and then a node's disk is full for up to a second and refuses
     /// appends (a replica whose append failed asks for a resend each tick).

@@ -36,8 +36,8 @@ struct Args {
     /// With --disks: disks that fill up for a while and refuse appends.
     #[arg(long)]
     full_disks: bool,
-    /// With --disks: request outcomes kept with their records, rebuilt at a restart (a
-    /// design the real datastore does not implement yet).
+    /// With --disks: request outcomes kept with their records, rebuilt at a restart (as the
+    /// back-end's FAWN-DS keeps them in record tags).
     #[arg(long)]
     persistent_outcomes: bool,
     /// Clients go through one front-end with the real query cache (gets served from it,

@@ -126,6 +126,15 @@ impl DataStore {
         inner.after_write(end)
     }
 
+    /// The tags of the latest records written with one (`BatchOp::with_tag`), at most
+    /// `limits::RECENT_TAGS_MAX`, oldest first, each with its record's seq: what this store
+    /// wrote since it was opened plus what it held when opened (the checkpoint keeps them,
+    /// the replay of the log after it adds the rest; a record cut as a torn tail takes its
+    /// tag with it).
+    pub fn recent_tags(&self) -> Vec<(u64, Vec<u8>)> {
+        self.shared.counters.recent_tags.lock().to_vec()
+    }
+
     /// Store `value` under `key` (appends a put record). Under `SyncPolicy::Always` returns
     /// only once the record is durable.
     pub fn store(&self, key: &[u8], value: &[u8], meta: Meta) -> Result<(), Error> {

@@ -57,10 +57,13 @@ pub(crate) struct Copier<'a> {
 /// Copies collected for one batched append.
 #[derive(Default)]
 pub(crate) struct Pending {
-    pub(crate) records: Vec<(RecordKind, Vec<u8>, Vec<u8>, Meta)>,
+    pub(crate) records: Vec<Copied>,
     pub(crate) bytes: usize,
     pub(crate) cold: bool,
 }
+
+/// Kind, key, value, tag and meta of a record copied, waiting to be appended.
+pub(crate) type Copied = (RecordKind, Vec<u8>, Vec<u8>, Vec<u8>, Meta);
 
 /// Copies are appended in batches of about this many bytes (one write each).
 pub(crate) const COPY_BATCH_BYTES: usize = 1 << 20;
@@ -75,15 +78,15 @@ impl Copier<'_> {
             .pending
             .records
             .iter()
-            .map(|(kind, key, value, meta)| match kind {
-                RecordKind::Put => BatchOp::put(key, value, *meta),
-                RecordKind::Delete => BatchOp::delete(key, *meta),
+            .map(|(kind, key, value, tag, meta)| match kind {
+                RecordKind::Put => BatchOp::put(key, value, *meta).with_tag(tag),
+                RecordKind::Delete => BatchOp::delete(key, *meta).with_tag(tag),
             })
             .collect();
         let written = if self.pending.cold {
             self.dst.write_cold_batch(&ops)
         } else {
-            self.dst.write_batch(&ops).map(|_| ())
+            self.dst.write_copies(&ops).map(|_| ())
         };
         drop(ops);
         self.pending.records.clear();
@@ -150,7 +153,8 @@ impl Copier<'_> {
             }
             if keep.wants(src, self.dst, units, &header, key)? {
                 let value = record::value_of(bytes, &header);
-                self.pending.records.push((header.kind, key.to_vec(), value.to_vec(), header.meta));
+                let tag = record::tag_of(bytes, &header).to_vec();
+                self.pending.records.push((header.kind, key.to_vec(), value.to_vec(), tag, header.meta));
                 self.pending.bytes += total as usize;
                 if self.pending.bytes >= COPY_BATCH_BYTES {
                     self.flush()?;

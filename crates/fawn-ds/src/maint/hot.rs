@@ -148,7 +148,8 @@ pub(crate) fn move_hot_to_cold(
         }
         // Re-encoded: the durability stamp must not lie beyond the record's new offset.
         let value = record::value_of(bytes, &header);
-        record::encode_into(&mut batch, header.kind, key, value, header.meta, LOG_HEADER_BYTES)?;
+        let tag = record::tag_of(bytes, &header);
+        record::encode_into(&mut batch, header.kind, key, value, tag, header.meta, LOG_HEADER_BYTES)?;
         if let Some(loc) = slot {
             index.update(loc, KeyHash::of(key), (at / OFFSET_UNIT) as u32 | COLD_UNITS_BIT);
         }

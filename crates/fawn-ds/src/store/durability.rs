@@ -106,12 +106,13 @@ impl Inner {
             return Err(Error::Poisoned);
         }
         // Snapshot under the writer lock: index, end and max seq must agree.
-        let (index, end, max_seq, live_bytes, cold_live) = {
+        let (index, end, max_seq, live_bytes, cold_live, tags) = {
             let w = self.writer.lock();
             let index = self.index.read().clone();
             let live = self.live_bytes.load(Ordering::Acquire);
             let cold_live = self.cold_live_bytes.load(Ordering::Acquire);
-            (index, w.end, self.max_seq.load(Ordering::Acquire), live, cold_live)
+            let tags = self.counters.recent_tags.lock().clone();
+            (index, w.end, self.max_seq.load(Ordering::Acquire), live, cold_live, tags)
         };
         if end == *last {
             return Ok(());
@@ -128,7 +129,7 @@ impl Inner {
             cold_len: cold.1,
             cold_live,
         };
-        let bytes = checkpoint::encode(self.nonce, &sums, &index);
+        let bytes = checkpoint::encode(self.nonce, &sums, &index, &tags);
         drop(index);
         checkpoint::replace_file(&self.dir, &bytes)?;
         self.ckpt_image_bytes.store(bytes.len() as u64, Ordering::Relaxed);

@@ -25,6 +25,7 @@ use crate::limits::{
 use crate::log::{LogFile, Scanner};
 use crate::reclaim::Reclaim;
 use crate::report::LockPhases;
+use crate::tags::RecentTags;
 use crate::types::{Meta, Options, RecordKind, Stats};
 
 /// A 4 KiB page of the log device: lookups read within one, `page_aligned_records` keeps
@@ -83,6 +84,10 @@ pub(crate) struct Counters {
     /// Automatic compactions that failed.
     pub auto_compact_errors: AtomicU64,
     pub write_stalls: AtomicU64,
+    /// The tags of the latest tagged records. Here because, like the counters, every state
+    /// of the store shares it: a maintenance swap keeps it. Changed under a state's writer
+    /// lock, so a checkpoint's snapshot holds exactly the tags of the records it covers.
+    pub recent_tags: Mutex<RecentTags>,
 }
 
 /// The cold log of a hot/cold datastore (`data.cold`): records that survived a compaction.
@@ -346,6 +351,7 @@ impl Inner {
         self.live_bytes.store(loaded.live_bytes, Ordering::Release);
         self.cold_live_bytes.store(loaded.cold_live_bytes, Ordering::Release);
         *self.ckpt.lock() = loaded.covered_end;
+        *self.counters.recent_tags.lock() = loaded.tags;
     }
 
     /// Open, before a rebuild from the logs: an empty index sized for `keys`.
@@ -501,7 +507,7 @@ impl AppliedRecord for BatchOp<'_> {
         &self.meta
     }
     fn len(&self) -> u64 {
-        record_len(self.key, self.value) as u64
+        record_len(self.key, self.value, self.tag) as u64
     }
 }
 
@@ -509,9 +515,9 @@ impl AppliedRecord for BatchOp<'_> {
 /// at, and whether that record is in the cold log.
 pub(crate) type Existing = (Loc, u64, bool);
 
-/// Bytes of the record holding `key` and `value` (header + key + value, padded).
-fn record_len(key: &[u8], value: &[u8]) -> usize {
-    pad_to_unit(RECORD_HEADER_BYTES + key.len() + value.len())
+/// Bytes of the record holding `key`, `value` and `tag` (header + key + value + tag, padded).
+fn record_len(key: &[u8], value: &[u8], tag: &[u8]) -> usize {
+    pad_to_unit(RECORD_HEADER_BYTES + key.len() + value.len() + tag.len())
 }
 
 /// One write of a batch (`DataStore::write_batch`).
@@ -520,17 +526,27 @@ pub struct BatchOp<'a> {
     kind: RecordKind,
     key: &'a [u8],
     value: &'a [u8],
+    tag: &'a [u8],
     meta: Meta,
 }
 
 impl<'a> BatchOp<'a> {
     /// Store `value` under `key`, as `DataStore::store`.
     pub fn put(key: &'a [u8], value: &'a [u8], meta: Meta) -> BatchOp<'a> {
-        BatchOp { kind: RecordKind::Put, key, value, meta }
+        BatchOp { kind: RecordKind::Put, key, value, tag: &[], meta }
     }
 
     /// Delete `key` (a tombstone), as `DataStore::delete`.
     pub fn delete(key: &'a [u8], meta: Meta) -> BatchOp<'a> {
-        BatchOp { kind: RecordKind::Delete, key, value: &[], meta }
+        BatchOp { kind: RecordKind::Delete, key, value: &[], tag: &[], meta }
+    }
+
+    /// Writes `tag` (at most `TAG_BYTES_MAX` bytes, opaque to the datastore) in the same
+    /// record, so it is exactly as durable as the record: iteration returns it, and the
+    /// store keeps the recent ones across a reopen (`DataStore::recent_tags`). Maintenance
+    /// (compaction, split, merge) copies a record with its tag.
+    pub fn with_tag(mut self, tag: &'a [u8]) -> BatchOp<'a> {
+        self.tag = tag;
+        self
     }
 }

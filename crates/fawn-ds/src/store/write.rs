@@ -23,7 +23,7 @@ impl Inner {
         self.check_key(key)?;
         self.check_value(value)?;
         self.check_writable()?;
-        let buf = record::encode(kind, key, value, meta, self.durable.load(Ordering::Acquire))?;
+        let buf = record::encode(kind, key, value, &[], meta, self.durable.load(Ordering::Acquire))?;
         let kh = KeyHash::of(key);
         let mut w = self.writer.lock();
         self.check_writable()?;
@@ -55,15 +55,27 @@ impl Inner {
     /// Append a batch: every record checked and encoded into one buffer, one `pwrite`,
     /// then the index updated record by record in order (after the bytes are written, so a
     /// reader never finds an entry whose record is not there). Returns the new log end.
-    /// Nothing is written when any op is invalid.
+    /// Nothing is written when any op is invalid. The ops' tags are kept as the latest
+    /// (`Counters::recent_tags`).
     pub fn write_batch(&self, ops: &[BatchOp<'_>]) -> Result<u64, Error> {
+        self.append_batch(ops, true)
+    }
+
+    /// `write_batch` of maintenance copies: their tags are in the log again, but are not
+    /// the latest (each was kept when its record was first written).
+    pub(crate) fn write_copies(&self, ops: &[BatchOp<'_>]) -> Result<u64, Error> {
+        self.append_batch(ops, false)
+    }
+
+    fn append_batch(&self, ops: &[BatchOp<'_>], keep_tags: bool) -> Result<u64, Error> {
         for op in ops {
             self.check_key(op.key)?;
             self.check_value(op.value)?;
+            record::check_tag(op.tag)?;
         }
         self.check_writable()?;
         let hashes: Vec<KeyHash> = ops.iter().map(|op| KeyHash::of(op.key)).collect();
-        let bytes: usize = ops.iter().map(|op| record_len(op.key, op.value)).sum();
+        let bytes: usize = ops.iter().map(|op| record_len(op.key, op.value, op.tag)).sum();
         let mut buf = Vec::with_capacity(bytes);
         let mut offsets = Vec::with_capacity(ops.len());
         let mut w = self.writer.lock();
@@ -77,17 +89,17 @@ impl Inner {
         for group in ops.chunks(3) {
             sealing.clear();
             for op in group {
-                let pad = self.padding_before(base + buf.len() as u64, record_len(op.key, op.value));
+                let pad = self.padding_before(base + buf.len() as u64, record_len(op.key, op.value, op.tag));
                 if pad > 0 {
                     record::encode_pad(&mut buf, pad)?;
                 }
                 offsets.push(base + buf.len() as u64);
-                sealing.push((buf.len(), record::body_len(op.key, op.value)));
-                record::encode_unsealed(&mut buf, op.kind, op.key, op.value, op.meta, durable);
+                sealing.push((buf.len(), record::body_len(op.key, op.value, op.tag)));
+                record::encode_unsealed(&mut buf, op.kind, op.key, op.value, op.tag, op.meta, durable);
             }
             record::seal_records(&mut buf, &sealing);
             for (op, &(start, _)) in group.iter().zip(&sealing) {
-                record::check_encoded(&buf[start..], op.kind, op.key, op.value, op.meta, durable)?;
+                record::check_encoded(&buf[start..], op.kind, op.key, op.value, op.tag, op.meta, durable)?;
             }
         }
         let new_end = base + buf.len() as u64;
@@ -111,6 +123,10 @@ impl Inner {
         };
         self.applied_end.store(new_end, Ordering::Release);
         self.max_seq.fetch_max(max_seq, Ordering::AcqRel);
+        if keep_tags && ops.iter().any(|op| !op.tag.is_empty()) {
+            let mut tags = self.counters.recent_tags.lock();
+            ops.iter().for_each(|op| tags.push(op.meta.seq, op.tag));
+        }
         drop(w);
         self.after_apply(growth);
         Ok(new_end)
@@ -279,16 +295,16 @@ impl Inner {
         };
         let w = self.writer.lock();
         let base = cold.end.load(Ordering::Acquire);
-        let mut buf = Vec::with_capacity(ops.iter().map(|op| record_len(op.key, op.value)).sum());
+        let mut buf = Vec::with_capacity(ops.iter().map(|op| record_len(op.key, op.value, op.tag)).sum());
         let mut offsets = Vec::with_capacity(ops.len());
         for op in ops {
-            let pad = self.cold_padding_before(base + buf.len() as u64, record_len(op.key, op.value));
+            let pad = self.cold_padding_before(base + buf.len() as u64, record_len(op.key, op.value, op.tag));
             if pad > 0 {
                 record::encode_pad(&mut buf, pad)?;
             }
             offsets.push(base + buf.len() as u64);
             // The cold log is fsynced as a whole before it is committed; the stamp is unused.
-            record::encode_into(&mut buf, op.kind, op.key, op.value, op.meta, LOG_HEADER_BYTES)?;
+            record::encode_into(&mut buf, op.kind, op.key, op.value, op.tag, op.meta, LOG_HEADER_BYTES)?;
         }
         let len = buf.len() as u64;
         if base + len > DATASTORE_BYTES_MAX {
@@ -303,7 +319,14 @@ impl Inner {
             // After the write: an earlier op of this batch on the same key is found too.
             let existing = self.find_existing(kh, op.key)?;
             let units = (offset / OFFSET_UNIT) as u32 | COLD_UNITS_BIT;
-            let g = self.apply(op.kind, &op.meta, kh, existing, units, record_len(op.key, op.value) as u64);
+            let g = self.apply(
+                op.kind,
+                &op.meta,
+                kh,
+                existing,
+                units,
+                record_len(op.key, op.value, op.tag) as u64,
+            );
             growth = Growth { started: growth.started || g.started, behind: g.behind };
             self.max_seq.fetch_max(op.meta.seq, Ordering::AcqRel);
         }

@@ -12,6 +12,9 @@ use fawn_proto::op::Outcome;
 /// one then rehashes in place when deletion markers fill it, instead of doubling (hashbrown
 /// grows a table more than half full).
 pub const DEDUP_ENTRIES_MAX: usize = (1 << 17) / 8 * 7 / 2;
+// A replica reopened on its FAWN-DS rebuilds this table from the tags of the latest records
+// (`ReplicaStore::kept_outcomes`): the datastore keeps at least as many as the table holds.
+const _: () = assert!(DEDUP_ENTRIES_MAX <= fawn_ds::limits::RECENT_TAGS_MAX);
 /// How long an outcome is remembered, in microseconds of seq (seqs are microsecond
 /// timestamps): longer than any client retries one request (a front-end: 6 attempts of 3 s;
 /// the native client: 9 attempts of 5 s with backoff, under a minute). Older entries are

@@ -23,7 +23,7 @@ use fawn_ring::{NodeId, Range};
 
 use super::dedup::Dedup;
 use super::route::Route;
-use super::store::ReplicaStore;
+use super::store::{Append, ReplicaStore};
 
 /// Updates a head keeps forwarded but unacknowledged before it refuses new ones
 /// (`Unavailable`, which clients retry): the backpressure a full link queue gave when the head
@@ -264,6 +264,11 @@ impl<S: ReplicaStore> Replica<S> {
         self.acked = self.acked.max(parent.acked);
     }
 
+    /// An append of replicated updates failed since the last `Tick` (nothing after it applied).
+    pub fn append_failed(&self) -> bool {
+        self.append_failed
+    }
+
     /// Takes this replica out of every role for good: it orders, applies and serves nothing.
     pub fn retire(&mut self) {
         self.route.rc.chain.clear();
@@ -468,7 +473,8 @@ impl<S: ReplicaStore> Replica<S> {
             Effect::Put { value, flags, expiry, state } => ReplEffect::Put { value, flags, expiry, state },
             Effect::Delete => ReplEffect::Delete,
         };
-        self.store.append(&update.key, &effect, seq).map_err(WireError::from)?;
+        let record = Append { key: &update.key, effect: &effect, seq, origin: Some((req, &outcome)) };
+        self.store.append(&record).map_err(WireError::from)?;
         let ordered = Ordered { req, seq, prev_seq, key: update.key, effect, outcome, reply_to };
         Ok(self.appended(ordered, out))
     }
@@ -541,8 +547,15 @@ impl<S: ReplicaStore> Replica<S> {
         if run.is_empty() {
             return;
         }
-        let records: Vec<(&[u8], &ReplEffect, u64)> =
-            run.iter().map(|(_, o)| (o.key.as_slice(), &o.effect, o.seq)).collect();
+        let records: Vec<Append<'_>> = run
+            .iter()
+            .map(|(_, o)| Append {
+                key: &o.key,
+                effect: &o.effect,
+                seq: o.seq,
+                origin: Some((o.req, &o.outcome)),
+            })
+            .collect();
         if let Err(e) = self.store.append_batch(&records) {
             tracing::warn!(range = %self.range.id_string(), error = %e, "head batch append failed; ordering one by one");
             run.into_iter().for_each(|(u, _)| self.on_update(u, out));
@@ -645,9 +658,9 @@ impl<S: ReplicaStore> Replica<S> {
         }
     }
 
-    /// Remembers a request's outcome, in the dedup table and with its record in the store.
+    /// Remembers a request's outcome in the dedup table. (One whose update this replica
+    /// appended went into the store with the record: `Append::origin`.)
     fn remember(&mut self, req: ReqId, seq: u64, outcome: Outcome) {
-        self.store.keep_outcome(req, seq, &outcome);
         self.recent.remember(req, seq, outcome);
     }
 
@@ -684,18 +697,21 @@ impl<S: ReplicaStore> Replica<S> {
             }
         }
         let appended = {
-            let records: Vec<(&[u8], &ReplEffect, u64)> = judged
+            let records: Vec<Append<'_>> = judged
                 .iter()
                 .filter(|(v, _, _)| *v == Incoming::Next)
                 .filter_map(|(_, _, m)| match m {
-                    ChainMsg::Replicate { seq, key, effect, .. } => Some((key.as_slice(), effect, *seq)),
+                    ChainMsg::Replicate { seq, key, effect, origin, .. } => {
+                        let origin = origin.as_ref().map(|o| (o.req, &o.outcome));
+                        Some(Append { key, effect, seq: *seq, origin })
+                    }
                     _ => None,
                 })
                 .collect();
             records.is_empty() || {
                 let r = self.store.append_batch(&records);
                 if let Err(e) = &r {
-                    let (first, last) = (records[0].2, records[records.len() - 1].2);
+                    let (first, last) = (records[0].seq, records[records.len() - 1].seq);
                     tracing::warn!(range = %self.range.id_string(), first, last, error = %e, "apply failed");
                 }
                 r.is_ok()

@@ -9,3 +9,4 @@ pub mod dedup;
 pub mod machine;
 pub mod route;
 pub mod store;
+pub mod tag;

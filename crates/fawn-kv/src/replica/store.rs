@@ -9,6 +9,8 @@ use fawn_ds::{BatchOp, DataStore, Meta, RecordKind};
 use fawn_proto::native::{OutcomeEntry, ReplEffect, ReqId, WireError};
 use fawn_proto::op::{Item, Outcome};
 
+use super::tag::OutcomeTag;
+
 /// A datastore failure, as text (the replica only reports it), or a record too large to store.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StoreError {
@@ -42,14 +44,33 @@ pub struct StoredUpdate {
     pub effect: ReplEffect,
 }
 
+/// One update to append: its key, effect and sequence number, and the request it answers
+/// when known (a head's own order, or a replicated update that carried its origin).
+#[derive(Clone, Copy, Debug)]
+pub struct Append<'a> {
+    pub key: &'a [u8],
+    pub effect: &'a ReplEffect,
+    pub seq: u64,
+    pub origin: Option<(ReqId, &'a Outcome)>,
+}
+
+impl<'a> Append<'a> {
+    /// An update appended without its request (a resend, a copy).
+    pub fn bare(key: &'a [u8], effect: &'a ReplEffect, seq: u64) -> Append<'a> {
+        Append { key, effect, seq, origin: None }
+    }
+}
+
 /// What the replica needs from its datastore.
 pub trait ReplicaStore {
-    /// Appends the update of sequence number `seq` (above every seq held).
-    fn append(&mut self, key: &[u8], effect: &ReplEffect, seq: u64) -> Result<(), StoreError>;
+    /// Appends the update (its seq above every seq held). A store that keeps outcomes
+    /// (`kept_outcomes`) writes the origin's request id and outcome in the same record, so
+    /// exactly as durable as it.
+    fn append(&mut self, update: &Append<'_>) -> Result<(), StoreError>;
     /// Appends updates in order (seqs increasing, above every seq held), as `append` one by
     /// one would; a store that can writes them with one append, all or none.
-    fn append_batch(&mut self, records: &[(&[u8], &ReplEffect, u64)]) -> Result<(), StoreError> {
-        records.iter().try_for_each(|(key, effect, seq)| self.append(key, effect, *seq))
+    fn append_batch(&mut self, updates: &[Append<'_>]) -> Result<(), StoreError> {
+        updates.iter().try_for_each(|u| self.append(u))
     }
     /// The highest sequence number held (0 when empty).
     fn max_seq(&self) -> u64;
@@ -58,13 +79,13 @@ pub trait ReplicaStore {
     /// The updates with a seq above `after`, in seq order: every one of them, or (a log that
     /// compaction has cleaned) at least each key's latest.
     fn updates_after(&self, after: u64) -> Result<Vec<StoredUpdate>, StoreError>;
-    /// Keeps a request's outcome with the record of `seq` (held already), exactly as
-    /// durable as that record, so that a replica reopened on this store after a restart
-    /// remembers it (`kept_outcomes`) and answers a retry instead of deciding it again. The
-    /// default keeps nothing: FAWN-DS records carry no request id (yet), so the real back-end
-    /// restarts with an empty dedup table.
-    fn keep_outcome(&mut self, _req: ReqId, _seq: u64, _outcome: &Outcome) {}
-    /// Every outcome kept with a record this store still holds, in seq order.
+    /// The outcomes appended with their records (`Append::origin`) that this store still
+    /// holds, recent ones at least (those of the dedup window), in seq order: a replica
+    /// reopened on the store after a restart remembers them and answers a retry instead of
+    /// deciding it again. Outcomes without a record of their own (a failed condition writes
+    /// nothing; an `Outcomes` message names records appended before) are not kept: deciding
+    /// such a retry again is harmless for the first kind, and the second is a known gap
+    /// (ARCHITECTURE.md, "request outcomes"). The default keeps nothing.
     fn kept_outcomes(&self) -> Vec<OutcomeEntry> {
         Vec::new()
     }
@@ -103,7 +124,8 @@ impl MemStore {
 }
 
 impl ReplicaStore for MemStore {
-    fn append(&mut self, key: &[u8], effect: &ReplEffect, seq: u64) -> Result<(), StoreError> {
+    fn append(&mut self, u: &Append<'_>) -> Result<(), StoreError> {
+        let (key, effect, seq) = (u.key, u.effect, u.seq);
         if seq <= self.max_seq {
             return Err(StoreError::Failed(format!("append of seq {seq} at or below {}", self.max_seq)));
         }
@@ -142,32 +164,44 @@ fn storage(e: fawn_ds::Error) -> StoreError {
     }
 }
 
-/// The real FAWN-DS log (shared with the back-end's other users of the range's datastore).
-impl ReplicaStore for Arc<DataStore> {
-    fn append(&mut self, key: &[u8], effect: &ReplEffect, seq: u64) -> Result<(), StoreError> {
-        match effect {
-            ReplEffect::Put { value, flags, expiry, state } => {
-                self.store(key, value, Meta { seq, flags: *flags, expiry: *expiry, state: *state })
-            }
-            ReplEffect::Delete => self.delete(key, Meta { seq, ..Meta::default() }),
+/// The record of `u` as a FAWN-DS write, its origin in `tag` (record format 3).
+fn batch_op<'a>(u: &Append<'a>, tag: &'a [u8]) -> BatchOp<'a> {
+    let op = match u.effect {
+        ReplEffect::Put { value, flags, expiry, state } => {
+            BatchOp::put(u.key, value, Meta { seq: u.seq, flags: *flags, expiry: *expiry, state: *state })
         }
-        .map_err(storage)
+        ReplEffect::Delete => BatchOp::delete(u.key, Meta { seq: u.seq, ..Meta::default() }),
+    };
+    op.with_tag(tag)
+}
+
+/// The real FAWN-DS log (shared with the back-end's other users of the range's datastore).
+/// An update's origin is written as the record's tag (`outcome_tag`).
+impl ReplicaStore for Arc<DataStore> {
+    fn append(&mut self, u: &Append<'_>) -> Result<(), StoreError> {
+        self.append_batch(std::slice::from_ref(u))
     }
 
     /// One `write_batch`: one `pwrite` (and one group commit), all records or none.
-    fn append_batch(&mut self, records: &[(&[u8], &ReplEffect, u64)]) -> Result<(), StoreError> {
-        let ops: Vec<BatchOp<'_>> = records
-            .iter()
-            .map(|(key, effect, seq)| match effect {
-                ReplEffect::Put { value, flags, expiry, state } => BatchOp::put(
-                    key,
-                    value,
-                    Meta { seq: *seq, flags: *flags, expiry: *expiry, state: *state },
-                ),
-                ReplEffect::Delete => BatchOp::delete(key, Meta { seq: *seq, ..Meta::default() }),
+    fn append_batch(&mut self, updates: &[Append<'_>]) -> Result<(), StoreError> {
+        let tags: Vec<OutcomeTag> = updates.iter().map(OutcomeTag::of).collect();
+        let ops: Vec<BatchOp<'_>> = updates.iter().zip(&tags).map(|(u, t)| batch_op(u, t.bytes())).collect();
+        self.write_batch(&ops).map_err(storage)
+    }
+
+    /// The recent tags FAWN-DS kept (`DataStore::recent_tags`: the latest
+    /// `RECENT_TAGS_MAX`, at least `DEDUP_ENTRIES_MAX`), decoded.
+    fn kept_outcomes(&self) -> Vec<OutcomeEntry> {
+        let mut out: Vec<OutcomeEntry> = self
+            .recent_tags()
+            .into_iter()
+            .filter_map(|(seq, tag)| {
+                let (req, outcome) = OutcomeTag::decode(&tag, seq)?;
+                Some(OutcomeEntry { req, seq, outcome })
             })
             .collect();
-        self.write_batch(&ops).map_err(storage)
+        out.sort_by_key(|e| e.seq);
+        out
     }
 
     fn max_seq(&self) -> u64 {
@@ -219,9 +253,9 @@ mod tests {
 
     /// Both stores answer alike for the same appends.
     fn exercise(store: &mut dyn ReplicaStore) {
-        store.append(b"a", &put("1"), 5).expect("append");
-        store.append(b"b", &put("2"), 7).expect("append");
-        store.append(b"a", &ReplEffect::Delete, 9).expect("append");
+        store.append(&Append::bare(b"a", &put("1"), 5)).expect("append");
+        store.append(&Append::bare(b"b", &put("2"), 7)).expect("append");
+        store.append(&Append::bare(b"a", &ReplEffect::Delete, 9)).expect("append");
         assert_eq!(store.max_seq(), 9);
         assert_eq!(store.read(b"a").expect("read"), None);
         assert_eq!(store.read(b"b").expect("read").map(|i| (i.value, i.cas)), Some((b"2".to_vec(), 7)));
@@ -240,7 +274,70 @@ mod tests {
     #[test]
     fn mem_store_refuses_a_seq_that_goes_backwards() {
         let mut s = MemStore::default();
-        s.append(b"a", &put("1"), 5).expect("append");
-        assert!(s.append(b"b", &put("2"), 5).is_err());
+        s.append(&Append::bare(b"a", &put("1"), 5)).expect("append");
+        assert!(s.append(&Append::bare(b"b", &put("2"), 5)).is_err());
+    }
+}
+
+/// A replica on the real FAWN-DS, reopened after a crash (no clean close: the records are in
+/// the log, the checkpoint is older or absent), answers a retry from the outcomes its
+/// records kept instead of deciding it again.
+#[cfg(test)]
+mod reopen_tests {
+    use super::*;
+    use crate::replica::machine::{Action, ClientUpdate, Event, Replica};
+    use crate::replica::route::Route;
+    use fawn_proto::native::RangeConfig;
+    use fawn_proto::op::{Mutation, Update};
+    use fawn_ring::Range;
+
+    fn update(seq: u64, mutation: Mutation, value: &str) -> Event {
+        let update = Update { key: b"n".to_vec(), mutation, value: value.into(), flags: 0, expiry: 0 };
+        let req = ReqId { client: 77, seq };
+        let (now, now_micros, flush_at) = (0, 0, 0);
+        Event::Update(ClientUpdate {
+            req,
+            update,
+            reply_to: None,
+            now,
+            now_micros,
+            flush_at,
+            bulk_copy_pending: false,
+        })
+    }
+
+    fn reply(r: &mut Replica<Arc<DataStore>>, event: Event) -> Outcome {
+        match r.step(event).as_slice() {
+            [Action::Reply { result: Ok(outcome), .. }] => outcome.clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_replica_reopened_on_fawn_ds_answers_a_retry_from_its_kept_outcomes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts =
+            || fawn_ds::Options { checkpoint_every_bytes: 0, auto_compact: false, ..Default::default() };
+        let route = Route { epoch: 1, me: 1, rc: RangeConfig::new(Range::full(), vec![1]) };
+        let ds = Arc::new(DataStore::open(dir.path(), opts()).expect("open"));
+        let mut r = Replica::new(Arc::clone(&ds), route.clone());
+        assert!(matches!(reply(&mut r, update(1, Mutation::Set, "5")), Outcome::Stored { .. }));
+        // The reply of this incr is lost: the client will retry it.
+        let incr = reply(&mut r, update(2, Mutation::Incr { delta: 3 }, ""));
+        assert!(matches!(incr, Outcome::Counter { value: 8, .. }), "{incr:?}");
+        // A failed condition writes nothing, so it keeps nothing.
+        assert_eq!(reply(&mut r, update(3, Mutation::Add, "x")), Outcome::NotStored);
+        let held = ds.max_seq();
+        drop(r);
+        drop(ds);
+
+        let ds = Arc::new(DataStore::open(dir.path(), opts()).expect("reopen"));
+        assert!(!ds.recovery_report().from_checkpoint, "the outcomes come from the log itself");
+        let mut r = Replica::new(Arc::clone(&ds), route);
+        assert_eq!(reply(&mut r, update(2, Mutation::Incr { delta: 3 }, "")), incr, "the retry is answered");
+        assert_eq!(ds.max_seq(), held, "and not applied again");
+        assert_eq!(ReplicaStore::read(&ds, b"n").expect("read").map(|i| i.value), Some(b"8".to_vec()));
+        let next = reply(&mut r, update(4, Mutation::Incr { delta: 1 }, ""));
+        assert!(matches!(next, Outcome::Counter { value: 9, .. }), "{next:?}");
     }
 }

@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fawn_ds::DataStore;
-use fawn_proto::native::{ChainMsg, CommittedNotice, ReplEffect, ReqId, WireError};
+use fawn_proto::native::{ChainMsg, CommittedNotice, OutcomeEntry, ReplEffect, ReqId, WireError};
 use fawn_proto::op::{Item, Outcome, Update};
 use fawn_ring::{NodeId, Range};
 use parking_lot::Mutex;
@@ -44,7 +44,7 @@ use crate::clock::{flushed, unix_micros, unix_now};
 
 use crate::replica::machine::{Action, ClientUpdate, Event, Replica};
 pub use crate::replica::route::Route;
-use crate::replica::store::{ReplicaStore, StoreError, StoredUpdate};
+use crate::replica::store::{Append, ReplicaStore, StoreError, StoredUpdate};
 pub use sink::SuffixPlan;
 use sink::SyncProgress;
 pub use source::suffix_plan;
@@ -77,16 +77,20 @@ struct ShellStore {
 }
 
 impl ReplicaStore for ShellStore {
-    fn append(&mut self, key: &[u8], effect: &ReplEffect, seq: u64) -> Result<(), StoreError> {
+    fn append(&mut self, update: &Append<'_>) -> Result<(), StoreError> {
         let ds = &mut self.ds;
-        let r = blocking(self.writes_block, || ds.append(key, effect, seq));
+        let r = blocking(self.writes_block, || ds.append(update));
         r.inspect_err(|e| note_write_fault(&self.fault, e))
     }
 
-    fn append_batch(&mut self, records: &[(&[u8], &ReplEffect, u64)]) -> Result<(), StoreError> {
+    fn append_batch(&mut self, updates: &[Append<'_>]) -> Result<(), StoreError> {
         let ds = &mut self.ds;
-        let r = blocking(self.writes_block, || ds.append_batch(records));
+        let r = blocking(self.writes_block, || ds.append_batch(updates));
         r.inspect_err(|e| note_write_fault(&self.fault, e))
+    }
+
+    fn kept_outcomes(&self) -> Vec<OutcomeEntry> {
+        ReplicaStore::kept_outcomes(&self.ds)
     }
 
     fn max_seq(&self) -> u64 {

@@ -314,6 +314,18 @@ impl RangeReplica {
                     self.execute(&mut st, actions, links, &[]);
                 }
             }
+            // As the machine takes a copy's end or a `CaughtUp` only once it holds what they
+            // name: a replica that failed to append what it was sent (a full disk) is not in
+            // sync. It asks for a new copy (`tick`) instead of reporting one it does not hold.
+            if st.machine.append_failed() {
+                warn!(range = %self.range.id_string(), snapshot, upto_seq, held = self.store.max_seq(),
+                    "replaying the updates buffered during the copy failed; asking for a new copy");
+                if let Some(sync) = st.sync.as_mut() {
+                    sync.done = false;
+                    sync.abandon();
+                }
+                return Ok(Followups::default());
+            }
             if overflowed {
                 // What did not fit the buffer: everything after the last update held.
                 let (epoch, range) = (st.machine.route().epoch, self.range);

@@ -475,3 +475,45 @@ async fn a_tail_tells_each_front_end_of_a_step_s_commits_in_one_request() {
     let sent = wires.1.lock().clone();
     assert_eq!(sent, vec![("fe-a".to_string(), vec![req(1), req(3)]), ("fe-b".to_string(), vec![req(2)])]);
 }
+
+#[tokio::test]
+async fn a_copy_whose_buffered_updates_fail_to_append_is_not_reported_done() {
+    // The updates buffered while the snapshot streamed in are appended when it ends; if that
+    // fails (a full disk) the replica does not hold what the sync names: it must not report
+    // the sync done, and asks for a new copy instead.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wires = Wires::default();
+    let failing = Arc::new(AtomicBool::new(false));
+    let fail = Arc::clone(&failing);
+    let faults = fawn_ds::FaultInjector::new(move |op| {
+        (op == fawn_ds::IoOp::Write && fail.load(Ordering::Acquire))
+            .then(|| std::io::Error::from_raw_os_error(libc::ENOSPC))
+    });
+    let store = DataStore::open(dir.path(), fawn_ds::Options { faults, ..Default::default() }).expect("open");
+    let s = RangeReplica::new(store, route(5, 3, &[1, 2], &[3]), false);
+    s.on_snapshot_begin(2, 8).await.expect("begin");
+    s.on_snapshot_batch(2, 8, 0, &[put("a", 5, "a")]).await.expect("batch");
+    let effect = ReplEffect::Put { value: b"b".to_vec(), flags: 0, expiry: 0, state: 0 };
+    let update = |seq| ChainMsg::Replicate {
+        epoch: 5,
+        range: Range::full(),
+        seq,
+        prev_seq: seq - 1,
+        key: b"b".to_vec(),
+        effect: effect.clone(),
+        origin: None,
+    };
+    s.on_replicates(2, vec![update(6), update(7)], &wires).await.expect("buffered");
+    failing.store(true, Ordering::Release);
+    let f = s.on_snapshot_end(2, 8, 1, 5, &wires).await.expect("end");
+    assert!(!f.sync_done, "a sync was reported done though its buffered updates were not stored");
+    assert_eq!(s.store.max_seq(), 5);
+    // The disk has room again: the replica asks for a new copy, and that one completes.
+    failing.store(false, Ordering::Release);
+    s.tick(&wires).await;
+    assert!(wires.sent(2).iter().any(|m| matches!(m, ChainMsg::SyncRequest { .. })));
+    s.on_snapshot_begin(2, 9).await.expect("begin");
+    s.on_snapshot_batch(2, 9, 0, &[put("a", 5, "a"), put("b", 7, "b")]).await.expect("batch");
+    assert!(s.on_snapshot_end(2, 9, 1, 7, &wires).await.expect("end").sync_done);
+    assert_eq!(value(&s, "b").as_deref(), Some("b"));
+}
