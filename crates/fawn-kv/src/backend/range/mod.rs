@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fawn_ds::DataStore;
-use fawn_proto::native::{ChainMsg, CommittedNotice, OutcomeEntry, ReplEffect, ReqId, WireError};
+use fawn_proto::native::{ChainMsg, CommittedNotice, OutcomeEntry, ReqId, WireError};
 use fawn_proto::op::{Item, Outcome, Update};
 use fawn_ring::{NodeId, Range};
 use parking_lot::Mutex;
