@@ -121,6 +121,9 @@ impl Connection {
 
     /// Keeps `room` of the fetch budget until the replies now pending are written.
     pub fn hold(&mut self, room: OwnedSemaphorePermit) {
+        if room.num_permits() == 0 {
+            return;
+        }
         match &mut self.held {
             Some(held) => held.merge(room),
             None => self.held = Some(room),
@@ -129,7 +132,7 @@ impl Connection {
 
     /// Whether pending replies hold room of the fetch budget.
     pub fn holds_budget(&self) -> bool {
-        self.held.is_some()
+        self.held.as_ref().is_some_and(|held| held.num_permits() > 0)
     }
 
     /// Reads more input; `Ok(0)` at end of stream.
