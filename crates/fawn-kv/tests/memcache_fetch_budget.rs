@@ -1,0 +1,83 @@
+//! Guards the fetch budget's size hints: a reply that outgrew the room its key's hint reserved,
+//! when the budget has not the rest free, is dropped and read again once room for it is free,
+//! never held beyond the budget; and the answer is the whole, current value.
+
+mod memcache_support;
+
+use std::time::{Duration, Instant};
+
+use fawn_kv::memcache::{MemcacheConfig, CONNECTION_FETCH_BYTES_MAX};
+use fawn_kv::service::KvService;
+use fawn_proto::op::{Mutation, Update};
+use memcache_support::{Client, Server};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpSocket;
+
+const MIB: usize = 1 << 20;
+
+async fn free_bytes(client: &mut Client) -> usize {
+    let text = client.stats("stats fawn\r\n").await;
+    let line = text.lines().find_map(|line| line.strip_prefix("STAT fetch_budget_free_bytes "));
+    line.expect("fetch_budget_free_bytes").parse().expect("a number")
+}
+
+async fn fawn_stat(client: &mut Client, name: &str) -> String {
+    let text = client.stats("stats fawn\r\n").await;
+    let prefix = format!("STAT {name} ");
+    text.lines().find_map(|line| line.strip_prefix(&prefix)).expect("stat").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_beyond_its_hint_without_room_is_read_again() {
+    let write_timeout = Duration::from_secs(3);
+    let config = MemcacheConfig { fetch_budget_bytes: CONNECTION_FETCH_BYTES_MAX, write_timeout, ..Default::default() };
+    let server = Server::with_config(config).await;
+    let mut client = server.connect().await;
+    let big = vec![b'v'; MIB];
+    for i in 0..7 {
+        let mut set = format!("set b{i} 0 0 {MIB}\r\n").into_bytes();
+        set.extend_from_slice(&big);
+        set.extend_from_slice(b"\r\n");
+        client.roundtrip(&set, b"STORED\r\n").await;
+    }
+    // Set through this server: its hint is a small reply.
+    client.roundtrip(b"set s 0 0 1\r\nx\r\n", b"STORED\r\n").await;
+    // Grown behind this server's back (as through another front-end): the hint is now wrong.
+    let grown = vec![b'g'; MIB];
+    let update = Update { key: b"s".to_vec(), mutation: Mutation::Set, value: grown.clone(), flags: 0, expiry: 0 };
+    server.service.update(update).await.expect("grown");
+
+    // A client that never reads (a tiny receive buffer) holds 7 MiB of the 8 MiB budget until
+    // the write timeout closes it.
+    let socket = TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("rcvbuf");
+    let mut hostile = socket.connect(server.addr).await.expect("connect");
+    hostile.write_all(b"get b0 b1 b2 b3 b4 b5 b6\r\n").await.expect("send");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while free_bytes(&mut client).await > 2 * MIB {
+        assert!(Instant::now() < deadline, "the never-reading client took no room");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+
+    // The read of `s` reserves its hint, gets 1 MiB, cannot top up: dropped, read again once
+    // the hostile client is closed.
+    client.send(b"get s\r\n").await;
+    let mut want = format!("VALUE s 0 {MIB}\r\n").into_bytes();
+    want.extend_from_slice(&grown);
+    want.extend_from_slice(b"\r\nEND\r\n");
+    let mut got = vec![0u8; want.len()];
+    tokio::time::timeout(Duration::from_secs(60), client.stream.read_exact(&mut got))
+        .await
+        .expect("answered once room was free")
+        .expect("read");
+    assert!(got == want, "the whole, current value");
+    assert_eq!(fawn_stat(&mut client, "fetch_budget_rereads").await, "1");
+    // And all the room comes back once the replies are written and the hostile one is closed.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while free_bytes(&mut client).await < CONNECTION_FETCH_BYTES_MAX {
+        assert!(Instant::now() < deadline, "room leaked");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    drop(hostile);
+    server.shutdown().await;
+}
