@@ -1,6 +1,7 @@
-//! Guards the fetch budget's size hints: a reply that outgrew the room its key's hint reserved,
-//! when the budget has not the rest free, is dropped and read again once room for it is free,
-//! never held beyond the budget; and the answer is the whole, current value.
+//! Guards the fetch budget: a reply that outgrew the room its key's size hint reserved, when the
+//! budget has not the rest free, is dropped and read again once room for it is free, never held
+//! beyond the budget (and the answer is the whole, current value); `gat` and `mg` with `N` hold
+//! room for their replies like any read.
 
 mod memcache_support;
 
@@ -27,12 +28,8 @@ async fn fawn_stat(client: &mut Client, name: &str) -> String {
     text.lines().find_map(|line| line.strip_prefix(&prefix)).expect("stat").to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_reply_beyond_its_hint_without_room_is_read_again() {
-    let write_timeout = Duration::from_secs(3);
-    let config = MemcacheConfig { fetch_budget_bytes: CONNECTION_FETCH_BYTES_MAX, write_timeout, ..Default::default() };
-    let server = Server::with_config(config).await;
-    let mut client = server.connect().await;
+/// Stores `b0`..`b6`, 1 MiB each, through the server.
+async fn store_big_values(client: &mut Client) {
     let big = vec![b'v'; MIB];
     for i in 0..7 {
         let mut set = format!("set b{i} 0 0 {MIB}\r\n").into_bytes();
@@ -40,6 +37,44 @@ async fn a_reply_beyond_its_hint_without_room_is_read_again() {
         set.extend_from_slice(b"\r\n");
         client.roundtrip(&set, b"STORED\r\n").await;
     }
+}
+
+/// A client that sends `request` and never reads (a tiny receive buffer).
+async fn never_reading(server: &Server, request: &[u8]) -> tokio::net::TcpStream {
+    let socket = TcpSocket::new_v4().expect("socket");
+    socket.set_recv_buffer_size(4096).expect("rcvbuf");
+    let mut stream = socket.connect(server.addr).await.expect("connect");
+    stream.write_all(request).await.expect("send");
+    stream
+}
+
+/// Waits until the budget's free room is at most `bytes`.
+async fn wait_free_at_most(client: &mut Client, bytes: usize, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while free_bytes(client).await > bytes {
+        assert!(Instant::now() < deadline, "{what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until all the budget is free again.
+async fn wait_all_free(client: &mut Client) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while free_bytes(client).await < CONNECTION_FETCH_BYTES_MAX {
+        assert!(Instant::now() < deadline, "room leaked");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn config(write_timeout: Duration) -> MemcacheConfig {
+    MemcacheConfig { fetch_budget_bytes: CONNECTION_FETCH_BYTES_MAX, write_timeout, ..Default::default() }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reply_beyond_its_hint_without_room_is_read_again() {
+    let server = Server::with_config(config(Duration::from_secs(3))).await;
+    let mut client = server.connect().await;
+    store_big_values(&mut client).await;
     // Set through this server: its hint is a small reply.
     client.roundtrip(b"set s 0 0 1\r\nx\r\n", b"STORED\r\n").await;
     // Grown behind this server's back (as through another front-end): the hint is now wrong.
@@ -47,17 +82,10 @@ async fn a_reply_beyond_its_hint_without_room_is_read_again() {
     let update = Update { key: b"s".to_vec(), mutation: Mutation::Set, value: grown.clone(), flags: 0, expiry: 0 };
     server.service.update(update).await.expect("grown");
 
-    // A client that never reads (a tiny receive buffer) holds 7 MiB of the 8 MiB budget until
-    // the write timeout closes it.
-    let socket = TcpSocket::new_v4().expect("socket");
-    socket.set_recv_buffer_size(4096).expect("rcvbuf");
-    let mut hostile = socket.connect(server.addr).await.expect("connect");
-    hostile.write_all(b"get b0 b1 b2 b3 b4 b5 b6\r\n").await.expect("send");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while free_bytes(&mut client).await > 2 * MIB {
-        assert!(Instant::now() < deadline, "the never-reading client took no room");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    // A client that never reads holds 7 MiB of the 8 MiB budget until the write timeout
+    // closes it.
+    let hostile = never_reading(&server, b"get b0 b1 b2 b3 b4 b5 b6\r\n").await;
+    wait_free_at_most(&mut client, 2 * MIB, "the never-reading client took no room").await;
 
     // The read of `s` reserves its hint, gets 1 MiB, cannot top up: dropped, read again once
     // the hostile client is closed.
@@ -72,12 +100,27 @@ async fn a_reply_beyond_its_hint_without_room_is_read_again() {
         .expect("read");
     assert!(got == want, "the whole, current value");
     assert_eq!(fawn_stat(&mut client, "fetch_budget_rereads").await, "1");
-    // And all the room comes back once the replies are written and the hostile one is closed.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while free_bytes(&mut client).await < CONNECTION_FETCH_BYTES_MAX {
-        assert!(Instant::now() < deadline, "room leaked");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_all_free(&mut client).await;
+    drop(hostile);
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gat_and_claiming_meta_gets_hold_room() {
+    let server = Server::with_config(config(Duration::from_secs(2))).await;
+    let mut client = server.connect().await;
+    store_big_values(&mut client).await;
+    // 7 MiB of touched values, read at once, held while the client does not read.
+    let hostile = never_reading(&server, b"gat 100 b0 b1 b2 b3 b4 b5 b6\r\n").await;
+    wait_free_at_most(&mut client, 2 * MIB, "gat took no room").await;
+    wait_all_free(&mut client).await;
+    drop(hostile);
+    // Claiming meta gets answer one by one: the kernel's buffers take a few, then one waits
+    // holding its 1 MiB.
+    let claims: Vec<u8> = (0..7).flat_map(|i| format!("mg b{i} v N30\r\n").into_bytes()).collect();
+    let hostile = never_reading(&server, &claims).await;
+    wait_free_at_most(&mut client, CONNECTION_FETCH_BYTES_MAX - MIB, "mg N took no room").await;
+    wait_all_free(&mut client).await;
     drop(hostile);
     server.shutdown().await;
 }

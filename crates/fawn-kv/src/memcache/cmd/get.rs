@@ -118,7 +118,7 @@ async fn read_batch<S: KvService>(ctx: &mut Ctx<'_, S>, keys: &[Vec<u8>]) -> Vec
 }
 
 /// The room a read's reply takes in the fetch budget, remembered as the key's size hint.
-fn observe<S>(ctx: &Ctx<'_, S>, key: &[u8], result: &Result<Option<Item>, ServiceError>) -> usize {
+pub(super) fn observe<S>(ctx: &Ctx<'_, S>, key: &[u8], result: &Result<Option<Item>, ServiceError>) -> usize {
     match result {
         Ok(item) => {
             let used = item.as_ref().map_or(0, |item| reply_bytes(key, &item.value));
@@ -220,6 +220,15 @@ pub(super) async fn touch_and_fetch<S: KvService>(
     key: &[u8],
     exptime: i32,
 ) -> ReadResult {
+    // A touch is not repeated to fit a reply: room for the largest one, reserved first.
+    let room = ctx.reserve_reads(ctx.shared.budget.room_max()).await;
+    let result = touch_then_read(ctx, key, exptime).await;
+    let used = observe(ctx, key, &result);
+    ctx.hold_largest(room, used);
+    result
+}
+
+async fn touch_then_read<S: KvService>(ctx: &mut Ctx<'_, S>, key: &[u8], exptime: i32) -> ReadResult {
     let counters = &ctx.stats().counters;
     Stats::incr(&counters.cmd_touch);
     let expiry = absolute_expiry(exptime, now());

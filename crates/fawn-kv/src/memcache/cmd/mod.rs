@@ -84,6 +84,13 @@ impl<'a, S: KvService> Ctx<'a, S> {
         self.conn.hold(room);
     }
 
+    /// Holds `room`, reserved for the largest reply, made `used` bytes if the budget allows
+    /// (else as it is): for reads that cannot be repeated (they touch or claim the item).
+    pub fn hold_largest(&mut self, room: OwnedSemaphorePermit, used: usize) {
+        let room = self.shared.budget.fit(room, used).unwrap_or_else(|room| room);
+        self.conn.hold(room);
+    }
+
     /// Whether writing to the client failed: nothing more is to be read for it.
     pub fn is_broken(&self) -> bool {
         self.conn.is_broken()
