@@ -37,36 +37,72 @@ const HINT_ROOM_MIN_BYTES: usize = 512;
 /// The largest size class a hint records (256 TiB: beyond any reply).
 const HINT_CLASS_MAX: u32 = 40;
 
-const _: () = assert!(CONNECTION_FETCH_BYTES_MAX <= FETCH_BUDGET_BYTES);
+/// The budget's part kept for connections whose client has read everything sent to it: one
+/// such connection's read of at most `FAIR_SHARE_READ_BYTES_MAX` that finds the rest taken
+/// waits only behind other such reads, not behind reads of clients that leave replies unread.
+pub const FAIR_SHARE_DIVISOR: usize = 8;
+/// The largest reply a read served from the fair share may take.
+pub const FAIR_SHARE_READ_BYTES_MAX: usize = 64 * 1024;
+/// The smallest budget: the fair share and a whole connection's batch beside it.
+const BUDGET_BYTES_MIN: usize = 2 * CONNECTION_FETCH_BYTES_MAX;
+const _: () = assert!(BUDGET_BYTES_MIN <= FETCH_BUDGET_BYTES);
+const _: () = assert!(BUDGET_BYTES_MIN - BUDGET_BYTES_MIN / FAIR_SHARE_DIVISOR >= CONNECTION_FETCH_BYTES_MAX);
+const _: () = assert!(BUDGET_BYTES_MIN / FAIR_SHARE_DIVISOR >= FAIR_SHARE_READ_BYTES_MAX);
 const _: () = assert!(CONNECTION_FETCH_BYTES_MAX <= u32::MAX as usize);
 const _: () = assert!(KEY_BYTES_MAX + REPLY_HEADER_BYTES_MAX <= HINT_ROOM_MIN_BYTES);
 const _: () = assert!(SIZE_HINT_SLOTS.is_power_of_two());
 const _: () = assert!((HINT_ROOM_MIN_BYTES << (HINT_CLASS_MAX - 1)) >> (HINT_CLASS_MAX - 1) == HINT_ROOM_MIN_BYTES);
 
-/// The shared budget, in bytes.
+/// The shared budget, in bytes: the fair share, and the rest for any read.
 pub(super) struct FetchBudget {
     bytes: Arc<Semaphore>,
-    /// The whole budget: no reservation asks for more.
+    /// The size of `bytes`: no reservation from it asks for more.
     total: usize,
+    /// The fair share (see [`FAIR_SHARE_DIVISOR`]).
+    share: Arc<Semaphore>,
     /// The largest possible reply: the room of a read of a key without a hint.
     per_key: usize,
     hints: SizeHints,
 }
 
 impl FetchBudget {
-    /// A budget of `total_bytes`, raised to `CONNECTION_FETCH_BYTES_MAX` if below it (a read
-    /// must always fit).
+    /// A budget of `total_bytes` in all, raised to `BUDGET_BYTES_MIN` if below it (a
+    /// connection's batch must always fit beside the fair share).
     pub fn new(limits: &Limits, total_bytes: usize) -> Self {
         let per_key = limits.value_bytes_max + KEY_BYTES_MAX + REPLY_HEADER_BYTES_MAX;
         // A value limit above the per-connection bound still reads one key at a time.
         let per_key = per_key.min(CONNECTION_FETCH_BYTES_MAX);
-        let total = total_bytes.clamp(CONNECTION_FETCH_BYTES_MAX, Semaphore::MAX_PERMITS);
-        FetchBudget { bytes: Arc::new(Semaphore::new(total)), total, per_key, hints: SizeHints::new() }
+        let all = total_bytes.clamp(BUDGET_BYTES_MIN, Semaphore::MAX_PERMITS);
+        let share = all / FAIR_SHARE_DIVISOR;
+        let total = all - share;
+        FetchBudget {
+            bytes: Arc::new(Semaphore::new(total)),
+            total,
+            share: Arc::new(Semaphore::new(share)),
+            per_key,
+            hints: SizeHints::new(),
+        }
     }
 
-    /// Bytes of the budget not held by any read now.
+    /// Bytes of the budget not held by any read now (the fair share's included).
     pub fn available(&self) -> usize {
-        self.bytes.available_permits()
+        self.bytes.available_permits() + self.share.available_permits()
+    }
+
+    /// Whether a read of `bytes` may be served from the fair share.
+    pub fn fits_share(&self, bytes: usize) -> bool {
+        bytes <= FAIR_SHARE_READ_BYTES_MAX
+    }
+
+    /// `bytes` (at most `FAIR_SHARE_READ_BYTES_MAX`) of the fair share, waiting for them behind
+    /// other reads from it only.
+    pub async fn reserve_share(&self, bytes: usize) -> OwnedSemaphorePermit {
+        let bytes = u32::try_from(bytes.min(FAIR_SHARE_READ_BYTES_MAX)).unwrap_or(u32::MAX);
+        // The semaphore is never closed.
+        match self.share.clone().acquire_many_owned(bytes).await {
+            Ok(permit) => permit,
+            Err(_) => unreachable!("the fetch budget's semaphore is never closed"),
+        }
     }
 
     /// The room a read of `key` reserves first: its hint, else the largest possible reply.
@@ -109,16 +145,19 @@ impl FetchBudget {
         }
     }
 
-    /// Makes `room` exactly `used` bytes: gives back the excess, or tops it up if the budget
-    /// has the rest free now. `Err(room)` if it has not (the reply does not fit).
+    /// Makes `room` exactly `used` bytes: gives back the excess, or tops it up if its part of
+    /// the budget has the rest free now (room of the fair share only up to
+    /// `FAIR_SHARE_READ_BYTES_MAX`). `Err(room)` if not (the reply does not fit).
     pub fn fit(&self, mut room: OwnedSemaphorePermit, used: usize) -> Result<OwnedSemaphorePermit, OwnedSemaphorePermit> {
         let held = room.num_permits();
         if used <= held {
             drop(room.split(held - used));
             return Ok(room);
         }
-        let more = (used - held <= self.total).then(|| self.try_reserve(used - held)).flatten();
-        match more {
+        let from_share = Arc::ptr_eq(room.semaphore(), &self.share);
+        let allowed = if from_share { used <= FAIR_SHARE_READ_BYTES_MAX } else { used - held <= self.total };
+        let more = u32::try_from(used - held).ok().filter(|_| allowed);
+        match more.and_then(|more| room.semaphore().clone().try_acquire_many_owned(more).ok()) {
             Some(more) => {
                 room.merge(more);
                 Ok(room)
@@ -195,14 +234,20 @@ mod tests {
 
     #[test]
     fn a_reply_larger_than_its_room_is_topped_up_only_from_free_room() {
-        let budget = FetchBudget::new(&Limits::default(), CONNECTION_FETCH_BYTES_MAX);
+        let budget = FetchBudget::new(&Limits::default(), BUDGET_BYTES_MIN);
+        let share = BUDGET_BYTES_MIN / FAIR_SHARE_DIVISOR;
         let room = budget.try_reserve(1000).unwrap();
         let room = budget.fit(room, 600).unwrap();
         assert_eq!(room.num_permits(), 600);
         let room = budget.fit(room, 5000).unwrap();
-        assert_eq!(budget.available(), CONNECTION_FETCH_BYTES_MAX - 5000);
-        let _rest = budget.try_reserve(budget.available()).unwrap();
+        assert_eq!(budget.available(), BUDGET_BYTES_MIN - 5000);
+        let _rest = budget.try_reserve(budget.available() - share).unwrap();
         let room = budget.fit(room, 6000).unwrap_err();
         assert_eq!(room.num_permits(), 5000);
+        // The fair share tops up its own room, and only up to its largest read.
+        let room = budget.fit(budget.share.clone().try_acquire_many_owned(100).unwrap(), 2000).unwrap();
+        assert_eq!(budget.available(), share - 2000);
+        let room = budget.fit(room, FAIR_SHARE_READ_BYTES_MAX + 1).unwrap_err();
+        assert_eq!(room.num_permits(), 2000);
     }
 }

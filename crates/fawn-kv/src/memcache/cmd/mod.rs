@@ -53,6 +53,8 @@ impl<'a, S: KvService> Ctx<'a, S> {
     /// replies pending on this connection that hold room are written first, which gives it
     /// back: a connection never waits for room while holding some, and fetches only as fast
     /// as its client takes the replies. (A connection holding none does not flush to wait.)
+    /// A connection holding none whose client has read everything sent to it takes a small
+    /// read's room from the fair share instead, behind such reads only.
     pub async fn reserve_reads(&mut self, bytes: usize) -> OwnedSemaphorePermit {
         let budget = &self.shared.budget;
         if let Some(room) = budget.try_reserve(bytes) {
@@ -62,6 +64,9 @@ impl<'a, S: KvService> Ctx<'a, S> {
         if self.conn.holds_budget() {
             // A failed write breaks the connection; the caller sees it after the read.
             let _ = self.conn.flush(&self.shared.stats).await;
+        } else if budget.fits_share(bytes) && self.conn.nothing_unread() {
+            // Not behind the reads of clients that leave their replies unread.
+            return budget.reserve_share(bytes).await;
         }
         budget.reserve(bytes).await
     }
