@@ -83,7 +83,8 @@ async fn a_reply_beyond_its_hint_without_room_is_read_again() {
     client.roundtrip(b"set s 0 0 1\r\nx\r\n", b"STORED\r\n").await;
     // Grown behind this server's back (as through another front-end): the hint is now wrong.
     let grown = vec![b'g'; MIB];
-    let update = Update { key: b"s".to_vec(), mutation: Mutation::Set, value: grown.clone(), flags: 0, expiry: 0 };
+    let update =
+        Update { key: b"s".to_vec(), mutation: Mutation::Set, value: grown.clone(), flags: 0, expiry: 0 };
     server.service.update(update).await.expect("grown");
 
     // Two clients that never read hold or wait for all but the fair share until the write

@@ -51,7 +51,8 @@ const _: () = assert!(BUDGET_BYTES_MIN / FAIR_SHARE_DIVISOR >= FAIR_SHARE_READ_B
 const _: () = assert!(CONNECTION_FETCH_BYTES_MAX <= u32::MAX as usize);
 const _: () = assert!(KEY_BYTES_MAX + REPLY_HEADER_BYTES_MAX <= HINT_ROOM_MIN_BYTES);
 const _: () = assert!(SIZE_HINT_SLOTS.is_power_of_two());
-const _: () = assert!((HINT_ROOM_MIN_BYTES << (HINT_CLASS_MAX - 1)) >> (HINT_CLASS_MAX - 1) == HINT_ROOM_MIN_BYTES);
+const _: () =
+    assert!((HINT_ROOM_MIN_BYTES << (HINT_CLASS_MAX - 1)) >> (HINT_CLASS_MAX - 1) == HINT_ROOM_MIN_BYTES);
 
 /// The shared budget, in bytes: the fair share, and the rest for any read.
 pub(super) struct FetchBudget {
@@ -148,7 +149,11 @@ impl FetchBudget {
     /// Makes `room` exactly `used` bytes: gives back the excess, or tops it up if its part of
     /// the budget has the rest free now (room of the fair share only up to
     /// `FAIR_SHARE_READ_BYTES_MAX`). `Err(room)` if not (the reply does not fit).
-    pub fn fit(&self, mut room: OwnedSemaphorePermit, used: usize) -> Result<OwnedSemaphorePermit, OwnedSemaphorePermit> {
+    pub fn fit(
+        &self,
+        mut room: OwnedSemaphorePermit,
+        used: usize,
+    ) -> Result<OwnedSemaphorePermit, OwnedSemaphorePermit> {
         let held = room.num_permits();
         if used <= held {
             drop(room.split(held - used));
