@@ -182,7 +182,7 @@ async fn cluster_failure_is_server_error_and_connection_survives() {
     // The fetch budget is all free once the replies are written.
     let free = fawn_kv::memcache::FETCH_BUDGET_BYTES;
     let fawn = format!(
-        "STAT server_errors 9\r\nSTAT fetch_budget_waits 0\r\nSTAT fetch_budget_free_bytes {free}\r\nEND\r\n"
+        "STAT server_errors 9\r\nSTAT fetch_budget_waits 0\r\nSTAT fetch_budget_rereads 0\r\nSTAT fetch_budget_free_bytes {free}\r\nEND\r\n"
     );
     c.roundtrip(b"stats fawn\r\n", fawn.as_bytes()).await;
     server.shutdown().await;

@@ -444,8 +444,8 @@ pub struct FrontendArgs {
     #[arg(long, default_value_t = fawn_ds::limits::VALUE_BYTES_MAX)]
     value_bytes_max: usize,
     /// MiB of replies the memcached port's reads may hold at once, from the request to the
-    /// back-end until the reply is written to the client. Each read in flight holds room for
-    /// the largest value (--value-bytes-max), so this also caps full-path reads in flight;
+    /// back-end until the reply is written to the client. A read first reserves the size its
+    /// key's reply last took (the largest value, --value-bytes-max, for a key not seen yet);
     /// clients that never read hold at most this until the write timeout closes them.
     #[arg(long, default_value_t = fawn_kv::memcache::FETCH_BUDGET_BYTES >> 20)]
     fetch_budget_mib: usize,

@@ -1,6 +1,7 @@
 //! One client connection's socket and buffers: the leaf that the request handlers write
 //! their replies into (as in mini-redis). It knows nothing of commands.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use std::pin::Pin;
@@ -79,9 +80,9 @@ pub(super) struct Connection {
     pub input: BytesMut,
     /// Replies not yet sent.
     pub out: Vec<u8>,
-    /// The fetch budget's room that the values in `out` take: given back once they are
-    /// written (or the connection breaks).
-    held: Option<OwnedSemaphorePermit>,
+    /// The fetch budget's room that the values in `out` take (one permit per part of the
+    /// budget): given back once they are written (or the connection breaks).
+    held: Vec<OwnedSemaphorePermit>,
     /// Writing to the client failed or timed out: nothing more is sent and the connection is
     /// to be closed.
     broken: bool,
@@ -97,7 +98,7 @@ impl Connection {
             stream,
             input: BytesMut::with_capacity(READ_CHUNK_BYTES),
             out: Vec::with_capacity(READ_CHUNK_BYTES),
-            held: None,
+            held: Vec::new(),
             broken: false,
             write_timeout,
         }
@@ -121,15 +122,27 @@ impl Connection {
 
     /// Keeps `room` of the fetch budget until the replies now pending are written.
     pub fn hold(&mut self, room: OwnedSemaphorePermit) {
-        match &mut self.held {
+        if room.num_permits() == 0 {
+            return;
+        }
+        match self.held.iter_mut().find(|held| Arc::ptr_eq(held.semaphore(), room.semaphore())) {
             Some(held) => held.merge(room),
-            None => self.held = Some(room),
+            None => self.held.push(room),
         }
     }
 
     /// Whether pending replies hold room of the fetch budget.
     pub fn holds_budget(&self) -> bool {
-        self.held.is_some()
+        self.held.iter().any(|held| held.num_permits() > 0)
+    }
+
+    /// Whether the client has taken every byte sent to it (the socket's send queue is empty).
+    pub fn nothing_unread(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut queued: libc::c_int = 0;
+        // SAFETY: TIOCOUTQ writes one int through the pointer, which is valid for it.
+        let ok = unsafe { libc::ioctl(self.stream.tcp().as_raw_fd(), libc::TIOCOUTQ, &mut queued) } == 0;
+        ok && queued == 0
     }
 
     /// Reads more input; `Ok(0)` at end of stream.
@@ -144,7 +157,7 @@ impl Connection {
     /// when the write fails: the connection is broken then, its replies dropped).
     pub async fn flush(&mut self, stats: &Stats) -> std::io::Result<()> {
         let result = self.write_out(stats).await;
-        self.held = None;
+        self.held.clear();
         result
     }
 

@@ -9,6 +9,7 @@ use fawn_proto::memcache::binary::{self, BinCommand, BinInvalid, BinParse, BinRe
 use fawn_proto::memcache::{parse, reply, Command, GetCommand, Invalid, Parse, SetMode};
 use tokio::sync::watch;
 
+use super::budget::CONNECTION_FETCH_BYTES_MAX;
 use super::cmd::{self, Flow};
 use super::conn::Connection;
 use super::stats::Activity;
@@ -212,21 +213,30 @@ impl<S: KvService> Session<S> {
     /// Reads do not conflict with each other, and the run stops at the first other request,
     /// so every read still sees all updates sent before it on this connection.
     fn gather_reads(&mut self, first: Command) -> Next {
-        // Read at once: within the fetch budget's per-connection bound.
-        let keys_max = PIPELINED_KEYS_MAX.min(self.shared.budget.keys_per_batch());
+        // Read at once: at most PIPELINED_KEYS_MAX keys whose first rooms in the fetch budget
+        // stay within its per-connection bound.
+        let budget = &self.shared.budget;
         let first = match first {
-            Command::Get(get) if get.touch.is_none() && get.keys.len() < keys_max => get,
+            Command::Get(get) if get.touch.is_none() && get.keys.len() < PIPELINED_KEYS_MAX => get,
             other => return Next::One(other),
         };
+        let mut room = budget.rooms(&first.keys);
+        if room > CONNECTION_FETCH_BYTES_MAX {
+            return Next::One(Command::Get(first));
+        }
         let mut keys = first.keys.len();
         let mut gets = vec![first];
         while let Parse::Frame { command: Command::Get(get), consumed } =
             parse(&self.conn.input, &self.shared.config.limits)
         {
-            if get.touch.is_some() || keys + get.keys.len() > keys_max {
+            if get.touch.is_some() || keys + get.keys.len() > PIPELINED_KEYS_MAX {
                 break;
             }
-            keys += get.keys.len();
+            let more = budget.rooms(&get.keys);
+            if room + more > CONNECTION_FETCH_BYTES_MAX {
+                break;
+            }
+            (keys, room) = (keys + get.keys.len(), room + more);
             gets.push(get);
             self.conn.input.advance(consumed);
         }

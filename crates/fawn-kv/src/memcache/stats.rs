@@ -57,6 +57,7 @@ counters!(
     store_too_large,
     server_errors,
     fetch_budget_waits,
+    fetch_budget_rereads,
     ssl_handshake_errors,
     bytes_read,
     bytes_written,

@@ -247,14 +247,18 @@ fn cpu_times() -> (String, String) {
 
 /// Counters FAWN adds to memcached's: `server_errors` (requests answered `SERVER_ERROR`
 /// because the cluster could not serve them), `fetch_budget_waits` (reads that waited for
-/// room in the fetch budget) and `fetch_budget_free_bytes` (the room free now).
+/// room in the fetch budget), `fetch_budget_rereads` (replies larger than their first room,
+/// with no room free to top it up, dropped and read again) and `fetch_budget_free_bytes`
+/// (the room free now).
 fn fawn<S: KvService>(ctx: &mut Ctx<'_, S>) {
     let errors = ctx.stats().get("server_errors").unwrap_or(0);
     let waits = ctx.stats().get("fetch_budget_waits").unwrap_or(0);
+    let rereads = ctx.stats().get("fetch_budget_rereads").unwrap_or(0);
     let free = ctx.shared.budget.available();
     let out = ctx.out();
     reply::stat(out, "server_errors", errors);
     reply::stat(out, "fetch_budget_waits", waits);
+    reply::stat(out, "fetch_budget_rereads", rereads);
     reply::stat(out, "fetch_budget_free_bytes", free);
     out.extend_from_slice(reply::END);
 }

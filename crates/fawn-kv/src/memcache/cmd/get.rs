@@ -10,6 +10,8 @@ use fawn_proto::op::{is_expired, Guarded, Item, Mutation, Outcome};
 use super::{bare_update, now, Ctx, Flow};
 use crate::memcache::access::Marks;
 use crate::memcache::budget::reply_bytes;
+#[cfg(doc)]
+use crate::memcache::budget::FetchBudget;
 use crate::memcache::stats::Stats;
 use crate::service::{KvService, ServiceError};
 
@@ -19,12 +21,14 @@ const READ_FAN_OUT: usize = 64;
 type ReadResult = Result<Option<Item>, ServiceError>;
 
 /// Answers in batches of at most [`READ_FAN_OUT`] keys (fewer if the fetch budget's
-/// per-connection bound asks for it), flushing as the reply grows, so memory per request stays
+/// per-connection bound asks for it, see [`FetchBudget::batch_len`]), flushing as the reply grows, so memory per request stays
 /// bounded. If the cluster fails part-way, the hits so far are followed by
 /// `SERVER_ERROR <message>` instead of `END` (as memcached ends a multi-get it cannot finish).
 pub(super) async fn run<S: KvService>(ctx: &mut Ctx<'_, S>, get: GetCommand) {
-    let fan_out = READ_FAN_OUT.min(ctx.shared.budget.keys_per_batch());
-    for batch in get.keys.chunks(fan_out) {
+    let mut rest = &get.keys[..];
+    while !rest.is_empty() {
+        let (batch, after) = rest.split_at(ctx.shared.budget.batch_len(rest, READ_FAN_OUT));
+        rest = after;
         let items = match get.touch {
             None => read_batch(ctx, batch).await,
             Some(exptime) => {
@@ -87,32 +91,41 @@ pub(in crate::memcache) async fn run_pipelined<S: KvService>(
     Flow::Continue
 }
 
-/// Reads the keys (at most the fetch budget's `keys_per_batch`), concurrently when there are
+/// Reads the keys (a batch of [`FetchBudget::batch_len`]), concurrently when there are
 /// several, results in key order. Their replies' room in the budget is held until the
-/// connection writes its pending replies, which the caller appends them to.
+/// connection writes its pending replies, which the caller appends them to. If the replies
+/// outgrew their first room and the budget has not the rest free, they are dropped and the
+/// keys read again one by one, each with room for what it took.
 async fn read_batch<S: KvService>(ctx: &mut Ctx<'_, S>, keys: &[Vec<u8>]) -> Vec<ReadResult> {
     if let [key] = keys {
         return vec![fetch(ctx, key).await];
     }
-    debug_assert!(keys.len() <= ctx.shared.budget.keys_per_batch());
-    let room = ctx.reserve_reads(keys.len()).await;
+    let first = ctx.shared.budget.rooms(keys);
+    let room = ctx.reserve_reads(first).await;
     let service = ctx.service();
-    let reads = keys.iter().map(|key| service.get(key)).collect();
-    let results: Vec<ReadResult> = join_all(reads)
-        .await
-        .into_iter()
-        .map(|result| result.map(|item| count_read(ctx.stats(), item)))
-        .collect();
-    let used = keys.iter().zip(&results).map(|(key, result)| used_bytes(key, result)).sum();
-    ctx.hold(room, used);
-    results
+    let results = join_all(keys.iter().map(|key| service.get(key)).collect()).await;
+    let used = keys.iter().zip(&results).map(|(key, result)| observe(ctx, key, result)).sum();
+    if ctx.hold(room, used).is_err() {
+        // Dropped before waiting for room: no reply is held beyond the budget.
+        drop(results);
+        let mut again = Vec::with_capacity(keys.len());
+        for key in keys {
+            again.push(fetch(ctx, key).await);
+        }
+        return again;
+    }
+    results.into_iter().map(|result| result.map(|item| count_read(ctx.stats(), item))).collect()
 }
 
-/// The room a read's reply takes in the fetch budget.
-fn used_bytes(key: &[u8], result: &ReadResult) -> usize {
+/// The room a read's reply takes in the fetch budget, remembered as the key's size hint.
+pub(super) fn observe<S>(ctx: &Ctx<'_, S>, key: &[u8], result: &Result<Option<Item>, ServiceError>) -> usize {
     match result {
-        Ok(Some(item)) => reply_bytes(key, &item.value),
-        _ => 0,
+        Ok(item) => {
+            let used = item.as_ref().map_or(0, |item| reply_bytes(key, &item.value));
+            ctx.shared.budget.observe(key, used);
+            used
+        }
+        Err(_) => 0,
     }
 }
 
@@ -153,12 +166,27 @@ pub(super) fn read<S>(ctx: &Ctx<'_, S>, key: &[u8], item: &Item) {
 }
 
 /// Reads a key, counting a hit or miss; its reply's room in the fetch budget is held until
-/// the connection writes its pending replies.
+/// the connection writes its pending replies. A reply that outgrew its first room (its size
+/// hint) when the budget has not the rest free is dropped and read again with room for the
+/// largest reply.
 pub(super) async fn fetch<S: KvService>(ctx: &mut Ctx<'_, S>, key: &[u8]) -> ReadResult {
-    let room = ctx.reserve_reads(1).await;
-    let result = ctx.service().get(key).await.map(|item| count_read(ctx.stats(), item));
-    ctx.hold(room, used_bytes(key, &result));
-    result
+    let mut first = ctx.shared.budget.room_for(key);
+    loop {
+        let room = ctx.reserve_reads(first).await;
+        let result = ctx.service().get(key).await;
+        let used = observe(ctx, key, &result);
+        match ctx.hold(room, used) {
+            Ok(()) => {}
+            // Larger than any reservation: held as it is.
+            Err(room) if first >= ctx.shared.budget.room_max() => ctx.hold_as_is(room),
+            Err(_) => {
+                drop(result);
+                first = ctx.shared.budget.room_max();
+                continue;
+            }
+        }
+        return result.map(|item| count_read(ctx.stats(), item));
+    }
 }
 
 /// Counts one key of a read. An item the service returns already expired (its clock may lag
@@ -192,6 +220,15 @@ pub(super) async fn touch_and_fetch<S: KvService>(
     key: &[u8],
     exptime: i32,
 ) -> ReadResult {
+    // A touch is not repeated to fit a reply: room for the largest one, reserved first.
+    let room = ctx.reserve_reads(ctx.shared.budget.room_max()).await;
+    let result = touch_then_read(ctx, key, exptime).await;
+    let used = observe(ctx, key, &result);
+    ctx.hold_largest(room, used);
+    result
+}
+
+async fn touch_then_read<S: KvService>(ctx: &mut Ctx<'_, S>, key: &[u8], exptime: i32) -> ReadResult {
     let counters = &ctx.stats().counters;
     Stats::incr(&counters.cmd_touch);
     let expiry = absolute_expiry(exptime, now());

@@ -198,7 +198,12 @@ async fn claim<S: KvService>(ctx: &mut Ctx<'_, S>, mg: &MetaGet) -> Result<Optio
         let item = Item { value: Vec::new(), flags: 0, expiry, cas, state: state::TOKEN_SENT };
         return Ok(Some(Found { item, won, created }));
     }
-    let item = ctx.service().get(&mg.key).await?.filter(|item| !is_expired(item.expiry, now));
+    // The claim is not repeated to fit a reply: room for the largest one.
+    let room = ctx.reserve_reads(ctx.shared.budget.room_max()).await;
+    let read = ctx.service().get(&mg.key).await;
+    let used = get::observe(ctx, &mg.key, &read);
+    ctx.hold_largest(room, used);
+    let item = read?.filter(|item| !is_expired(item.expiry, now));
     Ok(item.map(|item| Found { item, won, created }))
 }
 

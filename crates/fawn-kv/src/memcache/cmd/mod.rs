@@ -49,26 +49,51 @@ impl<'a, S: KvService> Ctx<'a, S> {
         self.conn.flush_if_full(&self.shared.stats).await;
     }
 
-    /// Room in the fetch budget for reading `keys` keys (at most
-    /// `budget.keys_per_batch()`). If none is free, the replies pending on this connection
-    /// are written first, which gives back the room they hold: a connection never waits for
-    /// room while holding some, and fetches only as fast as its client takes the replies.
-    pub async fn reserve_reads(&mut self, keys: usize) -> OwnedSemaphorePermit {
+    /// `bytes` of room in the fetch budget for a batch of reads. If they are not free, the
+    /// replies pending on this connection that hold room are written first, which gives it
+    /// back: a connection never waits for room while holding some, and fetches only as fast
+    /// as its client takes the replies. (A connection holding none does not flush to wait.)
+    /// A connection holding none whose client has read everything sent to it takes a small
+    /// read's room from the fair share instead, behind such reads only.
+    pub async fn reserve_reads(&mut self, bytes: usize) -> OwnedSemaphorePermit {
         let budget = &self.shared.budget;
-        if let Some(room) = budget.try_reserve(keys) {
+        if let Some(room) = budget.try_reserve(bytes) {
             return room;
         }
         Stats::incr(&self.stats().counters.fetch_budget_waits);
         if self.conn.holds_budget() {
             // A failed write breaks the connection; the caller sees it after the read.
             let _ = self.conn.flush(&self.shared.stats).await;
+        } else if budget.fits_share(bytes) && self.conn.nothing_unread() {
+            // Not behind the reads of clients that leave their replies unread.
+            return budget.reserve_share(bytes).await;
         }
-        budget.reserve(keys).await
+        budget.reserve(bytes).await
     }
 
-    /// Keeps `used` bytes of `room` until the replies now pending are written.
-    pub fn hold(&mut self, room: OwnedSemaphorePermit, used: usize) {
-        self.conn.hold(super::budget::keep(room, used));
+    /// Holds `room`, made exactly `used` bytes, until the replies now pending are written.
+    /// `Err(room)` if the replies take more than `room` and the budget has not the rest free
+    /// now: the caller drops them (so no reply is ever held beyond the budget) and reads
+    /// again with room for them.
+    pub fn hold(&mut self, room: OwnedSemaphorePermit, used: usize) -> Result<(), OwnedSemaphorePermit> {
+        let room = self.shared.budget.fit(room, used).inspect_err(|_| {
+            Stats::incr(&self.shared.stats.counters.fetch_budget_rereads);
+        })?;
+        self.conn.hold(room);
+        Ok(())
+    }
+
+    /// Holds `room` as it is, for a reply larger than any reservation (a value limit above
+    /// `CONNECTION_FETCH_BYTES_MAX`, which is read alone): better than never answering it.
+    pub fn hold_as_is(&mut self, room: OwnedSemaphorePermit) {
+        self.conn.hold(room);
+    }
+
+    /// Holds `room`, reserved for the largest reply, made `used` bytes if the budget allows
+    /// (else as it is): for reads that cannot be repeated (they touch or claim the item).
+    pub fn hold_largest(&mut self, room: OwnedSemaphorePermit, used: usize) {
+        let room = self.shared.budget.fit(room, used).unwrap_or_else(|room| room);
+        self.conn.hold(room);
     }
 
     /// Whether writing to the client failed: nothing more is to be read for it.

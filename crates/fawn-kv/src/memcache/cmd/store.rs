@@ -4,6 +4,7 @@ use fawn_proto::memcache::{absolute_expiry, reply, SetMode, StoreCommand};
 use fawn_proto::op::{Mutation, Outcome, Update};
 
 use super::{bare_update, now, Ctx};
+use crate::memcache::budget::reply_bytes;
 use crate::memcache::stats::Stats;
 use crate::memcache::Shared;
 use crate::service::KvService;
@@ -20,11 +21,17 @@ pub(super) async fn run<S: KvService>(ctx: &mut Ctx<'_, S>, store: StoreCommand)
         expiry: absolute_expiry(store.exptime, now()),
     };
     let key = update.key.clone();
+    // What a read of the key will take, unless appended to (then the read learns it).
+    let whole = !matches!(store.mode, SetMode::Append | SetMode::Prepend);
+    let reply = reply_bytes(&update.key, &update.value);
     let Some(outcome) = ctx.update(update, store.noreply).await else {
         return;
     };
     if let Outcome::Stored { cas } = outcome {
         ctx.shared.access.stored(&key, cas, now());
+        if whole {
+            ctx.shared.budget.observe(&key, reply);
+        }
     }
     if is_cas {
         count_cas(ctx.stats(), &outcome);
