@@ -142,7 +142,9 @@ impl Share {
     /// The share `request`'s response is charged to.
     pub fn of(request: &Request) -> Share {
         match request {
-            Request::Get { forwarded: true, .. } | Request::Update { forwarded: true, .. } => Share::Forwarded,
+            Request::Get { forwarded: true, .. } | Request::Update { forwarded: true, .. } => {
+                Share::Forwarded
+            }
             Request::Get { forwarded: false, .. } => Share::ClientGets,
             _ => Share::Other,
         }
@@ -259,7 +261,8 @@ impl Charge {
             let held = permit.num_permits();
             if bytes < held {
                 drop(permit.split(held - bytes));
-            } else if let Ok(more) = permit.semaphore().clone().try_acquire_many_owned((bytes - held) as u32) {
+            } else if let Ok(more) = permit.semaphore().clone().try_acquire_many_owned((bytes - held) as u32)
+            {
                 permit.merge(more);
             }
         }
@@ -414,7 +417,8 @@ async fn connection<H: Handler>(
     let (tx, rx) = mpsc::channel::<Output>(CONNECTION_RESPONSES_QUEUED_MAX);
     // This connection's cap; its responses also take room in the server's `budget`.
     let output = Arc::new(Semaphore::new(CONNECTION_OUTPUT_BYTES_MAX));
-    let writer_task = tokio::spawn(write_responses(writer, rx, limits.write_timeout, budget.clone(), peer_addr));
+    let writer_task =
+        tokio::spawn(write_responses(writer, rx, limits.write_timeout, budget.clone(), peer_addr));
     let in_flight = Arc::new(Semaphore::new(CONNECTION_REQUESTS_IN_FLIGHT_MAX));
     let mut frames = FrameReader::new(reader);
     let mut from: Option<NodeId> = None;

@@ -121,7 +121,10 @@ fn native_clients_that_never_read_are_closed_and_memory_stays_bounded() {
             _ => 64,
         } << 20;
         // The status request itself holds a little of `other`.
-        assert!(free + (64 << 10) >= size, "share {share}: {free} of {size} bytes free after the hostile clients left");
+        assert!(
+            free + (64 << 10) >= size,
+            "share {share}: {free} of {size} bytes free after the hostile clients left"
+        );
     }
     timing_goal(
         closed_after < HOSTILE_CLOSED_GOAL,

@@ -204,7 +204,8 @@ impl Backend {
         }
         let budget = &self.reply_budget;
         for share in crate::server::Share::ALL {
-            counters.push((format!("reply_budget_{}_free_bytes", share.name()), budget.free_bytes(share) as u64));
+            counters
+                .push((format!("reply_budget_{}_free_bytes", share.name()), budget.free_bytes(share) as u64));
             counters.push((format!("reply_budget_{}_waits", share.name()), budget.waits(share)));
         }
         counters.push(("native_write_stalls".into(), budget.stalled_closed()));

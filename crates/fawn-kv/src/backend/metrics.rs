@@ -33,7 +33,12 @@ impl Exposition for Backend {
         let budget = &self.reply_budget;
         for share in server::Share::ALL {
             let labels = format!("{node}share=\"{}\",", share.name());
-            metrics::line(&mut out, "fawn_backend_reply_budget_free_bytes", &labels, budget.free_bytes(share) as u64);
+            metrics::line(
+                &mut out,
+                "fawn_backend_reply_budget_free_bytes",
+                &labels,
+                budget.free_bytes(share) as u64,
+            );
             metrics::line(&mut out, "fawn_backend_reply_budget_waits_total", &labels, budget.waits(share));
         }
         metrics::line(&mut out, "fawn_backend_native_write_stalls_total", &node, budget.stalled_closed());
