@@ -677,3 +677,69 @@ fn push_response(buf: &mut Vec<u8>, id: u64, resp: Response) {
         let _ = encode_frame(id, &Message::Response(err), buf);
     }
 }
+
+/// Guards the reply budget's arithmetic: shares that fit the budget and hold a get each, the
+/// share each request is charged to, a full share that holds up no other, and a charge
+/// settled to a response's real size.
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get(forwarded: bool) -> Request {
+        Request::Get { epoch: 1, key: b"k".to_vec(), forwarded }
+    }
+
+    fn connection_cap() -> Arc<Semaphore> {
+        Arc::new(Semaphore::new(CONNECTION_OUTPUT_BYTES_MAX))
+    }
+
+    #[test]
+    fn shares_fit_the_budget_and_each_holds_a_get() {
+        for bytes in [0, NATIVE_REPLY_BUDGET_BYTES_MIN, NATIVE_REPLY_BUDGET_BYTES, 3 << 30] {
+            let budget = ReplyBudget::new(bytes);
+            let total: usize = Share::ALL.iter().map(|&s| budget.share_bytes(s)).sum();
+            assert!(total <= bytes.max(NATIVE_REPLY_BUDGET_BYTES_MIN), "{bytes}: {total}");
+            for share in Share::ALL {
+                assert!(budget.share_bytes(share) >= GET_RESPONSE_CHARGE_BYTES, "{bytes}: {share:?}");
+                assert_eq!(budget.free_bytes(share), budget.share_bytes(share));
+            }
+        }
+    }
+
+    #[test]
+    fn requests_are_charged_to_their_share() {
+        assert_eq!(Share::of(&get(true)), Share::Forwarded);
+        assert_eq!(Share::of(&get(false)), Share::ClientGets);
+        assert_eq!(Share::of(&Request::Ping), Share::Other);
+        assert_eq!(Share::of(&Request::Status), Share::Other);
+    }
+
+    #[tokio::test]
+    async fn a_full_share_of_client_gets_holds_up_no_other_share() {
+        let budget = ReplyBudget::new(NATIVE_REPLY_BUDGET_BYTES_MIN);
+        let mut held = Vec::new();
+        // Clients' gets take all of their share, each on a connection of its own.
+        while let Some(c) =
+            Charge::now(&connection_cap(), &budget, Share::ClientGets, GET_RESPONSE_CHARGE_BYTES)
+        {
+            held.push(c);
+        }
+        assert!(!held.is_empty());
+        let connection = connection_cap();
+        let client_get = get(false);
+        let waiting =
+            tokio::time::timeout(Duration::from_millis(50), Charge::wait(&connection, &budget, &client_get));
+        assert!(waiting.await.is_err(), "a client's get found room in a full share");
+        assert_eq!(budget.waits(Share::ClientGets), 1);
+        let forwarded =
+            Charge::wait(&connection, &budget, &get(true)).await.expect("room for a forwarded get");
+        let mut small = Charge::wait(&connection, &budget, &Request::Ping).await.expect("room for a ping");
+        // Settled to its real size, a response gives the rest back at once.
+        small.settle(40);
+        assert_eq!(budget.free_bytes(Share::Other), budget.share_bytes(Share::Other) - 40);
+        drop((forwarded, small, held));
+        for share in Share::ALL {
+            assert_eq!(budget.free_bytes(share), budget.share_bytes(share), "{share:?}");
+        }
+    }
+}
