@@ -552,6 +552,12 @@ pub struct NativeBoundsArgs {
     /// Milliseconds a native peer may take to accept queued responses before it is closed.
     #[arg(long, default_value_t = fawn_kv::server::NATIVE_WRITE_TIMEOUT.as_millis() as u64)]
     native_write_timeout_ms: u64,
+    /// MiB of responses all connections of one native listener may hold in the making or
+    /// queued for their peers (at least 16): 3/8 for requests front-ends forward, 1/2 for
+    /// clients' own gets, 1/8 for the rest. A connection that finds no room is not read until
+    /// there is; peers that never read hold it until the write timeout closes them.
+    #[arg(long, default_value_t = (fawn_kv::server::NATIVE_REPLY_BUDGET_BYTES >> 20) as u64)]
+    native_reply_budget_mib: u64,
 }
 
 impl NativeBoundsArgs {
@@ -563,6 +569,8 @@ impl NativeBoundsArgs {
                 frame: Duration::from_millis(self.native_frame_timeout_ms.max(1)),
             },
             write_timeout: Duration::from_millis(self.native_write_timeout_ms.max(1)),
+            reply_budget_bytes: usize::try_from(self.native_reply_budget_mib.saturating_mul(1 << 20))
+                .unwrap_or(usize::MAX),
         }
     }
 }

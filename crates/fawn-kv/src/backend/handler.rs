@@ -202,6 +202,13 @@ impl Backend {
             log_bytes += s.log_bytes;
             unacked += r.unacked_len() as u64;
         }
+        let budget = &self.reply_budget;
+        for share in crate::server::Share::ALL {
+            counters
+                .push((format!("reply_budget_{}_free_bytes", share.name()), budget.free_bytes(share) as u64));
+            counters.push((format!("reply_budget_{}_waits", share.name()), budget.waits(share)));
+        }
+        counters.push(("native_write_stalls".into(), budget.stalled_closed()));
         counters.push(("live_keys".into(), keys));
         counters.push(("log_bytes".into(), log_bytes));
         counters.push(("unacked".into(), unacked));

@@ -30,6 +30,18 @@ impl Exposition for Backend {
         c.get_latency.render(&mut out, "fawn_backend_get_seconds", &node);
         c.update_latency.render(&mut out, "fawn_backend_update_seconds", &node);
         metrics::line(&mut out, "fawn_backend_chain_queue_depth", &node, self.links.queued());
+        let budget = &self.reply_budget;
+        for share in server::Share::ALL {
+            let labels = format!("{node}share=\"{}\",", share.name());
+            metrics::line(
+                &mut out,
+                "fawn_backend_reply_budget_free_bytes",
+                &labels,
+                budget.free_bytes(share) as u64,
+            );
+            metrics::line(&mut out, "fawn_backend_reply_budget_waits_total", &labels, budget.waits(share));
+        }
+        metrics::line(&mut out, "fawn_backend_native_write_stalls_total", &node, budget.stalled_closed());
         metrics::line(&mut out, "fawn_backend_epoch", &node, self.current().config.epoch);
         for r in self.replicas.read().values() {
             let s = r.store.stats();

@@ -198,6 +198,8 @@ pub struct Backend {
     /// (range, sender) pairs for which a resend is being asked (`resend_after_catch_up`).
     resend_asks: parking_lot::Mutex<std::collections::HashSet<(Range, NodeId)>>,
     counters: Counters,
+    /// The native listener's reply budget (its free room and waits are metrics).
+    reply_budget: Arc<server::ReplyBudget>,
     me: Weak<Backend>,
 }
 
@@ -246,6 +248,7 @@ impl Backend {
             pre_merges: parking_lot::Mutex::new(HashMap::new()),
             resend_asks: parking_lot::Mutex::new(std::collections::HashSet::new()),
             counters: Counters::default(),
+            reply_budget: Arc::default(),
             me: me.clone(),
         });
         backend.install(config).await?;
@@ -256,7 +259,8 @@ impl Backend {
 
     /// Serves the native protocol until shutdown, then syncs and checkpoints every datastore.
     pub async fn serve(self: Arc<Self>, listener: tokio::net::TcpListener, shutdown: watch::Receiver<bool>) {
-        server::serve(listener, self.clone(), shutdown).await;
+        let budget = self.reply_budget.clone();
+        server::serve_within(listener, self.clone(), server::limits(), budget, shutdown).await;
         self.flush_stores();
     }
 
