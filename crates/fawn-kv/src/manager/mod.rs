@@ -2,8 +2,9 @@
 //! configuration fetches. Run as a group of replicas (3 by default, any odd number) that
 //! agree on the configuration through Raft (`raft`): every change is a log entry
 //! (`command::Command`) applying one pure transition of `state`, committed on a majority's
-//! disks before anyone sees it. Only the group's leader answers; the others tell a caller
-//! who leads (`WireError::NotLeader`), and `client` follows the leader across elections.
+//! disks before anyone sees it. Only the group's leader answers: the others pass a caller's
+//! reports and renewals on to it (`forwarded`), and tell a caller of anything else who leads
+//! (`WireError::NotLeader`); `client` follows the leader across elections.
 
 pub mod client;
 pub mod command;
@@ -82,9 +83,28 @@ const FORWARD_TIMEOUT: Duration = Duration::from_millis(300);
 const _: () = assert!(FORWARD_TIMEOUT.as_millis() < client::ATTEMPT_TIMEOUT.as_millis());
 
 /// Whether a replica that does not lead passes `request` on to the leader (`Manager::forward`)
-/// rather than naming the leader to the caller.
+/// rather than naming the leader to the caller: every renewal, report and registration a
+/// back-end or front-end sends, and a configuration fetch. Not a change of the group itself
+/// (it waits for a new manager to catch up, far longer than a follower waits), and not what
+/// each replica answers for itself (`Status`, `Ping`, `Raft`).
 fn forwarded(request: &Request) -> bool {
-    matches!(request, Request::GetConfig | Request::Renew)
+    matches!(
+        request,
+        Request::GetConfig
+            | Request::Renew
+            | Request::Heartbeats { .. }
+            | Request::RegisterBackend { .. }
+            | Request::RegisterFrontend { .. }
+            | Request::FrontendRefused { .. }
+            | Request::SyncDone { .. }
+            | Request::Leave { .. }
+            | Request::LinkCut { .. }
+            | Request::TailReady { .. }
+            | Request::SplitReady { .. }
+            | Request::MergeReady { .. }
+            | Request::SetFlush { .. }
+            | Request::DiskFault { .. }
+    )
 }
 
 /// How long a request waits for a new group's first configuration to be committed.
