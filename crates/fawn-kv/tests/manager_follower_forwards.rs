@@ -1,10 +1,10 @@
 //! Guards the followers' forwarding: three real managers over real TCP, and a caller that
 //! talks to one follower only (it never follows the leader's name, as a process cut off from
 //! the leader but not from that follower could not). Every report and renewal it sends is
-//! answered, as the leader answers it: back-ends register and report, a front-end registers
-//! and heartbeats, leases come back with the leader's term. A request the follower may not
-//! pass on (a change of the group) still names the leader, and a request passed on to a
-//! manager that does not lead is not passed on again.
+//! answered, as the leader answers it: back-ends report, a front-end heartbeats, leases come
+//! back with the leader's term. A request the follower does not pass on (a registration, a
+//! change of the group) names the leader, and a request passed on to a manager that does not
+//! lead is not passed on again.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -80,13 +80,20 @@ async fn a_caller_that_reaches_only_a_follower_makes_progress() {
     let at = addrs[follower].clone();
     let pool = Pool::new(Duration::from_secs(1));
 
-    // Back-ends register and the ranges form, all through the follower.
+    // A registration is not passed on: the follower names the leader, where the back-ends
+    // register (a process starts out talking to the leader).
+    let register = Request::RegisterBackend { node: 1, addr: "127.0.0.1:2".into(), logs_complete: true };
+    match ask(&pool, &at, register).await {
+        Response::Error(WireError::NotLeader { leader: Some(l) }) => assert_eq!(l, addrs[leader]),
+        other => panic!("RegisterBackend to a follower answered {other:?}"),
+    }
     for node in 1..=BACKENDS {
         let register =
             Request::RegisterBackend { node, addr: format!("127.0.0.1:{}", 1 + node), logs_complete: true };
-        let c = config(ask(&pool, &at, register).await, "RegisterBackend");
+        let c = config(ask(&pool, &addrs[leader], register).await, "RegisterBackend");
         assert!(c.backends.iter().any(|b| b.node == node), "node {node} registered: {c:?}");
     }
+    // From here on everything goes through the follower alone.
     let formed = config(ask(&pool, &at, Request::GetConfig).await, "GetConfig");
     assert!(formed.formed, "the ranges formed: {formed:?}");
 
@@ -110,13 +117,13 @@ async fn a_caller_that_reaches_only_a_follower_makes_progress() {
     let state = c.backends.iter().find(|b| b.node == 1).map(|b| b.state);
     assert_eq!(state, Some(NodeState::Degraded), "{c:?}");
 
-    // A front-end registers and heartbeats through the follower.
+    // A front-end (registered at the leader) heartbeats through the follower.
     let register = Request::RegisterFrontend {
         id: 0,
         native_addr: "127.0.0.1:9".into(),
         memcache_addr: "127.0.0.1:10".into(),
     };
-    let c = config(ask(&pool, &at, register).await, "RegisterFrontend");
+    let c = config(ask(&pool, &addrs[leader], register).await, "RegisterFrontend");
     assert_eq!(c.frontends.len(), 1, "{c:?}");
     let silent_ms = (1..=BACKENDS).map(|n| (n, 0)).collect();
     match ask(&pool, &at, Request::Heartbeats { frontend: 0, silent_ms }).await {

@@ -83,18 +83,20 @@ const FORWARD_TIMEOUT: Duration = Duration::from_millis(300);
 const _: () = assert!(FORWARD_TIMEOUT.as_millis() < client::ATTEMPT_TIMEOUT.as_millis());
 
 /// Whether a replica that does not lead passes `request` on to the leader (`Manager::forward`)
-/// rather than naming the leader to the caller: every renewal, report and registration a
-/// back-end or front-end sends, and a configuration fetch. Not a change of the group itself
-/// (it waits for a new manager to catch up, far longer than a follower waits), and not what
-/// each replica answers for itself (`Status`, `Ping`, `Raft`).
+/// rather than naming the leader to the caller: every renewal and report a back-end or
+/// front-end sends, and a configuration fetch. Not a registration: a process that starts
+/// is told who leads and then talks to the leader directly, so a frozen follower holds up
+/// no one (a caller answered by a follower stays with it; with every request passed on, all
+/// processes stayed with the first manager of their list, and freezing that follower for
+/// 8 s stalled clients for the whole freeze in `fawn bench failover`). Not a change of the
+/// group itself (it waits for a new manager to catch up, far longer than a follower waits),
+/// and not what each replica answers for itself (`Status`, `Ping`, `Raft`).
 fn forwarded(request: &Request) -> bool {
     matches!(
         request,
         Request::GetConfig
             | Request::Renew
             | Request::Heartbeats { .. }
-            | Request::RegisterBackend { .. }
-            | Request::RegisterFrontend { .. }
             | Request::FrontendRefused { .. }
             | Request::SyncDone { .. }
             | Request::Leave { .. }
