@@ -10,8 +10,12 @@
 //!   node id).
 //! - A front-end's reports (register, heartbeats): a front-end, about itself.
 //! - `Committed` notices: back-ends (tails) only; an update naming `reply_to`: front-ends only.
-//! - Reads of state (gets, updates, status, configuration, digests, pings), and a report that
-//!   a front-end refused connections (the manager checks for itself): any member.
+//! - Reads of state (gets, updates, status, configuration, lease renewals, digests, pings),
+//!   and a report that a front-end refused connections (the manager checks for itself): any
+//!   member.
+//!
+//! A manager that does not lead passes a request it checked here on to the leader
+//! (`manager::raft::network`, over a manager-only `Raft` request), which trusts that check.
 //!
 //! Without TLS (`--plaintext`) nothing is known of a peer and everything is allowed.
 
@@ -68,6 +72,7 @@ pub fn request(peer: Option<&Identity>, request: &Request) -> Result<(), Refused
         | Request::Update { reply_to: None, .. }
         | Request::ItemStats
         | Request::GetConfig
+        | Request::Renew
         | Request::Status
         | Request::RangeDigest { .. }
         | Request::Ping => (true, String::new()),

@@ -33,7 +33,9 @@ use fawn_ring::{KeyId, NodeId, Range};
 /// 9: `ClusterConfig::cluster_id`, carried in `ChainMsg::Hello`.
 /// 10: `Request::FrontendRefused` (a peer front-end refused a connection).
 /// 11: `Request::Committed` carries the notices of many updates.
-pub const PROTOCOL_VERSION: u8 = 11;
+/// 12: leases carry the manager group's term: `Request::Renew`, answered (like a front-end's
+/// `Heartbeats`) with `Response::Lease`.
+pub const PROTOCOL_VERSION: u8 = 12;
 /// Largest frame body accepted (a 1 MiB value plus key and headers fits many times over).
 pub const FRAME_BYTES_MAX: usize = 8 << 20;
 /// Bytes before the body: length (4) + version (1) + request id (8).
@@ -158,6 +160,9 @@ pub enum Request {
     /// there), it lends the front-end's wedges at once instead of after the heartbeat silence
     /// (docs/PROTOCOL.md, "Front-end failover").
     FrontendRefused { frontend: u32 },
+    /// A back-end renews its lease (to the manager; answered with `Response::Lease` by a
+    /// leader that confirmed a majority still follows it after the request was sent).
+    Renew,
 }
 
 /// Answers, one per request, with the request's id.
@@ -177,6 +182,13 @@ pub enum Response {
     Error(WireError),
     /// The encoded answer to `Request::Raft`.
     Raft(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// A lease renewed (the answer to `Renew` and `Heartbeats`): `term` is the manager group's
+    /// Raft term in which the leader confirmed it still led, `config` its configuration then.
+    /// A process ignores a lease of an older term or an older epoch than it holds.
+    Lease {
+        term: u64,
+        config: ClusterConfig,
+    },
 }
 
 /// Errors that cross the wire.

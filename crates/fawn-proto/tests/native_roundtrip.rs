@@ -128,6 +128,7 @@ fn samples() -> Vec<Message> {
         Request::ChangeManagers { id: 4, addr: "127.0.0.1:7004".into(), add: true },
         Request::DiskFault { node: 3, reason: "no space left on device".into() },
         Request::FrontendRefused { frontend: 1 },
+        Request::Renew,
     ];
     let responses = vec![
         Response::Get(Some(Item { value: vec![1, 2, 3], flags: 4, expiry: 5, cas: 6, state: 3 })),
@@ -158,6 +159,7 @@ fn samples() -> Vec<Message> {
         Response::Error(WireError::NotLeader { leader: Some("127.0.0.1:7001".into()) }),
         Response::Error(WireError::NotLeader { leader: None }),
         Response::Raft(vec![9, 8]),
+        Response::Lease { term: 7, config: config() },
         Response::Error(WireError::WrongNode("node 2".into())),
         Response::Error(WireError::Unavailable("splitting".into())),
         Response::Error(WireError::TooLarge),
@@ -255,6 +257,7 @@ fn variant_name(m: &Message) -> &'static str {
             Request::ChangeManagers { .. } => "ChangeManagers",
             Request::DiskFault { .. } => "DiskFault",
             Request::FrontendRefused { .. } => "FrontendRefused",
+            Request::Renew => "Renew",
         },
         Message::Response(r) => match r {
             Response::Get(_) => "Response::Get",
@@ -266,6 +269,7 @@ fn variant_name(m: &Message) -> &'static str {
             Response::Digest(_) => "Response::Digest",
             Response::Pong => "Response::Pong",
             Response::Raft(_) => "Response::Raft",
+            Response::Lease { .. } => "Response::Lease",
             Response::Error(e) => match e {
                 WireError::StaleEpoch { .. } => "Error::StaleEpoch",
                 WireError::WrongNode(_) => "Error::WrongNode",
@@ -295,8 +299,8 @@ fn variant_name(m: &Message) -> &'static str {
     }
 }
 
-/// Variants `variant_name` knows: 24 requests, 9 responses + 8 errors, 13 chain messages.
-const VARIANTS: usize = 24 + 9 + 8 + 13;
+/// Variants `variant_name` knows: 25 requests, 10 responses + 8 errors, 13 chain messages.
+const VARIANTS: usize = 25 + 10 + 8 + 13;
 
 fn frame(id: u64, m: &Message) -> Vec<u8> {
     let mut out = Vec::new();

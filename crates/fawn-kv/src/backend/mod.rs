@@ -34,9 +34,10 @@ use parking_lot::RwLock;
 use tokio::sync::{mpsc, watch};
 use tracing::{debug, error, info, warn};
 
+use crate::manager::client::{self as manager_client, Held};
 use crate::metrics::Histogram;
 use crate::server::{self, Handler};
-use crate::view::{fetch_config, View};
+use crate::view::View;
 use health::LinkProbe;
 use link::{LinkOwner, Links};
 use range::{blocking, suffix_plan, LinkTo, Ordered, RangeReplica, Route};
@@ -46,6 +47,8 @@ pub const CONFIG_POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// A back-end that has not reached the manager for this long stops serving clients: by then
 /// the manager may have declared it failed and handed its role to another node.
 pub const MANAGER_LEASE: Duration = Duration::from_millis(1500);
+/// How long one lease renewal may wait for the manager group (across its members).
+const RENEW_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long a tail waits for a front-end to take a commit notice (it is only a shortcut: the
 /// head answers too).
 const COMMITTED_NOTICE_TIMEOUT: Duration = Duration::from_millis(500);
@@ -177,6 +180,8 @@ pub struct Backend {
     pool: Pool,
     started: Instant,
     last_manager_contact: parking_lot::Mutex<Instant>,
+    /// The newest manager-group term a lease was taken in (`renew`).
+    lease_term: AtomicU64,
     /// Successors whose chain has stopped acknowledging, with the time the stall began.
     stalled_links: parking_lot::Mutex<HashMap<NodeId, Instant>>,
     /// Direct probes of stalled (or reported) successors.
@@ -238,6 +243,7 @@ impl Backend {
             pool,
             started: Instant::now(),
             last_manager_contact: parking_lot::Mutex::new(Instant::now()),
+            lease_term: AtomicU64::new(0),
             stalled_links: parking_lot::Mutex::new(HashMap::new()),
             link_probes: parking_lot::Mutex::new(HashMap::new()),
             reported_cuts: parking_lot::Mutex::new(HashMap::new()),
@@ -398,11 +404,32 @@ impl Backend {
 
     /// Fetches the manager's configuration and installs it if it is newer.
     async fn fetch_and_install(&self) {
-        if let Ok(config) = fetch_config(&self.pool, &self.options.manager).await {
+        if let Some(config) = self.renew().await {
             if let Err(e) = self.install(config).await {
                 error!(error = %e, "cannot install configuration");
             }
         }
+    }
+
+    /// Renews the lease with the manager group and returns the configuration it came with.
+    /// The lease runs from when the request was sent, not from when the answer arrived: the
+    /// leader's answer says its group still led at some moment after the send, no later. A
+    /// lease older in term or epoch than what this node held is ignored
+    /// (`manager::client::accept_lease`).
+    async fn renew(&self) -> Option<ClusterConfig> {
+        let held = Held { term: self.lease_term.load(Ordering::SeqCst), epoch: self.current().config.epoch };
+        let sent = Instant::now();
+        let lease = manager_client::renew(&self.pool, &self.options.manager, Request::Renew, RENEW_TIMEOUT)
+            .await
+            .ok()?;
+        if !manager_client::accept_lease(held, &lease) {
+            warn!(?held, term = lease.term, epoch = lease.config.epoch, "ignoring an older lease");
+            return None;
+        }
+        self.lease_term.fetch_max(lease.term, Ordering::SeqCst);
+        let mut contact = self.last_manager_contact.lock();
+        *contact = (*contact).max(sent);
+        Some(lease.config)
     }
 
     fn replica(&self, range: &Range) -> Option<Arc<RangeReplica>> {
@@ -733,11 +760,7 @@ async fn poll_config(backend: Weak<Backend>) {
     loop {
         tokio::time::sleep(CONFIG_POLL_INTERVAL).await;
         let Some(b) = backend.upgrade() else { return };
-        // The lease runs from when the request was sent, not from when the answer arrived: the
-        // manager's answer says its group still led at some moment after the send, no later.
-        let sent = Instant::now();
-        let Ok(config) = fetch_config(&b.pool, &b.options.manager).await else { continue };
-        *b.last_manager_contact.lock() = sent;
+        let Some(config) = b.renew().await else { continue };
         let me = config.backends.iter().find(|x| x.node == b.options.node).map(|x| x.state);
         if me == Some(NodeState::Failed) {
             warn!("the manager declared this back-end failed; registering again to rejoin");

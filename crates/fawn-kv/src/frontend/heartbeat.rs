@@ -14,11 +14,12 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use fawn_client::pool::Pool;
-use fawn_proto::native::{ClusterConfig, Request, Response};
+use fawn_proto::native::{Request, Response};
 use fawn_ring::NodeId;
 use tracing::{info, warn};
 
 use super::{register_once, Frontend};
+use crate::manager::client::{self as manager_client, Held, Lease};
 use crate::view::{ping_all, watched_backends};
 
 /// The shortest wait for the answer to a report: the leader answers after a round of Raft
@@ -35,6 +36,7 @@ pub(super) async fn heartbeat_backends(frontend: Weak<Frontend>, interval: Durat
         tokio::time::sleep(interval).await;
         let Some(f) = frontend.upgrade() else { return };
         let (config, manager, id) = (f.config(), f.options.manager.clone(), f.options.id);
+        let held = Held { term: f.ownership.term(), epoch: config.epoch };
         drop(f);
         if !config.formed {
             continue;
@@ -48,11 +50,11 @@ pub(super) async fn heartbeat_backends(frontend: Weak<Frontend>, interval: Durat
         let silent_ms = silences(&mut last_answer, &watched, &answered);
         let report = Request::Heartbeats { frontend: id, silent_ms };
         let sent = Instant::now();
-        match crate::manager::client::call(&pool, &manager, report, interval.max(REPORT_TIMEOUT_MIN)).await {
-            Ok(Response::Config(config)) => {
+        match manager_client::renew(&pool, &manager, report, interval.max(REPORT_TIMEOUT_MIN)).await {
+            Ok(lease) => {
                 manager_unreachable = false;
                 let Some(f) = frontend.upgrade() else { return };
-                f.report_answered(sent, config).await;
+                f.report_answered(sent, held, lease).await;
             }
             other => {
                 // Logged once per outage: the manager's own detector takes over meanwhile.
@@ -65,10 +67,16 @@ pub(super) async fn heartbeat_backends(frontend: Weak<Frontend>, interval: Durat
 }
 
 impl Frontend {
-    /// The leader answered a report sent at `sent` with `config`.
-    async fn report_answered(&self, sent: Instant, config: ClusterConfig) {
-        self.install(config);
-        self.ownership.renew(sent, &self.cache);
+    /// The leader answered a report sent at `sent`, while this front-end held `held`, with
+    /// `lease`. A lease older in term or epoch than what was held is ignored
+    /// (`manager::client::accept_lease`).
+    async fn report_answered(&self, sent: Instant, held: Held, lease: Lease) {
+        if !manager_client::accept_lease(held, &lease) {
+            warn!(?held, term = lease.term, epoch = lease.config.epoch, "ignoring an older lease");
+            return;
+        }
+        self.install(lease.config);
+        self.ownership.renew(sent, lease.term, &self.cache);
         let view = self.current();
         if !view.config.formed || self.ownership.serves(&view.config, self.options.id) {
             return;

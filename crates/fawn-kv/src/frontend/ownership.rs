@@ -36,6 +36,8 @@ pub(super) struct Ownership {
     /// Nanoseconds since `origin` before which the cache takes no fill.
     fills_from: AtomicU64,
     lapses: AtomicU64,
+    /// The newest manager-group term a lease was renewed in.
+    term: AtomicU64,
 }
 
 impl Ownership {
@@ -50,6 +52,7 @@ impl Ownership {
             lease_until: AtomicU64::new(0),
             fills_from: AtomicU64::new(0),
             lapses: AtomicU64::new(0),
+            term: AtomicU64::new(0),
         };
         o.lease_until.store(o.nanos(sent + FRONTEND_LEASE), Ordering::SeqCst);
         o.fills_from.store(o.nanos(Instant::now() + hold), Ordering::SeqCst);
@@ -84,15 +87,22 @@ impl Ownership {
         self.fills_from.fetch_max(self.nanos(Instant::now() + self.hold), Ordering::SeqCst);
     }
 
-    /// The leader answered a report sent at `sent`. After a lapse the cache is dropped and
-    /// held before the lease is extended, so no get serves what it held meanwhile.
-    pub(super) fn renew(&self, sent: Instant, cache: &QueryCache) {
+    /// The leader of manager-group term `term` answered a report sent at `sent` (a lease the
+    /// caller accepted: `manager::client::accept_lease`). After a lapse the cache is dropped
+    /// and held before the lease is extended, so no get serves what it held meanwhile.
+    pub(super) fn renew(&self, sent: Instant, term: u64, cache: &QueryCache) {
         if !self.leased() {
             self.lapses.fetch_add(1, Ordering::Relaxed);
             self.hold_fills();
             cache.clear();
         }
+        self.term.fetch_max(term, Ordering::SeqCst);
         self.lease_until.fetch_max(self.nanos(sent + FRONTEND_LEASE), Ordering::SeqCst);
+    }
+
+    /// The newest term a lease was renewed in (0: none yet).
+    pub(super) fn term(&self) -> u64 {
+        self.term.load(Ordering::SeqCst)
     }
 
     /// Called before the view moves from `old` to `new`: taking the own wedge back holds the
@@ -168,8 +178,9 @@ mod tests {
         assert_eq!(cache.len(), 1);
         let o = Ownership { hold, ..o };
         assert!(!o.leased());
-        o.renew(Instant::now(), &cache);
+        o.renew(Instant::now(), 3, &cache);
         assert!(o.leased());
+        assert_eq!(o.term(), 3);
         assert_eq!(cache.len(), 0, "what was cached before the lapse is gone");
         assert!(o.caches(&normal, 0) && !o.fills(&normal, 0), "held after the lapse");
         assert_eq!(o.lapses(), 1);

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use fawn_client::pool::Pool;
 use fawn_client::rpc::RpcError;
-use fawn_proto::native::{Request, Response, WireError};
+use fawn_proto::native::{ClusterConfig, Epoch, Request, Response, WireError};
 use parking_lot::Mutex;
 
 /// How long one manager gets to answer before the next is tried: a frozen leader must not
@@ -132,4 +132,62 @@ pub async fn call(
     timeout: Duration,
 ) -> Result<Response, RpcError> {
     managers(list).call(pool, request, timeout).await
+}
+
+/// A lease as the manager group granted it (`Response::Lease`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// The group's Raft term in which the leader confirmed that a majority still followed it.
+    pub term: u64,
+    /// The group's configuration at that moment.
+    pub config: ClusterConfig,
+}
+
+/// What a process held when it asked for a lease: the newest term it had been granted a
+/// lease in, and the epoch of its configuration.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Held {
+    pub term: u64,
+    pub epoch: Epoch,
+}
+
+/// Whether a process that held `held` when it asked may take `lease`. A lease of an older
+/// term or carrying an older configuration than the process already had is ignored: it
+/// comes from a leader the group has since replaced (a delayed answer, or a replica that
+/// kept a stale view), and renewing from it would let that leader's word outlast its
+/// successor's. Compared with what was held when the request was sent, not when the answer
+/// came: a renewal overtaken by another answer is still as good as when it was granted (it
+/// was confirmed after it was sent), and its configuration is then merely not installed.
+pub fn accept_lease(held: Held, lease: &Lease) -> bool {
+    lease.term >= held.term && lease.config.epoch >= held.epoch
+}
+
+/// Sends `request` (`Renew`, or a front-end's `Heartbeats`) to the group's leader and returns
+/// the lease it grants. The lease runs from before this call was made.
+pub async fn renew(pool: &Pool, list: &str, request: Request, timeout: Duration) -> Result<Lease, String> {
+    match call(pool, list, request, timeout).await {
+        Ok(Response::Lease { term, config }) => Ok(Lease { term, config }),
+        Ok(other) => Err(format!("unexpected answer {other:?}")),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lease(term: u64, epoch: Epoch) -> Lease {
+        Lease { term, config: ClusterConfig { epoch, ..ClusterConfig::default() } }
+    }
+
+    #[test]
+    fn a_lease_older_in_term_or_epoch_than_held_is_ignored() {
+        let held = Held { term: 4, epoch: 10 };
+        assert!(accept_lease(held, &lease(4, 10)), "the same term and epoch renews");
+        assert!(accept_lease(held, &lease(5, 10)), "a newer leader");
+        assert!(accept_lease(held, &lease(4, 12)), "a newer configuration");
+        assert!(!accept_lease(held, &lease(3, 12)), "a deposed leader's lease");
+        assert!(!accept_lease(held, &lease(5, 9)), "a configuration older than the one held");
+        assert!(accept_lease(Held::default(), &lease(1, 0)), "nothing held yet");
+    }
 }

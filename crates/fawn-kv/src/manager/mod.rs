@@ -2,8 +2,9 @@
 //! configuration fetches. Run as a group of replicas (3 by default, any odd number) that
 //! agree on the configuration through Raft (`raft`): every change is a log entry
 //! (`command::Command`) applying one pure transition of `state`, committed on a majority's
-//! disks before anyone sees it. Only the group's leader answers; the others tell a caller
-//! who leads (`WireError::NotLeader`), and `client` follows the leader across elections.
+//! disks before anyone sees it. Only the group's leader answers: the others pass a caller's
+//! reports and renewals on to it (`forwarded`), and tell a caller of anything else who leads
+//! (`WireError::NotLeader`); `client` follows the leader across elections.
 
 pub mod client;
 pub mod command;
@@ -74,12 +75,39 @@ pub const FRONTEND_SILENCE_MIN: Duration = Duration::from_millis(2000);
 
 const _: () = assert!(FRONTEND_SILENCE_MIN.as_millis() > FRONTEND_LEASE.as_millis());
 
-/// How long a follower waits for the leader's answer to a `GetConfig` it passes on: within
-/// the caller's wait for one manager, so that a caller whose follower cannot reach the leader
+/// How long a follower waits for the leader's answer to a request it passes on: within the
+/// caller's wait for one manager, so that a caller whose follower cannot reach the leader
 /// either still has time to try another.
-const CONFIG_FORWARD_TIMEOUT: Duration = Duration::from_millis(300);
+const FORWARD_TIMEOUT: Duration = Duration::from_millis(300);
 
-const _: () = assert!(CONFIG_FORWARD_TIMEOUT.as_millis() < client::ATTEMPT_TIMEOUT.as_millis());
+const _: () = assert!(FORWARD_TIMEOUT.as_millis() < client::ATTEMPT_TIMEOUT.as_millis());
+
+/// Whether a replica that does not lead passes `request` on to the leader (`Manager::forward`)
+/// rather than naming the leader to the caller: every renewal and report a back-end or
+/// front-end sends, and a configuration fetch. Not a registration: a process that starts
+/// is told who leads and then talks to the leader directly, so a frozen follower holds up
+/// no one (a caller answered by a follower stays with it; with every request passed on, all
+/// processes stayed with the first manager of their list, and freezing that follower for
+/// 8 s stalled clients for the whole freeze in `fawn bench failover`). Not a change of the
+/// group itself (it waits for a new manager to catch up, far longer than a follower waits),
+/// and not what each replica answers for itself (`Status`, `Ping`, `Raft`).
+fn forwarded(request: &Request) -> bool {
+    matches!(
+        request,
+        Request::GetConfig
+            | Request::Renew
+            | Request::Heartbeats { .. }
+            | Request::FrontendRefused { .. }
+            | Request::SyncDone { .. }
+            | Request::Leave { .. }
+            | Request::LinkCut { .. }
+            | Request::TailReady { .. }
+            | Request::SplitReady { .. }
+            | Request::MergeReady { .. }
+            | Request::SetFlush { .. }
+            | Request::DiskFault { .. }
+    )
+}
 
 /// How long a request waits for a new group's first configuration to be committed.
 const FIRST_CONFIG_WAIT: Duration = Duration::from_secs(2);
@@ -290,36 +318,50 @@ impl Manager {
         }
     }
 
-    /// The configuration, answered only by a leader that a majority still follows (checked
-    /// now): a back-end's lease is renewed only by such an answer, so a deposed leader cut off
-    /// from the group cannot keep back-ends serving a configuration the group has replaced.
-    async fn linearizable_config(&self) -> Response {
+    /// A lease: the configuration, answered only by a leader that a majority still follows
+    /// (checked now), with the term it leads in. A back-end's or front-end's lease is renewed
+    /// only by such an answer, so a deposed leader cut off from the group cannot keep them
+    /// serving a configuration the group has replaced.
+    async fn lease(&self) -> Result<client::Lease, Response> {
         if !self.is_leader() {
-            return self.not_leader();
+            return Err(self.not_leader());
         }
-        match self.raft.ensure_linearizable().await {
-            Ok(_) => match self.first_config().await {
-                Some(c) => Response::Config(c),
-                None => Response::Error(WireError::Unavailable(
-                    "the manager group has no configuration yet".into(),
-                )),
-            },
-            Err(_) => self.not_leader(),
+        let read = match self.raft.ensure_linearizable().await {
+            Ok(read) => read,
+            Err(_) => return Err(self.not_leader()),
+        };
+        // The read position is at least this leader's first entry of its term, so its term is
+        // the one the majority confirmed.
+        let term = read.map_or_else(|| self.raft.metrics().borrow().current_term, |l| l.leader_id.term);
+        match self.first_config().await {
+            Some(config) => Ok(client::Lease { term, config }),
+            None => Err(Response::Error(WireError::Unavailable(
+                "the manager group has no configuration yet".into(),
+            ))),
         }
     }
 
-    /// `GetConfig`: answered by the leader (`linearizable_config`), or by a follower that asks
-    /// the leader it knows on the caller's behalf. A back-end cut off from the leader but not
-    /// from a follower (a partial partition) thus keeps renewing its lease through the
-    /// follower; the lease stays as safe as when asked directly, since the leader confirms a
-    /// majority follows it after the back-end sent its request, from which the lease runs.
-    async fn config_for_caller(&self) -> Response {
-        if self.is_leader() {
-            return self.linearizable_config().await;
-        }
+    /// The configuration as `lease` confirms it (`GetConfig`).
+    async fn linearizable_config(&self) -> Response {
+        self.lease().await.map_or_else(|e| e, |l| Response::Config(l.config))
+    }
+
+    /// The answer to a renewal (`Renew`, `Heartbeats`).
+    async fn lease_answer(&self) -> Response {
+        self.lease().await.map_or_else(|e| e, |l| Response::Lease { term: l.term, config: l.config })
+    }
+
+    /// A request of [`forwarded`] that reached a replica that does not lead: passed on to the
+    /// leader it knows, which answers it as if asked directly (and never passes it on again).
+    /// A process cut off from the leader but not from a follower (a partial partition) thus
+    /// keeps renewing its lease and reporting through the follower. A lease stays as safe as
+    /// when asked directly: the leader confirms a majority follows it after the request was
+    /// sent, from which the lease runs. The caller's identity was checked at this replica's
+    /// listener (`crate::auth`); the leader trusts that check, as it trusts its peers.
+    async fn forward(&self, request: Request) -> Response {
         match raft::leader(&self.raft) {
             Some((id, addr)) if id != self.options.id => {
-                raft::network::config_from(&self.pool, &addr, CONFIG_FORWARD_TIMEOUT)
+                raft::network::forward(&self.pool, &addr, request, FORWARD_TIMEOUT)
                     .await
                     .unwrap_or_else(|| self.not_leader())
             }
@@ -404,9 +446,30 @@ impl Handler for Manager {
     async fn request(self: Arc<Self>, request: Request) -> Response {
         match request {
             Request::Raft(body) => {
-                raft::network::serve(&self.raft, &body, || self.linearizable_config()).await
+                let answer = |forwarded_request: Request| {
+                    let manager = self.clone();
+                    async move {
+                        if forwarded(&forwarded_request) {
+                            manager.answer(forwarded_request).await
+                        } else {
+                            Response::Error(WireError::Invalid("not a request a manager passes on".into()))
+                        }
+                    }
+                };
+                raft::network::serve(&self.raft, &body, answer).await
             }
-            Request::GetConfig => self.config_for_caller().await,
+            request if forwarded(&request) && !self.is_leader() => self.forward(request).await,
+            request => self.answer(request).await,
+        }
+    }
+}
+
+impl Manager {
+    /// Answers `request` as this replica: a leader acts on it; a request that only the leader
+    /// may answer is otherwise refused with the leader's name (`WireError::NotLeader`).
+    async fn answer(self: Arc<Self>, request: Request) -> Response {
+        match request {
+            Request::GetConfig => self.linearizable_config().await,
             Request::RegisterBackend { node, addr, logs_complete } => {
                 if !logs_complete {
                     info!(node, "back-end registers after its host restarted: its logs may lack updates it acknowledged");
@@ -458,11 +521,12 @@ impl Handler for Manager {
                     return self.not_leader();
                 }
                 self.heartbeats(frontend, silent_ms);
-                // Answered like `GetConfig`, by a leader a majority still follows: the answer
+                // Answered like `Renew`, by a leader a majority still follows: the answer
                 // renews the front-end's lease (`frontend::ownership`) and tells it which
                 // wedges it serves.
-                self.linearizable_config().await
+                self.lease_answer().await
             }
+            Request::Renew => self.lease_answer().await,
             Request::ChangeManagers { id, addr, add } => self.change_managers(id, addr, add).await,
             Request::Ping => Response::Pong,
             other => Response::Error(WireError::Invalid(format!("the manager does not serve {other:?}"))),

@@ -2,8 +2,8 @@
 //! request (`Request::Raft`) whose body is the bincode encoding of openraft's request, on the
 //! manager's ordinary listener and the pooled multiplexed connections every process uses.
 //! Two more requests ride the same channel: a manager's membership, asked by a replica that
-//! may have been removed from the group (`super::removed`), and the configuration as the
-//! leader answers `GetConfig`, asked by a follower on a caller's behalf (`config_from`).
+//! may have been removed from the group (`super::removed`), and a caller's request that a
+//! follower passes on to the leader (`forward`).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -34,8 +34,12 @@ enum Rpc {
     InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
     /// The membership the receiver has (last, so the earlier variants keep their tags).
     Membership,
-    /// The configuration, answered as the receiver answers `GetConfig` when it leads.
+    /// The configuration, answered as the receiver answers `GetConfig` when it leads (sent
+    /// by followers of the previous protocol version; now `Forward(GetConfig)`).
     Config,
+    /// A caller's request, answered as the receiver answers it when it leads, never passed on
+    /// again.
+    Forward(Request),
 }
 
 /// Its answer.
@@ -46,18 +50,19 @@ enum Reply {
     InstallSnapshot(Result<InstallSnapshotResponse<u64>, RaftError<u64, InstallSnapshotError>>),
     Membership(StoredMembership<u64, BasicNode>),
     Config(Response),
+    Forward(Response),
 }
 
 fn codec() -> impl bincode::Options {
     bincode::DefaultOptions::new().with_limit(FRAME_BYTES_MAX as u64)
 }
 
-/// Answers one encoded RPC from another manager with the local replica; `config` answers a
-/// follower asking for the configuration.
+/// Answers one encoded RPC from another manager with the local replica; `forwarded` answers
+/// a request a follower passes on (as a leader answers it, without passing it on again).
 pub async fn serve<F: Future<Output = Response>>(
     raft: &Raft,
     body: &[u8],
-    config: impl FnOnce() -> F,
+    forwarded: impl FnOnce(Request) -> F,
 ) -> Response {
     let rpc: Rpc = match codec().deserialize(body) {
         Ok(r) => r,
@@ -68,7 +73,8 @@ pub async fn serve<F: Future<Output = Response>>(
         Rpc::Vote(r) => Reply::Vote(raft.vote(r).await),
         Rpc::InstallSnapshot(r) => Reply::InstallSnapshot(raft.install_snapshot(r).await),
         Rpc::Membership => Reply::Membership(raft.metrics().borrow().membership_config.as_ref().clone()),
-        Rpc::Config => Reply::Config(config().await),
+        Rpc::Config => Reply::Config(forwarded(Request::GetConfig).await),
+        Rpc::Forward(request) => Reply::Forward(forwarded(request).await),
     };
     match codec().serialize(&reply) {
         Ok(bytes) => Response::Raft(bytes),
@@ -93,13 +99,13 @@ pub async fn membership_of(
     }
 }
 
-/// The configuration as the manager at `addr` answers `GetConfig` if it leads (never passed
-/// on further), if it answers within `timeout`.
-pub async fn config_from(pool: &Pool, addr: &str, timeout: Duration) -> Option<Response> {
-    let bytes = codec().serialize(&Rpc::Config).ok()?;
+/// `request` as the manager at `addr` answers it if it leads (never passed on further), if it
+/// answers within `timeout`.
+pub async fn forward(pool: &Pool, addr: &str, request: Request, timeout: Duration) -> Option<Response> {
+    let bytes = codec().serialize(&Rpc::Forward(request)).ok()?;
     match pool.call(addr, Request::Raft(bytes), timeout).await {
         Ok(Response::Raft(b)) => match codec().deserialize(&b) {
-            Ok(Reply::Config(r)) => Some(r),
+            Ok(Reply::Forward(r)) => Some(r),
             _ => None,
         },
         _ => None,
