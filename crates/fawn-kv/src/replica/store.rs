@@ -184,7 +184,7 @@ impl ReplicaStore for Arc<DataStore> {
 
     /// One `write_batch`: one `pwrite` (and one group commit), all records or none.
     fn append_batch(&mut self, updates: &[Append<'_>]) -> Result<(), StoreError> {
-        let tags: Vec<OutcomeTag> = updates.iter().map(OutcomeTag::of).collect();
+        let tags: Vec<OutcomeTag> = updates.iter().map(|u| OutcomeTag::of(u.origin, u.seq)).collect();
         let ops: Vec<BatchOp<'_>> = updates.iter().zip(&tags).map(|(u, t)| batch_op(u, t.bytes())).collect();
         self.write_batch(&ops).map_err(storage)
     }

@@ -8,8 +8,6 @@ use fawn_ds::limits::TAG_BYTES_MAX;
 use fawn_proto::native::ReqId;
 use fawn_proto::op::Outcome;
 
-use super::store::Append;
-
 /// Bytes of the longest tag: ids, code, a counter's value and a cas.
 const OUTCOME_TAG_BYTES_MAX: usize = 8 + 8 + 1 + 8 + 8;
 const _: () = assert!(OUTCOME_TAG_BYTES_MAX <= TAG_BYTES_MAX);
@@ -25,11 +23,12 @@ pub struct OutcomeTag {
 }
 
 impl OutcomeTag {
-    /// The tag of `u`'s record: its origin's request and outcome, or none.
-    pub fn of(u: &Append<'_>) -> OutcomeTag {
+    /// The tag of the record of `seq`: the request and outcome it answers (its origin), or
+    /// none.
+    pub fn of(origin: Option<(ReqId, &Outcome)>, seq: u64) -> OutcomeTag {
         let mut t = OutcomeTag { buf: [0; OUTCOME_TAG_BYTES_MAX], len: 0 };
-        if let Some((req, outcome)) = u.origin {
-            t.encode(req, outcome, u.seq);
+        if let Some((req, outcome)) = origin {
+            t.encode(req, outcome, seq);
         }
         t
     }
@@ -115,7 +114,6 @@ impl OutcomeTag {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fawn_proto::native::ReplEffect;
 
     fn outcomes(cas: u64) -> Vec<Outcome> {
         vec![
@@ -136,12 +134,10 @@ mod tests {
     #[test]
     fn every_outcome_round_trips_and_a_set_costs_17_bytes() {
         let req = ReqId { client: 0xDEAD_BEEF_0123_4567, seq: 99 };
-        let effect = ReplEffect::Delete;
         for seq in [1u64, 1 << 52] {
             for cas in [seq, seq - 1] {
                 for outcome in outcomes(cas) {
-                    let u = Append { key: b"k", effect: &effect, seq, origin: Some((req, &outcome)) };
-                    let tag = OutcomeTag::of(&u);
+                    let tag = OutcomeTag::of(Some((req, &outcome)), seq);
                     assert!(tag.bytes().len() <= OUTCOME_TAG_BYTES_MAX);
                     assert_eq!(
                         OutcomeTag::decode(tag.bytes(), seq),
@@ -152,9 +148,8 @@ mod tests {
             }
         }
         let set = Outcome::Stored { cas: 7 };
-        let u = Append { key: b"k", effect: &effect, seq: 7, origin: Some((req, &set)) };
-        assert_eq!(OutcomeTag::of(&u).bytes().len(), 17);
-        assert!(OutcomeTag::of(&Append::bare(b"k", &effect, 7)).bytes().is_empty());
+        assert_eq!(OutcomeTag::of(Some((req, &set)), 7).bytes().len(), 17);
+        assert!(OutcomeTag::of(None, 7).bytes().is_empty());
     }
 
     /// Whatever the bytes, decoding never panics, and what it accepts encodes to a tag that
@@ -164,7 +159,6 @@ mod tests {
         use rand::{Rng, SeedableRng};
         let seed: u64 = rand::random();
         let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
-        let effect = ReplEffect::Delete;
         let mut accepted = 0;
         for _ in 0..20_000 {
             let len = rng.gen_range(0..=TAG_BYTES_MAX);
@@ -175,8 +169,7 @@ mod tests {
             }
             let seq = rng.gen_range(1..4);
             if let Some((req, outcome)) = OutcomeTag::decode(&tag, seq) {
-                let u = Append { key: b"k", effect: &effect, seq, origin: Some((req, &outcome)) };
-                let again = OutcomeTag::of(&u);
+                let again = OutcomeTag::of(Some((req, &outcome)), seq);
                 // A cas equal to the seq is always written elided.
                 let same = again.bytes() == &tag[..]
                     || OutcomeTag::decode(again.bytes(), seq) == Some((req, outcome.clone()));
