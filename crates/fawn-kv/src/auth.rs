@@ -9,7 +9,9 @@
 //!   and chain messages: a back-end, and only about itself (`Hello.from` is its certificate's
 //!   node id).
 //! - A front-end's reports (register, heartbeats): a front-end, about itself.
-//! - `Committed` notices: back-ends (tails) only; an update naming `reply_to`: front-ends only.
+//! - `Committed` notices: back-ends (tails) only; an update naming `reply_to`, and a get or
+//!   update marked `forwarded` (which a back-end serves from the front-ends' reply share, and a
+//!   front-end does not forward again): front-ends only.
 //! - Reads of state (gets, updates, status, configuration, lease renewals, digests, pings),
 //!   and a report that a front-end refused connections (the manager checks for itself): any
 //!   member.
@@ -67,6 +69,9 @@ pub fn request(peer: Option<&Identity>, request: &Request) -> Result<(), Refused
         Request::Committed { .. } => (is(Role::Backend), "Committed".to_string()),
         Request::Update { reply_to: Some(_), .. } => {
             (is(Role::Frontend), "an Update with reply_to".to_string())
+        }
+        Request::Get { forwarded: true, .. } | Request::Update { forwarded: true, .. } => {
+            (is(Role::Frontend), "a forwarded Get or Update".to_string())
         }
         Request::Get { .. }
         | Request::Update { reply_to: None, .. }
@@ -134,6 +139,13 @@ mod tests {
         assert!(request(Some(&id(Role::Backend, 3)), &register).is_err(), "registered as another node");
         assert!(request(None, &install).is_ok(), "plaintext decides nothing");
         assert!(request(Some(&id(Role::Backend, 3)), &Request::Ping).is_ok());
+        let get = |forwarded| Request::Get { epoch: Default::default(), key: b"k".to_vec(), forwarded };
+        assert!(request(Some(&id(Role::Frontend, 1)), &get(true)).is_ok());
+        assert!(
+            request(Some(&id(Role::Admin, 0)), &get(true)).is_err(),
+            "a client took the front-ends' share"
+        );
+        assert!(request(Some(&id(Role::Admin, 0)), &get(false)).is_ok());
     }
 
     #[test]
