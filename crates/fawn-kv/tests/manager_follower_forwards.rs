@@ -6,14 +6,13 @@
 //! change of the group) names the leader, and a request passed on to a manager that does not
 //! lead is not passed on again.
 
-use std::sync::Arc;
+mod manager_support;
+
 use std::time::{Duration, Instant};
 
 use fawn_client::pool::Pool;
-use fawn_kv::manager::{raft, Manager, ManagerOptions};
+use fawn_kv::manager::raft;
 use fawn_proto::native::{ClusterConfig, NodeState, Request, Response, WireError};
-use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 const BACKENDS: u32 = 3;
 
@@ -41,41 +40,10 @@ fn config(answer: Response, what: &str) -> ClusterConfig {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caller_that_reaches_only_a_follower_makes_progress() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (_stop, shutdown) = watch::channel(false);
-    let mut listeners = Vec::new();
-    for _ in 0..3 {
-        listeners.push(TcpListener::bind("127.0.0.1:0").await.expect("bind manager"));
-    }
-    let addrs: Vec<String> = listeners.iter().map(|l| l.local_addr().expect("addr").to_string()).collect();
-    let mut managers: Vec<Arc<Manager>> = Vec::new();
-    for (i, listener) in listeners.into_iter().enumerate() {
-        let m = Manager::open(ManagerOptions {
-            group: addrs.clone(),
-            id: i as u64 + 1,
-            snapshot_every: raft::SNAPSHOT_EVERY_ENTRIES,
-            data_dir: dir.path().join(format!("manager-{}", i + 1)),
-            expected_backends: BACKENDS as usize,
-            replicas: 3,
-            vnodes: 2,
-            expected_frontends: 1,
-            // Long enough that the manager's own detector fails no stand-in back-end here.
-            heartbeat: Duration::from_secs(1),
-            fd_threshold: 30,
-        })
-        .await
-        .expect("open manager");
-        tokio::spawn(m.clone().serve(listener, shutdown.clone()));
-        managers.push(m);
-    }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let leader = loop {
-        if let Some(i) = managers.iter().position(|m| m.is_leader()) {
-            break i;
-        }
-        assert!(Instant::now() < deadline, "no manager leads");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    // Long enough that the managers' own detector fails no stand-in back-end here.
+    let group = manager_support::start(BACKENDS as usize, Duration::from_secs(1), 30).await;
+    let (addrs, managers) = (&group.addrs, &group.managers);
+    let leader = group.leader().await;
     let follower = (leader + 1) % 3;
     let at = addrs[follower].clone();
     let pool = Pool::new(Duration::from_secs(1));

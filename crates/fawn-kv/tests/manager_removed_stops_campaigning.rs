@@ -4,15 +4,13 @@
 //! standing for election (before, it started a new election, a new term, every ~0.5 s for as
 //! long as it ran). The two left keep one leader and their term.
 
+mod manager_support;
+
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fawn_client::pool::Pool;
-use fawn_kv::manager::{Manager, ManagerOptions};
 use fawn_proto::native::{Request, Response};
-use tokio::net::TcpListener;
-use tokio::sync::watch;
 
 /// Each manager's status counters (empty if it does not answer).
 async fn counters(pool: &Pool, addr: &str) -> BTreeMap<String, u64> {
@@ -28,43 +26,13 @@ async fn counter(pool: &Pool, addr: &str, name: &str) -> u64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_removed_manager_stops_campaigning() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (_stop, shutdown) = watch::channel(false);
-    let mut listeners = Vec::new();
-    for _ in 0..3 {
-        listeners.push(TcpListener::bind("127.0.0.1:0").await.expect("bind manager"));
-    }
-    let addrs: Vec<String> = listeners.iter().map(|l| l.local_addr().expect("addr").to_string()).collect();
-    let mut managers: Vec<Arc<Manager>> = Vec::new();
-    for (i, listener) in listeners.into_iter().enumerate() {
-        let m = Manager::open(ManagerOptions {
-            group: addrs.clone(),
-            id: i as u64 + 1,
-            snapshot_every: fawn_kv::manager::raft::SNAPSHOT_EVERY_ENTRIES,
-            data_dir: dir.path().join(format!("manager-{}", i + 1)),
-            expected_backends: 3,
-            replicas: 3,
-            vnodes: 2,
-            expected_frontends: 1,
-            heartbeat: Duration::from_millis(200),
-            fd_threshold: 10,
-        })
-        .await
-        .expect("open manager");
-        tokio::spawn(m.clone().serve(listener, shutdown.clone()));
-        managers.push(m);
-    }
+    let group = manager_support::start(3, Duration::from_millis(200), 10).await;
+    let addrs = &group.addrs;
     let pool = Pool::new(Duration::from_secs(1));
     let list = addrs.join(",");
     let deadline = Instant::now() + Duration::from_secs(30);
     // Remove a follower (removing the leader works too, but then the group first elects anew).
-    let leader = loop {
-        if let Some(i) = managers.iter().position(|m| m.is_leader()) {
-            break i;
-        }
-        assert!(Instant::now() < deadline, "no manager leads");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let leader = group.leader().await;
     let victim = (leader + 1) % 3;
     let id = victim as u64 + 1;
     let request = Request::ChangeManagers { id, addr: addrs[victim].clone(), add: false };

@@ -8,15 +8,16 @@ use fawn_sim::{run_seed, CacheFault, Config, Fault};
 /// Each fault must be found among this many seeds.
 const SEEDS_MAX: u64 = 2_000;
 
-fn seeds_to_find(fault: Fault, clean: Config) -> Option<u64> {
-    let faulty = Config { fault: Some(fault), ..clean.clone() };
-    first_found(&faulty, &clean)
-}
-
-fn first_found(faulty: &Config, clean: &Config) -> Option<u64> {
-    (0..SEEDS_MAX).find(|seed| {
+/// Requires `faulty` to fail a seed that `clean` passes among the first `SEEDS_MAX`; `name`
+/// is the fault's, for the messages.
+fn first_found(name: &str, faulty: &Config, clean: &Config) {
+    let found = (0..SEEDS_MAX).find(|seed| {
         !run_seed(*seed, faulty).violations.is_empty() && run_seed(*seed, clean).violations.is_empty()
-    })
+    });
+    match found {
+        Some(seed) => eprintln!("{name}: found at seed {seed} ({} seeds)", seed + 1),
+        None => panic!("{name} not found in {SEEDS_MAX} seeds"),
+    }
 }
 
 fn found(fault: Fault) {
@@ -25,10 +26,7 @@ fn found(fault: Fault) {
 
 /// As `found`, in runs shaped by `cfg` (some faults need two failures or more).
 fn found_with(fault: Fault, cfg: Config) {
-    match seeds_to_find(fault, cfg) {
-        Some(seed) => eprintln!("{fault:?}: found at seed {seed} ({} seeds)", seed + 1),
-        None => panic!("{fault:?} not found in {SEEDS_MAX} seeds"),
-    }
+    first_found(&format!("{fault:?}"), &Config { fault: Some(fault), ..cfg.clone() }, &cfg);
 }
 
 #[test]
@@ -84,11 +82,7 @@ fn a_copy_taken_though_its_appends_failed_is_found() {
 /// A front-end cache fault, in runs through the cached front-end with one crash at most.
 fn cache_fault_found(fault: CacheFault) {
     let clean = Config { crashes_max: 1, frontend_cache: true, ..Config::default() };
-    let faulty = Config { cache_fault: Some(fault), ..clean.clone() };
-    match first_found(&faulty, &clean) {
-        Some(seed) => eprintln!("{fault:?}: found at seed {seed} ({} seeds)", seed + 1),
-        None => panic!("{fault:?} not found in {SEEDS_MAX} seeds"),
-    }
+    first_found(&format!("{fault:?}"), &Config { cache_fault: Some(fault), ..clean.clone() }, &clean);
 }
 
 #[test]
