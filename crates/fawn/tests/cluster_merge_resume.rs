@@ -25,7 +25,11 @@ const KEYS: u32 = 1500;
 fn settled(c: &ClusterConfig) -> bool {
     c.backends.iter().all(|b| matches!(b.state, NodeState::Alive | NodeState::Left))
         && c.ranges.iter().all(|r| {
-            r.syncing.is_empty() && r.splitting.is_none() && r.merging.is_none() && r.chain.len() == 3
+            r.syncing.is_empty()
+                && r.unproven_tail.is_none()
+                && r.splitting.is_none()
+                && r.merging.is_none()
+                && r.chain.len() == 3
         })
 }
 
@@ -77,7 +81,7 @@ fn a_merge_cut_short_by_crashes_is_finished_after_each_restart() {
     let remaining = Ring::new(&[1, 2, 3], c.vnodes, c.replicas);
     let mut ends: Vec<KeyId> = remaining.vids().iter().map(|v| v.id).collect();
     ends.sort();
-    let after = procs.wait_config("the leave's merges finish", |c| {
+    let after = procs.wait_config_installed("the leave's merges finish", |c| {
         settled(c) && c.ranges.iter().map(|r| r.range.end_inclusive).collect::<Vec<_>>() == ends
     });
     assert!(after.epoch > before);

@@ -19,7 +19,9 @@ const KEYS: u32 = 1500;
 
 fn settled(c: &ClusterConfig) -> bool {
     c.backends.iter().all(|b| b.state == NodeState::Alive)
-        && c.ranges.iter().all(|r| r.syncing.is_empty() && r.splitting.is_none() && r.chain.len() == 3)
+        && c.ranges.iter().all(|r| {
+            r.syncing.is_empty() && r.unproven_tail.is_none() && r.splitting.is_none() && r.chain.len() == 3
+        })
 }
 
 #[test]
@@ -68,7 +70,7 @@ fn join_splits_ranges_and_a_split_cut_short_is_finished_after_a_crash() {
     procs.restart_backend(victim);
     // A restarted back-end still in a chain is failed and re-added by the manager (its request
     // outcomes are gone), so the epoch moves before the cluster settles again.
-    let after = procs.wait_config("the victim is back", |x| x.epoch > c.epoch && settled(x));
+    let after = procs.wait_config_installed("the victim is back", |x| x.epoch > c.epoch && settled(x));
 
     rt.block_on(common::assert_every_write_held(&client, &want, &after));
     rt.block_on(common::agreed_digests(&after));

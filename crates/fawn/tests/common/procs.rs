@@ -8,7 +8,7 @@
 
 #![allow(dead_code)]
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::OpenOptions;
 use std::io::Write as _;
 use std::net::TcpListener;
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use fawn_client::{Client, ClientOptions};
 use fawn_kv::launch::{BackendCommand, FrontendCommand, ManagerCommand, RingShape};
 use fawn_kv::manager::client as manager_client;
-use fawn_proto::native::{ClusterConfig, Request, Response};
+use fawn_proto::native::{ClusterConfig, NodeStatus, Request, Response};
 
 /// The `fawn` binary the roles run: `FAWN_BIN` if set (e.g. an older build, to show that a
 /// scenario catches a bug it fixed), else this package's.
@@ -439,13 +439,20 @@ impl Procs {
 
     /// One back-end's `Status` counters (panics if it does not answer).
     pub fn backend_status(&self, node: u32) -> BTreeMap<String, u64> {
+        match self.node_status(node) {
+            Ok(s) => s.counters.into_iter().collect(),
+            Err(e) => panic!("status of back-end {node}: {e}"),
+        }
+    }
+
+    fn node_status(&self, node: u32) -> Result<NodeStatus, String> {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
-        let addr = &self.backend_addrs[&node];
+        let addr = self.backend_addrs.get(&node).ok_or("no such back-end")?;
         rt.block_on(async {
             let pool = fawn_client::pool::Pool::new(Duration::from_secs(2));
             match pool.call(addr, Request::Status, Duration::from_secs(5)).await {
-                Ok(Response::Status(s)) => s.counters.into_iter().collect(),
-                other => panic!("status of back-end {node} ({addr}): {other:?}"),
+                Ok(Response::Status(s)) => Ok(s),
+                other => Err(format!("({addr}): {other:?}")),
             }
         })
     }
@@ -464,6 +471,38 @@ impl Procs {
             assert!(Instant::now() < deadline, "timed out waiting until {what}\n{}", self.logs(60));
             std::thread::sleep(Duration::from_millis(200));
         }
+    }
+
+    /// [`Self::wait_config`], then also until every back-end in a chain or sync of that
+    /// configuration has installed it and the manager still holds it: a back-end that was
+    /// just restarted has not registered yet, so the manager's configuration can look settled
+    /// while that back-end is about to rejoin and copy its ranges afresh.
+    pub fn wait_config_installed(
+        &mut self,
+        what: &str,
+        mut ok: impl FnMut(&ClusterConfig) -> bool,
+    ) -> ClusterConfig {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let c = self.wait_config(what, &mut ok);
+            let members: BTreeSet<u32> =
+                c.ranges.iter().flat_map(|r| r.chain.iter().chain(r.syncing.iter()).copied()).collect();
+            let installed = members.iter().all(|n| self.backend_epoch(*n).is_some_and(|e| e >= c.epoch));
+            if installed && self.config().is_some_and(|now| now.epoch == c.epoch) {
+                return c;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting until {what} is installed\n{}",
+                self.logs(60)
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    /// The configuration epoch back-end `node` has installed, if it answers.
+    fn backend_epoch(&self, node: u32) -> Option<u64> {
+        self.node_status(node).ok().map(|s| s.epoch)
     }
 
     fn wait_formed(&mut self) {
