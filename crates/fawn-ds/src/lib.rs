@@ -22,7 +22,8 @@
 //!   threads). `recovery`: open = checkpoint + replay, or rebuild from the log.
 //! - `maint`: split/merge/compact machinery under live traffic (scan, catch up, brief lock,
 //!   atomic swap), the `MAXSEQ`/`DROPSEQ` floors, the automatic compactor.
-//! - `datastore`: the public `DataStore` on top.
+//! - `datastore`: the public `DataStore` on top; `fuzzing` (hidden): the decoders' fuzz
+//!   entry points, beside it.
 //!
 //! File formats and media assumptions: `docs/FORMAT.md`.
 
@@ -31,6 +32,8 @@ mod datastore;
 mod error;
 mod fault;
 mod files;
+#[doc(hidden)]
+pub mod fuzzing;
 mod index;
 mod iter;
 pub mod limits;

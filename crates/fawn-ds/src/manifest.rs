@@ -31,10 +31,10 @@ const MAGIC: [u8; 8] = *b"FAWNLOGS";
 /// Version 1: no floors (72 bytes); written when both floors are 0, so that builds before
 /// version 2 still open such a store.
 const VERSION_1: u32 = 1;
-const BYTES_1: usize = 72;
+pub(crate) const BYTES_1: usize = 72;
 /// Version 2: the two states' `max_seq` floors at 64 and 72, the CRC of bytes 0..80 at 80.
 const VERSION_2: u32 = 2;
-const BYTES_2: usize = 88;
+pub(crate) const BYTES_2: usize = 88;
 
 /// One state of the datastore's files.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
