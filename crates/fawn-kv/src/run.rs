@@ -56,6 +56,9 @@ pub fn use_transport(tls_dir: Option<&Path>, role: fawn_tls::Role, node: u32) ->
                 format!("loading the TLS credentials of {} {node} from {}", role.as_str(), dir.display())
             })?;
             info!(identity = %setup.identity(), "native connections use mutual TLS");
+            if role != fawn_tls::Role::Admin {
+                reload_transport_on_hangup(dir.to_path_buf(), setup.identity().clone());
+            }
             fawn_client::transport::Transport::Tls(setup)
         }
         None => {
@@ -65,6 +68,45 @@ pub fn use_transport(tls_dir: Option<&Path>, role: fawn_tls::Role, node: u32) ->
     };
     fawn_client::transport::set(transport);
     Ok(())
+}
+
+/// Re-reads this process's native TLS credentials from `dir` at each SIGHUP, so that a
+/// certificate or a CA bundle (several CAs in `ca.pem` during a rotation) is replaced without
+/// a restart: connections made or accepted from then on use them, open ones keep their
+/// session. Credentials of another identity (another cluster's CA, another node's certificate)
+/// are refused and the current ones kept.
+fn reload_transport_on_hangup(dir: std::path::PathBuf, identity: fawn_tls::Identity) {
+    on_hangup("native TLS credentials", move || {
+        let setup = fawn_tls::TlsSetup::load(&dir, identity.clone())
+            .with_context(|| format!("loading {identity}'s TLS credentials from {}", dir.display()))?;
+        fawn_client::transport::set(fawn_client::transport::Transport::Tls(setup));
+        Ok(())
+    });
+}
+
+/// Calls `reload` at each SIGHUP (on this runtime, if there is one), logging what it did;
+/// a failed reload keeps what was loaded before.
+pub fn on_hangup(what: &'static str, reload: impl Fn() -> anyhow::Result<()> + Send + 'static) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else { return };
+    runtime.spawn(async move {
+        let mut hangups = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(what, error = %e, "cannot listen for SIGHUP: no reload without a restart");
+                return;
+            }
+        };
+        while hangups.recv().await.is_some() {
+            match reload() {
+                Ok(()) => info!(what, "SIGHUP: reloaded; new connections use them"),
+                Err(e) => tracing::warn!(
+                    what,
+                    error = format!("{e:#}"),
+                    "SIGHUP: reload failed; keeping the current ones"
+                ),
+            }
+        }
+    });
 }
 
 /// Starts the `/metrics` listener if an address was given.

@@ -236,11 +236,17 @@ fn write_durably(path: &Path, bytes: &[u8], mode: u32) -> Result<(), TlsError> {
     fs::File::open(&dir).and_then(|d| d.sync_all()).map_err(|e| io_error(&dir, e))
 }
 
-/// The cluster a CA certificate belongs to (its organizational unit).
+/// The cluster a CA certificate belongs to (its organizational unit): that of the first
+/// certificate of `ca_pem`.
 fn ca_cluster(ca_pem: &str) -> Result<String, TlsError> {
     let der = CertificateDer::from_pem_slice(ca_pem.as_bytes())
         .map_err(|e| TlsError::Config(format!("PEM: {e}")))?;
-    let (_, parsed) = x509_parser::parse_x509_certificate(&der)
+    ca_cluster_of(&der)
+}
+
+/// The cluster a CA certificate (DER) belongs to (its organizational unit).
+pub(crate) fn ca_cluster_of(der: &CertificateDer<'_>) -> Result<String, TlsError> {
+    let (_, parsed) = x509_parser::parse_x509_certificate(der)
         .map_err(|e| TlsError::Identity(format!("CA certificate: {e}")))?;
     let unit = parsed
         .subject()

@@ -37,7 +37,7 @@ impl TlsSetup {
         if own != identity {
             return Err(TlsError::Identity(format!("the certificate is {own}'s, not {identity}'s")));
         }
-        let roots = Arc::new(root_store(ca_pem)?);
+        let roots = Arc::new(root_store(ca_pem, &identity.cluster)?);
         let chain = vec![first_cert(credentials.cert_pem.as_bytes())?];
         let key = PrivateKeyDer::from_pem_slice(credentials.key_pem.as_bytes()).map_err(pem_error)?;
         let provider = Arc::new(provider());
@@ -120,9 +120,23 @@ fn first_cert(pem: &[u8]) -> Result<CertificateDer<'static>, TlsError> {
     CertificateDer::from_pem_slice(pem).map_err(pem_error)
 }
 
-fn root_store(ca_pem: &str) -> Result<RootCertStore, TlsError> {
+/// Every CA certificate in `ca_pem` (several during a CA rotation: peers with a certificate of
+/// either are trusted), each of which must be of `cluster`.
+fn root_store(ca_pem: &str, cluster: &str) -> Result<RootCertStore, TlsError> {
     let mut roots = RootCertStore::empty();
-    roots.add(first_cert(ca_pem.as_bytes())?)?;
+    for der in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        let der = der.map_err(pem_error)?;
+        let of = crate::ca::ca_cluster_of(&der)?;
+        if of != cluster {
+            return Err(TlsError::Identity(format!(
+                "a CA certificate of cluster {of} in the bundle of {cluster}"
+            )));
+        }
+        roots.add(der)?;
+    }
+    if roots.is_empty() {
+        return Err(TlsError::Config("no CA certificate in ca.pem".into()));
+    }
     Ok(roots)
 }
 

@@ -511,6 +511,8 @@ impl FrontendArgs {
             let client_ca = self.memcached_tls_client_ca.as_deref();
             let tls = fawn_tls::ClientTls::load(cert, key, client_ca)
                 .map_err(|e| anyhow::anyhow!("--memcached-tls-cert {}: {e}", cert.display()))?;
+            let reloaded = tls.clone();
+            run::on_hangup("memcached TLS certificate", move || Ok(reloaded.reload()?));
             mc.tls = Some(tls);
         }
         let metrics = self.metrics.as_deref();

@@ -823,6 +823,13 @@ impl Procs {
         }
     }
 
+    /// Sends `signal` to every process of the cluster.
+    pub fn signal_all(&self, signal: i32) {
+        for p in self.frontends.iter().chain(self.backends.values()).chain(self.managers.iter()) {
+            p.signal(signal);
+        }
+    }
+
     /// kill -9 everything (resuming paused processes first).
     pub fn kill_all(&mut self) {
         for p in self.frontends.iter_mut().chain(self.backends.values_mut()).chain(self.managers.iter_mut()) {
