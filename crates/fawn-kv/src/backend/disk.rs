@@ -8,6 +8,10 @@
 //! dropped replicas free theirs) does not make the node a replica again by itself, or a node
 //! on a nearly full disk would flap in and out of its chains. It rejoins when the operator
 //! restarts it (it registers again: docs/OPERATIONS.md, "A degraded back-end").
+//!
+//! A disk already faulty at start (its markers or a datastore cannot be written) does not stop
+//! the process: it starts with the fault, opens no copy of a range it would have to sync,
+//! serves what it can still open, and reports the fault like one found later.
 
 use super::*;
 
@@ -21,7 +25,45 @@ pub(super) struct DiskFault {
     reported_at: Option<Instant>,
 }
 
+/// The reason of a failed write of this node's data directory: "no space left on device"
+/// (as `fawn_ds::Error::NoSpace` names it) or the I/O error, and what was being written.
+pub(super) fn io_fault_reason(e: &std::io::Error, what: &str) -> String {
+    match e.raw_os_error() {
+        Some(libc::ENOSPC) => format!("{} ({what})", fawn_ds::Error::NoSpace),
+        _ => format!("I/O error: {e} ({what})"),
+    }
+}
+
+/// Whether `e` (from opening or creating a datastore) is the disk's fault — no room, an I/O
+/// error, a poisoned store — rather than what it holds (corrupt data is not).
+pub(super) fn is_disk_error(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>().is_some()
+            || matches!(
+                c.downcast_ref::<fawn_ds::Error>(),
+                Some(fawn_ds::Error::NoSpace | fawn_ds::Error::Io { .. } | fawn_ds::Error::Poisoned)
+            )
+    })
+}
+
+/// A fault found before the back-end runs (at start), to start with.
+pub(super) fn fault_at_start(reason: String, counters: &Counters) -> Option<DiskFault> {
+    error!(reason, "this back-end's disk cannot be written: starting degraded");
+    counters.disk_faults.fetch_add(1, Ordering::Relaxed);
+    Some(DiskFault { reason, reported_at: None })
+}
+
 impl Backend {
+    /// Records a fault found while opening or creating a datastore (the first one is kept).
+    pub(super) fn note_disk_fault(&self, reason: String) {
+        let mut fault = self.disk_fault.lock();
+        if fault.is_none() {
+            error!(reason, "a datastore cannot be opened or created: asking the manager to take this back-end out of its chains");
+            self.counters.disk_faults.fetch_add(1, Ordering::Relaxed);
+            *fault = Some(DiskFault { reason, reported_at: None });
+        }
+    }
+
     /// Notices a datastore of `replicas` that failed a write (the first one found is the
     /// reason) and tells the manager, until the configuration shows this node degraded.
     pub(super) fn check_disk(&self, replicas: &[Arc<RangeReplica>]) {

@@ -211,6 +211,11 @@ impl Backend {
         };
         match existing {
             Some(r) if !fresh_sync => r.install(route, &self.linker()).await,
+            // A copy on a faulty disk could not be written: none is started (the manager takes
+            // this node out of the sync once it hears of the fault, `disk.rs`).
+            _ if fresh_sync && self.disk_fault().is_some() => {
+                warn!(range = %rc.range.id_string(), "this back-end's disk is faulty: not syncing a copy of the range");
+            }
             existing => {
                 if fresh_sync {
                     if let Some(replica) = self.rejoin_replica(existing.as_ref(), &route, expected_keys).await
@@ -220,7 +225,16 @@ impl Backend {
                     }
                     info!(range = %rc.range.id_string(), from = ?route.predecessor(), "syncing a fresh copy of the range");
                 }
-                let store = self.open_store(&rc.range, fresh_sync, expected_keys)?;
+                let store = match self.open_store(&rc.range, fresh_sync, expected_keys) {
+                    Ok(store) => store,
+                    // Served by no replica here: the manager takes this node out of the chain
+                    // unless it is the range's last proven replica (then the range waits).
+                    Err(e) if disk::is_disk_error(&e) => {
+                        self.note_disk_fault(e.to_string());
+                        return Ok(());
+                    }
+                    Err(e) => return Err(e),
+                };
                 if !route.is_syncing() {
                     self.mark_complete(&rc.range, &store);
                 }

@@ -221,16 +221,23 @@ impl Backend {
         let recorded = fence::recorded(&options.data_dir)?;
         let config = register(&pool, &options, logs_complete, recorded).await?;
         let cluster = recorded.unwrap_or(config.cluster_id);
+        // A disk that cannot take these small files is faulty: the back-end starts degraded
+        // (`disk.rs`). Unrecorded, the cluster id is still checked at every install of this
+        // process, and the old boot id (or none) proves nothing at the next start.
+        let counters = Counters::default();
+        let mut disk_fault = None;
         if recorded.is_none() && cluster != 0 {
-            fence::record(&options.data_dir, cluster).map_err(|e| {
-                anyhow::anyhow!("recording the cluster id in {}: {e}", options.data_dir.display())
-            })?;
+            if let Err(e) = fence::record(&options.data_dir, cluster) {
+                disk_fault =
+                    disk::fault_at_start(disk::io_fault_reason(&e, "recording the cluster id"), &counters);
+            }
         }
         // Only once the manager knows: a crash before this proves nothing at the next start.
-        if let Some(boot_id) = &boot_id {
-            boot::record_boot(&options.data_dir, boot_id).map_err(|e| {
-                anyhow::anyhow!("recording the boot id in {}: {e}", options.data_dir.display())
-            })?;
+        if let (Some(boot_id), None) = (&boot_id, &disk_fault) {
+            if let Err(e) = boot::record_boot(&options.data_dir, boot_id) {
+                disk_fault =
+                    disk::fault_at_start(disk::io_fault_reason(&e, "recording the boot id"), &counters);
+            }
         }
         let backend = Arc::new_cyclic(|me| Backend {
             options,
@@ -247,13 +254,13 @@ impl Backend {
             stalled_links: parking_lot::Mutex::new(HashMap::new()),
             link_probes: parking_lot::Mutex::new(HashMap::new()),
             reported_cuts: parking_lot::Mutex::new(HashMap::new()),
-            disk_fault: parking_lot::Mutex::new(None),
+            disk_fault: parking_lot::Mutex::new(disk_fault),
             drain_watch: parking_lot::Mutex::new(std::collections::HashSet::new()),
             installed_epoch: watch::Sender::new(0),
             pre_splits: parking_lot::Mutex::new(HashMap::new()),
             pre_merges: parking_lot::Mutex::new(HashMap::new()),
             resend_asks: parking_lot::Mutex::new(std::collections::HashSet::new()),
-            counters: Counters::default(),
+            counters,
             reply_budget: Arc::default(),
             me: me.clone(),
         });
@@ -286,11 +293,16 @@ impl Backend {
     fn open_store(&self, range: &Range, fresh: bool, expected_keys: u64) -> anyhow::Result<DataStore> {
         let dir = self.range_dir(range);
         if fresh && dir.exists() {
-            std::fs::remove_dir_all(&dir).map_err(|e| anyhow::anyhow!("emptying {}: {e}", dir.display()))?;
+            std::fs::remove_dir_all(&dir).map_err(|e| {
+                let what = format!("emptying {}: {e}", dir.display());
+                anyhow::Error::new(e).context(what)
+            })?;
         }
         let options = DsOptions { sync: self.options.sync, expected_keys, ..DsOptions::default() };
-        let store = DataStore::open(&dir, options)
-            .map_err(|e| anyhow::anyhow!("opening datastore {}: {e}", dir.display()))?;
+        let store = DataStore::open(&dir, options).map_err(|e| {
+            let what = format!("opening datastore {}: {e}", dir.display());
+            anyhow::Error::new(e).context(what)
+        })?;
         let report = store.recovery_report();
         info!(range = %range.id_string(), fresh, expected_keys, records = report.records_replayed,
             truncated_bytes = report.truncated_bytes, "datastore open");

@@ -23,7 +23,7 @@ use fawn_ring::{NodeId, Range};
 
 use super::dedup::Dedup;
 use super::route::Route;
-use super::store::{Append, ReplicaStore};
+use super::store::{Append, ReplicaStore, StoreError, StoredUpdate};
 
 /// Updates a head keeps forwarded but unacknowledged before it refuses new ones
 /// (`Unavailable`, which clients retry): the backpressure a full link queue gave when the head
@@ -411,6 +411,30 @@ impl<S: ReplicaStore> Replica<S> {
         }
     }
 
+    /// The updates above `after_seq`, in seq order, for a resend: taken from `unacked` when it
+    /// holds them all, without reading the datastore (whose read is a scan of its log). It
+    /// does when this replica forwards (not the tail), the gap starts at or above `acked`
+    /// (every update above `acked` it applied was forwarded and is kept until acknowledged),
+    /// and its newest entry is the newest seq held.
+    fn updates_to_resend(&self, after_seq: u64) -> Result<Vec<StoredUpdate>, StoreError> {
+        let max_seq = self.store.max_seq();
+        let newest = self.unacked.keys().next_back().copied();
+        let held = !self.route.is_tail()
+            && after_seq >= self.acked
+            && newest.map_or(after_seq >= max_seq, |n| n == max_seq);
+        if !held {
+            return self.store.updates_after(after_seq);
+        }
+        let from = after_seq.saturating_add(1);
+        let updates = self.unacked.range(from..).filter_map(|(_, msg)| match msg {
+            ChainMsg::Replicate { seq, key, effect, .. } => {
+                Some(StoredUpdate { seq: *seq, key: key.clone(), effect: effect.clone() })
+            }
+            _ => None,
+        });
+        Ok(updates.collect())
+    }
+
     fn get(&self, key: &[u8], now: UnixSeconds) -> Result<Option<Item>, WireError> {
         if !self.route.is_tail() {
             return Err(WireError::WrongNode(format!("node {} is not the tail", self.route.me)));
@@ -765,7 +789,7 @@ impl<S: ReplicaStore> Replica<S> {
     /// successor: it still commits on its own, so the successor must not serve gets yet (it
     /// asks again every tick). A syncing successor is told, which ends its sync.
     fn resend(&mut self, to: NodeId, after_seq: u64, out: &mut Vec<Action>) {
-        let updates = match self.store.updates_after(after_seq) {
+        let updates = match self.updates_to_resend(after_seq) {
             Ok(u) => u,
             Err(e) => {
                 tracing::warn!(range = %self.range.id_string(), error = %e, "resend read failed");
@@ -1045,6 +1069,69 @@ mod tests {
         assert!(matches!(&get[..], [Action::GetReply { result: Ok(Some(_)), .. }]), "{get:?}");
         let at_head = c.run(1, Event::Get { token: 9, key: b"k".to_vec(), now: 0 });
         assert!(matches!(&at_head[..], [Action::GetReply { result: Err(WireError::WrongNode(_)), .. }]));
+    }
+
+    /// A `MemStore` that counts reads of its log (`updates_after`).
+    struct CountingStore(MemStore, std::rc::Rc<std::cell::Cell<usize>>);
+
+    impl ReplicaStore for CountingStore {
+        fn append(&mut self, update: &Append<'_>) -> Result<(), StoreError> {
+            self.0.append(update)
+        }
+        fn max_seq(&self) -> u64 {
+            self.0.max_seq()
+        }
+        fn read(&self, key: &[u8]) -> Result<Option<Item>, StoreError> {
+            self.0.read(key)
+        }
+        fn updates_after(&self, after: u64) -> Result<Vec<StoredUpdate>, StoreError> {
+            self.1.set(self.1.get() + 1);
+            self.0.updates_after(after)
+        }
+    }
+
+    #[test]
+    fn a_resend_of_unacknowledged_updates_does_not_read_the_log() {
+        let reads = std::rc::Rc::new(std::cell::Cell::new(0));
+        let store = CountingStore(MemStore::default(), reads.clone());
+        let mut head = Replica::new(store, route(1, 1, &[1, 2, 3]));
+        let mut seqs = Vec::new();
+        for i in 0..3 {
+            for a in head.step(update(i, set(&format!("k{i}"), "v"))) {
+                if let Action::Send { msg: ChainMsg::Replicate { seq, .. }, .. } = a {
+                    seqs.push(seq);
+                }
+            }
+        }
+        let resend = |after_seq| Event::Chain {
+            from: 2,
+            msg: ChainMsg::Resend { epoch: 1, range: Range::full(), after_seq },
+        };
+        let resent = |out: Vec<Action>| -> Vec<(u64, u64)> {
+            out.into_iter()
+                .filter_map(|a| match a {
+                    Action::Send { to: 2, msg: ChainMsg::Replicate { seq, prev_seq, .. } } => {
+                        Some((seq, prev_seq))
+                    }
+                    _ => None,
+                })
+                .collect()
+        };
+        // Nothing acknowledged: all three, from `unacked`.
+        let want: Vec<(u64, u64)> =
+            seqs.iter().enumerate().map(|(i, s)| (*s, if i == 0 { 0 } else { seqs[i - 1] })).collect();
+        assert_eq!(resent(head.step(resend(0))), want);
+        assert_eq!(reads.get(), 0, "a resend of unacknowledged updates read the log");
+        // The gap after the first: the other two.
+        assert_eq!(resent(head.step(resend(seqs[0]))), want[1..].to_vec());
+        assert_eq!(reads.get(), 0);
+        // The first acknowledged: a gap below `acked` is read from the log.
+        head.step(Event::Chain {
+            from: 2,
+            msg: ChainMsg::Ack { epoch: 1, range: Range::full(), seq: seqs[0] },
+        });
+        assert_eq!(resent(head.step(resend(0))), want);
+        assert_eq!(reads.get(), 1, "a gap below what is acknowledged must be read from the log");
     }
 
     #[test]
