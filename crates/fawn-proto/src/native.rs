@@ -566,6 +566,11 @@ pub enum FrameError {
 /// Appends one frame to `out`.
 pub fn encode_frame(request_id: u64, message: &Message, out: &mut Vec<u8>) -> Result<(), FrameError> {
     let start = out.len();
+    // Sized once: grown as the encoder writes, a frame's buffer was reallocated about
+    // log2(size) times (a 333-byte update: 7 allocations).
+    if let Ok(body) = body_options().serialized_size(message) {
+        out.reserve(FRAME_HEADER_BYTES + (body as usize).min(FRAME_BYTES_MAX));
+    }
     out.extend_from_slice(&[0; 4]);
     out.push(PROTOCOL_VERSION);
     out.extend_from_slice(&request_id.to_le_bytes());
