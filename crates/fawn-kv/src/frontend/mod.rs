@@ -81,6 +81,8 @@ struct Counters {
     updates: AtomicU64,
     forwarded: AtomicU64,
     retries: AtomicU64,
+    /// Updates whose tail's notice did not come in time: asked of the head again.
+    notice_timeouts: AtomicU64,
     get_latency: Histogram,
     update_latency: Histogram,
 }
@@ -346,12 +348,15 @@ impl Frontend {
         let result = tokio::select! {
             r = self.call_with_retries(&head, with_reply_to(reply_to)) => outcome(r),
             o = &mut notice => Ok(o),
-            () = tokio::time::sleep(notice_wait) => tokio::select! {
-                // The head answers a retry once the update is committed, without applying it
-                // again (its outcome is remembered with the request id).
-                r = self.call_with_retries(&head, with_reply_to(None)) => outcome(r),
-                o = &mut notice => Ok(o),
-            },
+            () = tokio::time::sleep(notice_wait) => {
+                self.counters.notice_timeouts.fetch_add(1, Ordering::Relaxed);
+                tokio::select! {
+                    // The head answers a retry once the update is committed, without applying
+                    // it again (its outcome is remembered with the request id).
+                    r = self.call_with_retries(&head, with_reply_to(None)) => outcome(r),
+                    o = &mut notice => Ok(o),
+                }
+            }
         };
         drop(waiting);
         if !self.options.fault_outcome_delay.is_zero() {
@@ -477,6 +482,7 @@ impl Frontend {
             ("updates".to_string(), c.updates.load(Ordering::Relaxed)),
             ("forwarded".to_string(), c.forwarded.load(Ordering::Relaxed)),
             ("retries".to_string(), c.retries.load(Ordering::Relaxed)),
+            ("notice_timeouts".to_string(), c.notice_timeouts.load(Ordering::Relaxed)),
         ];
         Response::Status(NodeStatus {
             role: format!("frontend {}", self.options.id),
@@ -546,6 +552,7 @@ impl Exposition for Frontend {
             ("fawn_frontend_updates_total", &c.updates),
             ("fawn_frontend_forwarded_total", &c.forwarded),
             ("fawn_frontend_retries_total", &c.retries),
+            ("fawn_frontend_notice_timeouts_total", &c.notice_timeouts),
         ] {
             metrics::line(&mut out, name, &labels, v.load(Ordering::Relaxed));
         }
