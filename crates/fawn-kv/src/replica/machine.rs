@@ -132,6 +132,14 @@ struct Ordered {
     reply_to: Option<String>,
 }
 
+/// What `stage` made of a client update.
+enum Stage {
+    /// Decided: joins the run appended together.
+    Run(Staged),
+    /// Not a plain set: ordered alone, after the run before it is appended.
+    Alone(ClientUpdate),
+}
+
 /// A plain set decided by `stage`, not yet appended, with what ordering it alone needs.
 struct Staged {
     ordered: Ordered,
@@ -536,8 +544,8 @@ impl<S: ReplicaStore> Replica<S> {
         let mut run: Vec<Staged> = Vec::new();
         for u in updates {
             match self.stage(u, &run) {
-                Ok(staged) => run.push(staged),
-                Err(u) => {
+                Stage::Run(staged) => run.push(staged),
+                Stage::Alone(u) => {
                     self.append_run(std::mem::take(&mut run), out);
                     self.on_update(u, out);
                 }
@@ -549,7 +557,7 @@ impl<S: ReplicaStore> Replica<S> {
     /// Decides `u` after `run` (not yet appended) if it is a plain set that ordering alone
     /// would take without looking at the store or refusing it; else gives it back. The key,
     /// value and `reply_to` move into the decision (no copy per update).
-    fn stage(&self, mut u: ClientUpdate, run: &[Staged]) -> Result<Staged, ClientUpdate> {
+    fn stage(&self, mut u: ClientUpdate, run: &[Staged]) -> Stage {
         let plain = u.update.mutation == Mutation::Set
             && self.route.is_head()
             && (!self.route.rc.is_reshaping() || u.bulk_copy_pending)
@@ -557,7 +565,7 @@ impl<S: ReplicaStore> Replica<S> {
             && !run.iter().any(|s| s.ordered.req == u.req)
             && self.recent.get(&u.req).is_none();
         if !plain {
-            return Err(u);
+            return Stage::Alone(u);
         }
         let prev_seq = run.last().map_or_else(|| self.last_seq.max(self.store.max_seq()), |s| s.ordered.seq);
         let seq = (prev_seq + 1).max(u.now_micros);
@@ -566,12 +574,19 @@ impl<S: ReplicaStore> Replica<S> {
         let (outcome, effect) = decide(&u.update, None, u.now, seq);
         let Effect::Put { value: _, flags, expiry, state } = effect else {
             u.update.value = value;
-            return Err(u);
+            return Stage::Alone(u);
         };
         let effect = ReplEffect::Put { value, flags, expiry, state };
         let ClientUpdate { req, update, reply_to, now, now_micros, flush_at, bulk_copy_pending } = u;
         let ordered = Ordered { req, seq, prev_seq, key: update.key, effect, outcome, reply_to };
-        Ok(Staged { ordered, mutation: update.mutation, now, now_micros, flush_at, bulk_copy_pending })
+        Stage::Run(Staged {
+            ordered,
+            mutation: update.mutation,
+            now,
+            now_micros,
+            flush_at,
+            bulk_copy_pending,
+        })
     }
 
     /// Appends a run of staged sets with one call and does the rest of ordering each.
