@@ -83,17 +83,37 @@ impl Connection {
             .map_err(|e| RpcError::Protocol(e.to_string()))?;
         let (tx, rx) = oneshot::channel();
         self.pending.lock().insert(id, tx);
+        // A caller may stop waiting (drop this future), e.g. for an update whose answer came
+        // another way: its entry must not stay behind for a response that never comes.
+        let mut forget = Forget { pending: &self.pending, id, armed: true };
         let result = tokio::time::timeout(timeout, async {
             self.outbox.send(frame).await.map_err(|_| RpcError::Closed(self.addr.clone()))?;
             rx.await.map_err(|_| RpcError::Closed(self.addr.clone()))
         })
         .await;
         match result {
-            Ok(r) => r,
-            Err(_) => {
-                self.pending.lock().remove(&id);
-                Err(RpcError::Timeout(timeout))
+            Ok(Ok(resp)) => {
+                // The reader took the entry out.
+                forget.armed = false;
+                Ok(resp)
             }
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(RpcError::Timeout(timeout)),
+        }
+    }
+}
+
+/// Removes a call's entry from the pending map when the call ends without its response.
+struct Forget<'a> {
+    pending: &'a Pending,
+    id: u64,
+    armed: bool,
+}
+
+impl Drop for Forget<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.pending.lock().remove(&self.id);
         }
     }
 }

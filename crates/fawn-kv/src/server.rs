@@ -319,10 +319,12 @@ pub trait Handler: Send + Sync + 'static {
     }
 }
 
-/// A request's response: ready, or to wait for.
+/// A request's response: ready, to wait for, or none (an update whose success the tail's
+/// `Committed` notice tells its front-end; see `Request::Update`).
 pub enum Answer {
     Now(Response),
     Later(Pin<Box<dyn Future<Output = Response> + Send>>),
+    Notified,
 }
 
 /// Serves `handler` on `listener` until `shutdown` turns true, within [`limits`] and a reply
@@ -575,6 +577,8 @@ async fn answer_updates<H: Handler>(
                 drop(permit);
             }
             Answer::Later(answer) => later.push((id, answer, permit, charged)),
+            // No frame: the request's slot and room are free again.
+            Answer::Notified => drop((permit, charged)),
         }
     }
     for (id, answer, permit, charged) in later {
@@ -636,6 +640,12 @@ async fn write_responses(
         buf.clear();
         buf.extend_from_slice(&first.frame);
         charges.push(first);
+        if rx.is_empty() {
+            // Woken by the first response, this task would write it alone before the other
+            // handlers that are ready to run queue theirs: let them run first, so that
+            // responses finished together share one write (a yield costs less than a send).
+            tokio::task::yield_now().await;
+        }
         while buf.len() < WRITE_BATCH_BYTES {
             match rx.try_recv() {
                 Ok(more) => {

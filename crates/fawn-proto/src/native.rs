@@ -35,7 +35,9 @@ use fawn_ring::{KeyId, NodeId, Range};
 /// 11: `Request::Committed` carries the notices of many updates.
 /// 12: leases carry the manager group's term: `Request::Renew`, answered (like a front-end's
 /// `Heartbeats`) with `Response::Lease`.
-pub const PROTOCOL_VERSION: u8 = 12;
+/// 13: the head answers an `Update` sent with `reply_to` only on failure: the tail's
+/// `Committed` is its one success message.
+pub const PROTOCOL_VERSION: u8 = 13;
 /// Largest frame body accepted (a 1 MiB value plus key and headers fits many times over).
 pub const FRAME_BYTES_MAX: usize = 8 << 20;
 /// Bytes before the body: length (4) + version (1) + request id (8).
@@ -86,8 +88,10 @@ pub enum Request {
         forwarded: bool,
     },
     /// An update to the head (to a back-end) or via the owning front-end. `reply_to`: the
-    /// native address of the front-end waiting for it; the tail tells it `Committed` directly
-    /// (the head still answers after the ack comes back, which a front-end then ignores).
+    /// native address of the front-end waiting for it; the tail tells it `Committed` directly,
+    /// and a head that forwarded the update with it to a front-end of its configuration does
+    /// not answer success (it still answers a failure, or an outcome it knows at once). The
+    /// front-end sends the update again without `reply_to` if no notice comes in time.
     Update { epoch: Epoch, req: ReqId, update: Update, forwarded: bool, reply_to: Option<String> },
     /// Cluster-wide flush (to a front-end, which asks the manager).
     FlushAll { at_unix: u32 },
@@ -562,6 +566,11 @@ pub enum FrameError {
 /// Appends one frame to `out`.
 pub fn encode_frame(request_id: u64, message: &Message, out: &mut Vec<u8>) -> Result<(), FrameError> {
     let start = out.len();
+    // Sized once: grown as the encoder writes, a frame's buffer was reallocated about
+    // log2(size) times (a 333-byte update: 7 allocations).
+    if let Ok(body) = body_options().serialized_size(message) {
+        out.reserve(FRAME_HEADER_BYTES + (body as usize).min(FRAME_BYTES_MAX));
+    }
     out.extend_from_slice(&[0; 4]);
     out.push(PROTOCOL_VERSION);
     out.extend_from_slice(&request_id.to_le_bytes());

@@ -2,7 +2,8 @@
 //! names: a tail sends its `Committed` notice only to front-ends of its configuration. An
 //! update naming a stranger's address is applied and answered by the head as usual, but the
 //! stranger never gets a connection. (That the real front-end still gets its notices is not
-//! asserted here: nothing counts them; the front-end falls back on the head's answer.)
+//! asserted here: nothing counts them. With one replica the head is the tail and answers
+//! every update itself; in a longer chain it leaves a front-end's to the tail's notice.)
 
 mod common;
 

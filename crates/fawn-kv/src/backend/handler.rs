@@ -52,6 +52,8 @@ impl Backend {
             Ordered::AwaitAck(rx) => {
                 Ok(Response::Update(replica.wait_reply(req, rx, self.options.chain_timeout).await?))
             }
+            // `order_update` always answers: only `order_updates` leaves one to the notice.
+            Ordered::Notified => Err(WireError::Invalid("update answered by its notice".into())),
         }
     }
 
@@ -98,7 +100,10 @@ impl Backend {
         for UpdateGroup { replica, view, items } in groups {
             let (slots, updates): (Vec<_>, Vec<_>) =
                 items.into_iter().map(|(i, e, u)| ((i, e, u.0), u)).unzip();
-            let results = replica.order_updates(updates, view.config.flush_at_micros, &links).await;
+            // The tail sends `Committed` only to a front-end of its configuration (`Linker`):
+            // an update naming any other address is answered here.
+            let reaches = |to: &str| view.config.lists_frontend(to);
+            let results = replica.order_updates(updates, view.config.flush_at_micros, &links, reaches).await;
             for ((i, epoch, req), result) in slots.into_iter().zip(results) {
                 let answer = match result {
                     Err(WireError::Unavailable(why)) if replica.route().await.rc.is_reshaping() => {
@@ -111,6 +116,11 @@ impl Backend {
                     }
                     Err(e) => self.answered(start, Err(for_sender(e, epoch, &view))),
                     Ok(Ordered::Reply(outcome)) => self.answered(start, Ok(Response::Update(outcome))),
+                    // Its latency here is the time to order and forward it.
+                    Ok(Ordered::Notified) => {
+                        self.counters.update_latency.record(start.elapsed());
+                        Answer::Notified
+                    }
                     Ok(Ordered::AwaitAck(rx)) => {
                         let (me, replica) = (self.clone(), replica.clone());
                         Answer::Later(Box::pin(async move {

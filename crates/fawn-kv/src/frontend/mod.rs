@@ -39,6 +39,11 @@ pub const ROUTE_RETRY: RetryPolicy = RetryPolicy {
     backoff_start: Duration::from_millis(25),
     backoff_max: Duration::from_secs(1),
 };
+/// Longest wait for the tail's `Committed` notice of an update (at most half the request
+/// timeout) before asking the head for its outcome instead: the head does not answer an
+/// update it forwarded with our `reply_to`, and a notice can be lost (a dropped connection, or
+/// a chain repair that resent the update from a log, which keeps no `reply_to`).
+pub const COMMIT_NOTICE_WAIT_MAX: Duration = Duration::from_secs(1);
 
 /// Front-end settings.
 #[derive(Clone, Debug)]
@@ -76,6 +81,8 @@ struct Counters {
     updates: AtomicU64,
     forwarded: AtomicU64,
     retries: AtomicU64,
+    /// Updates whose tail's notice did not come in time: asked of the head again.
+    notice_timeouts: AtomicU64,
     get_latency: Histogram,
     update_latency: Histogram,
 }
@@ -309,23 +316,47 @@ impl Frontend {
             v.config.range_of(id).and_then(|rc| v.backend_addr(rc.head()?).map(str::to_string))
         };
         // The tail tells us `Committed` as soon as it stores the update (paper §3.4.3); the
-        // head's answer, which waits for the ack to travel back up the chain, is the fallback.
-        // Removed when this request ends, also if its future is dropped mid-flight.
+        // head answers only a failure. Removed when this request ends, also if its future is
+        // dropped mid-flight.
         let (waiting, committed) = self.committed.wait(req);
-        let reply_to = Some(self.options.native_advertise.clone());
-        let make = |epoch| Request::Update {
-            epoch,
-            req,
-            update: update.clone(),
-            forwarded: true,
-            reply_to: reply_to.clone(),
+        let notice = async {
+            match committed.await {
+                Ok(outcome) => outcome,
+                // Replaced by another wait for the same request: that one gets the notice.
+                Err(_) => std::future::pending().await,
+            }
         };
-        let result = tokio::select! {
-            r = self.call_with_retries(head, make) => r.and_then(|resp| match resp {
+        tokio::pin!(notice);
+        let reply_to = Some(self.options.native_advertise.clone());
+        let with_reply_to = |reply_to: Option<String>| {
+            let update = &update;
+            move |epoch| Request::Update {
+                epoch,
+                req,
+                update: update.clone(),
+                forwarded: true,
+                reply_to: reply_to.clone(),
+            }
+        };
+        let outcome = |r: Result<Response, WireError>| {
+            r.and_then(|resp| match resp {
                 Response::Update(outcome) => Ok(outcome),
                 other => Err(unexpected(other)),
-            }),
-            Ok(outcome) = committed => Ok(outcome),
+            })
+        };
+        let notice_wait = COMMIT_NOTICE_WAIT_MAX.min(self.options.request_timeout / 2);
+        let result = tokio::select! {
+            r = self.call_with_retries(&head, with_reply_to(reply_to)) => outcome(r),
+            o = &mut notice => Ok(o),
+            () = tokio::time::sleep(notice_wait) => {
+                self.counters.notice_timeouts.fetch_add(1, Ordering::Relaxed);
+                tokio::select! {
+                    // The head answers a retry once the update is committed, without applying
+                    // it again (its outcome is remembered with the request id).
+                    r = self.call_with_retries(&head, with_reply_to(None)) => outcome(r),
+                    o = &mut notice => Ok(o),
+                }
+            }
         };
         drop(waiting);
         if !self.options.fault_outcome_delay.is_zero() {
@@ -451,6 +482,7 @@ impl Frontend {
             ("updates".to_string(), c.updates.load(Ordering::Relaxed)),
             ("forwarded".to_string(), c.forwarded.load(Ordering::Relaxed)),
             ("retries".to_string(), c.retries.load(Ordering::Relaxed)),
+            ("notice_timeouts".to_string(), c.notice_timeouts.load(Ordering::Relaxed)),
         ];
         Response::Status(NodeStatus {
             role: format!("frontend {}", self.options.id),
@@ -520,6 +552,7 @@ impl Exposition for Frontend {
             ("fawn_frontend_updates_total", &c.updates),
             ("fawn_frontend_forwarded_total", &c.forwarded),
             ("fawn_frontend_retries_total", &c.retries),
+            ("fawn_frontend_notice_timeouts_total", &c.notice_timeouts),
         ] {
             metrics::line(&mut out, name, &labels, v.load(Ordering::Relaxed));
         }

@@ -132,6 +132,39 @@ struct Ordered {
     reply_to: Option<String>,
 }
 
+/// What `stage` made of a client update.
+enum Stage {
+    /// Decided: joins the run appended together.
+    Run(Staged),
+    /// Not a plain set: ordered alone, after the run before it is appended.
+    Alone(ClientUpdate),
+}
+
+/// A plain set decided by `stage`, not yet appended, with what ordering it alone needs.
+struct Staged {
+    ordered: Ordered,
+    mutation: Mutation,
+    now: UnixSeconds,
+    now_micros: u64,
+    flush_at: u64,
+    bulk_copy_pending: bool,
+}
+
+impl Staged {
+    /// The client update it was decided from.
+    fn into_update(self) -> ClientUpdate {
+        let Staged { ordered, mutation, now, now_micros, flush_at, bulk_copy_pending } = self;
+        let Ordered { req, key, effect, reply_to, .. } = ordered;
+        // Only sets are staged: the effect is a put.
+        let (value, flags, expiry) = match effect {
+            ReplEffect::Put { value, flags, expiry, .. } => (value, flags, expiry),
+            ReplEffect::Delete => (Vec::new(), 0, 0),
+        };
+        let update = Update { key, mutation, value, flags, expiry };
+        ClientUpdate { req, update, reply_to, now, now_micros, flush_at, bulk_copy_pending }
+    }
+}
+
 /// What the caller must do.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Action {
@@ -532,11 +565,11 @@ impl<S: ReplicaStore> Replica<S> {
     /// then is ordered alone. The actions are those of one `Update` event each. If a run's
     /// append fails, its updates are ordered again one by one (a record too large fails alone).
     fn on_updates(&mut self, updates: Vec<ClientUpdate>, out: &mut Vec<Action>) {
-        let mut run: Vec<(ClientUpdate, Ordered)> = Vec::new();
+        let mut run: Vec<Staged> = Vec::new();
         for u in updates {
-            match self.stage(&u, &run) {
-                Some(ordered) => run.push((u, ordered)),
-                None => {
+            match self.stage(u, &run) {
+                Stage::Run(staged) => run.push(staged),
+                Stage::Alone(u) => {
                     self.append_run(std::mem::take(&mut run), out);
                     self.on_update(u, out);
                 }
@@ -546,34 +579,48 @@ impl<S: ReplicaStore> Replica<S> {
     }
 
     /// Decides `u` after `run` (not yet appended) if it is a plain set that ordering alone
-    /// would take without looking at the store or refusing it; else `None`.
-    fn stage(&self, u: &ClientUpdate, run: &[(ClientUpdate, Ordered)]) -> Option<Ordered> {
+    /// would take without looking at the store or refusing it; else gives it back. The key,
+    /// value and `reply_to` move into the decision (no copy per update).
+    fn stage(&self, mut u: ClientUpdate, run: &[Staged]) -> Stage {
         let plain = u.update.mutation == Mutation::Set
             && self.route.is_head()
             && (!self.route.rc.is_reshaping() || u.bulk_copy_pending)
             && self.unacked.len() + run.len() < UNACKED_UPDATES_MAX
-            && !run.iter().any(|(_, o)| o.req == u.req)
+            && !run.iter().any(|s| s.ordered.req == u.req)
             && self.recent.get(&u.req).is_none();
         if !plain {
-            return None;
+            return Stage::Alone(u);
         }
-        let prev_seq = run.last().map_or_else(|| self.last_seq.max(self.store.max_seq()), |(_, o)| o.seq);
+        let prev_seq = run.last().map_or_else(|| self.last_seq.max(self.store.max_seq()), |s| s.ordered.seq);
         let seq = (prev_seq + 1).max(u.now_micros);
+        // Decided without the value (a set's decision does not look at it), which then moves in.
+        let value = std::mem::take(&mut u.update.value);
         let (outcome, effect) = decide(&u.update, None, u.now, seq);
-        let Effect::Put { value, flags, expiry, state } = effect else { return None };
+        let Effect::Put { value: _, flags, expiry, state } = effect else {
+            u.update.value = value;
+            return Stage::Alone(u);
+        };
         let effect = ReplEffect::Put { value, flags, expiry, state };
-        let (req, key, reply_to) = (u.req, u.update.key.clone(), u.reply_to.clone());
-        Some(Ordered { req, seq, prev_seq, key, effect, outcome, reply_to })
+        let ClientUpdate { req, update, reply_to, now, now_micros, flush_at, bulk_copy_pending } = u;
+        let ordered = Ordered { req, seq, prev_seq, key: update.key, effect, outcome, reply_to };
+        Stage::Run(Staged {
+            ordered,
+            mutation: update.mutation,
+            now,
+            now_micros,
+            flush_at,
+            bulk_copy_pending,
+        })
     }
 
     /// Appends a run of staged sets with one call and does the rest of ordering each.
-    fn append_run(&mut self, run: Vec<(ClientUpdate, Ordered)>, out: &mut Vec<Action>) {
+    fn append_run(&mut self, run: Vec<Staged>, out: &mut Vec<Action>) {
         if run.is_empty() {
             return;
         }
         let records: Vec<Append<'_>> = run
             .iter()
-            .map(|(_, o)| Append {
+            .map(|Staged { ordered: o, .. }| Append {
                 key: &o.key,
                 effect: &o.effect,
                 seq: o.seq,
@@ -582,10 +629,10 @@ impl<S: ReplicaStore> Replica<S> {
             .collect();
         if let Err(e) = self.store.append_batch(&records) {
             tracing::warn!(range = %self.range.id_string(), error = %e, "head batch append failed; ordering one by one");
-            run.into_iter().for_each(|(u, _)| self.on_update(u, out));
+            run.into_iter().for_each(|s| self.on_update(s.into_update(), out));
             return;
         }
-        for (_, ordered) in run {
+        for Staged { ordered, .. } in run {
             let req = ordered.req;
             let (seq, outcome) = self.appended(ordered, out);
             self.reply_when_acked(req, seq, outcome, out);

@@ -117,6 +117,9 @@ pub enum Ordered {
     Reply(Outcome),
     /// The reply comes once the tail has acknowledged the update.
     AwaitAck(oneshot::Receiver<Result<Outcome, WireError>>),
+    /// Forwarded with its front-end's `reply_to`: the tail's `Committed` notice answers it,
+    /// and nothing waits here (a notice that never comes makes the front-end ask again).
+    Notified,
 }
 
 /// Updates waiting for their reply, by request (a retry of a request still waiting waits
@@ -336,17 +339,21 @@ impl RangeReplica {
 
     /// Head: client updates that arrived together, in order, as one step of the machine
     /// (`Event::Updates`: the plain sets among them with one append), their sends queued
-    /// together. One result each, in order.
+    /// together. One result each, in order: `Ordered::Notified` for one this step forwarded
+    /// with a `reply_to` that `notice_reaches` (the tail will tell that front-end).
     pub async fn order_updates(
         &self,
         updates: Vec<(ReqId, Update, Option<String>)>,
         flush_at: u64,
         links: &dyn LinkTo,
+        notice_reaches: impl Fn(&str) -> bool,
     ) -> Vec<Result<Ordered, WireError>> {
         let mut st = self.state.lock().await;
         let (now, now_micros) = (unix_now(), unix_micros());
         let bulk_copy_pending = self.bulk_copy_pending.load(Ordering::Acquire);
         let reqs: Vec<ReqId> = updates.iter().map(|(req, _, _)| *req).collect();
+        let reaches: Vec<bool> =
+            updates.iter().map(|(_, _, to)| to.as_deref().is_some_and(&notice_reaches)).collect();
         let event = Event::Updates(
             updates
                 .into_iter()
@@ -362,8 +369,15 @@ impl RangeReplica {
                 .collect(),
         );
         let actions = st.machine.step(event);
-        let answers = self.execute(&mut st, actions, links, &reqs);
-        reqs.into_iter().zip(answers).map(|(req, answer)| self.ordered(req, answer)).collect()
+        let (answers, forwarded) = self.execute_step(&mut st, actions, links, &reqs);
+        reqs.into_iter()
+            .zip(answers)
+            .zip(reaches)
+            .map(|((req, answer), reaches)| match answer {
+                None if reaches && forwarded.contains(&req) => Ok(Ordered::Notified),
+                answer => self.ordered(req, answer),
+            })
+            .collect()
     }
 
     /// What the head did with `req`, given the reply a step gave it, if any. Called under the
@@ -423,6 +437,19 @@ impl RangeReplica {
         links: &dyn LinkTo,
         mine: &[ReqId],
     ) -> Vec<Option<Result<Outcome, WireError>>> {
+        self.execute_step(st, actions, links, mine).0
+    }
+
+    /// [`Self::execute`], also returning those of `mine` whose update this step sent on with
+    /// a `reply_to` (the tail tells that front-end when it commits).
+    fn execute_step(
+        &self,
+        st: &mut WriteState,
+        actions: Vec<Action>,
+        links: &dyn LinkTo,
+        mine: &[ReqId],
+    ) -> (Vec<Option<Result<Outcome, WireError>>>, Vec<ReqId>) {
+        let mut forwarded = Vec::new();
         let mut answers: Vec<Option<Result<Outcome, WireError>>> = mine.iter().map(|_| None).collect();
         let mut slots: HashMap<ReqId, VecDeque<usize>> = HashMap::new();
         for (i, req) in mine.iter().enumerate() {
@@ -439,6 +466,11 @@ impl RangeReplica {
                     Action::Send { to, msg } => {
                         if full.contains(&to) || superseded[i] {
                             continue;
+                        }
+                        if let ChainMsg::Replicate { origin: Some(o), .. } = &msg {
+                            if o.reply_to.is_some() && slots.contains_key(&o.req) {
+                                forwarded.push(o.req);
+                            }
                         }
                         if let Err(TrySendError::Full(msg)) = links.link(to).try_send(msg) {
                             full.push(to);
@@ -472,7 +504,7 @@ impl RangeReplica {
             links.committed(&reply_to, batch);
         }
         self.mirror(&st.machine);
-        answers
+        (answers, forwarded)
     }
 
     fn answer(&self, req: ReqId, result: Result<Outcome, WireError>) {

@@ -517,3 +517,35 @@ async fn a_copy_whose_buffered_updates_fail_to_append_is_not_reported_done() {
     assert!(s.on_snapshot_end(2, 9, 1, 7, &wires).await.expect("end").sync_done);
     assert_eq!(value(&s, "b").as_deref(), Some("b"));
 }
+
+#[tokio::test]
+async fn a_head_leaves_to_the_tail_s_notice_only_updates_it_sent_on_with_a_front_end_s_reply_to() {
+    // The head does not wait to answer an update it forwarded with the `reply_to` of a
+    // front-end the tail will notify; it still waits for one naming any other address, one
+    // without `reply_to`, and one held back behind a full link (the waiter answers those).
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wires = Wires::default();
+    let head = replica(dir.path(), route(5, 1, &[1, 2], &[]));
+    let fe = |to: &str| Some(to.to_string());
+    let updates = vec![(req(1), set(1), fe("fe")), (req(2), set(2), fe("stranger")), (req(3), set(3), None)];
+    let ordered = head.order_updates(updates, 0, &wires, |to| to == "fe").await;
+    let kinds: Vec<&str> = ordered
+        .iter()
+        .map(|o| match o {
+            Ok(Ordered::Notified) => "notified",
+            Ok(Ordered::AwaitAck(_)) => "await",
+            Ok(Ordered::Reply(_)) => "reply",
+            Err(_) => "error",
+        })
+        .collect();
+    assert_eq!(kinds, ["notified", "await", "await"]);
+    let sent = wires.sent(2);
+    assert_eq!(sent.len(), 3, "every update goes on to the successor");
+    // Behind one a full link held back, an update is not sent in its step: a waiter answers it.
+    let link = wires.link(2);
+    while link.try_send(resend(0)).is_ok() {}
+    let first = head.order_updates(vec![(req(4), set(4), fe("fe"))], 0, &wires, |_| true).await;
+    assert!(matches!(first[..], [Ok(Ordered::Notified)]), "sent, though the link dropped it");
+    let held = head.order_updates(vec![(req(5), set(5), fe("fe"))], 0, &wires, |_| true).await;
+    assert!(matches!(held[..], [Ok(Ordered::AwaitAck(_))]), "a held-back update was left to a notice");
+}
