@@ -47,6 +47,22 @@ impl RecentTags {
         self.count -= 1;
     }
 
+    /// Adds `other`'s tags (a store merged into this one, whose records now are this
+    /// store's): both in seq order, the newest `RECENT_TAGS_MAX` kept.
+    pub fn absorb(&mut self, other: &RecentTags) {
+        if other.count == 0 {
+            return;
+        }
+        let mut all = self.to_vec();
+        all.extend(other.to_vec());
+        // Stable: entries of one seq keep their order, this store's first.
+        all.sort_by_key(|e| e.0);
+        let mut merged = RecentTags::default();
+        let skip = all.len().saturating_sub(RECENT_TAGS_MAX);
+        all[skip..].iter().for_each(|(seq, tag)| merged.push(*seq, tag));
+        *self = merged;
+    }
+
     /// Every tag kept, oldest first.
     pub fn to_vec(&self) -> Vec<(u64, Vec<u8>)> {
         let mut buf = Vec::with_capacity(self.bytes.len());
@@ -133,6 +149,25 @@ mod tests {
         let mut bad = buf.clone();
         bad[8] = 0;
         assert!(RecentTags::decode(&bad).is_err());
+    }
+
+    #[test]
+    fn absorbing_another_ring_keeps_the_newest_of_both_in_seq_order() {
+        let (mut a, mut b) = (RecentTags::default(), RecentTags::default());
+        for seq in 0..RECENT_TAGS_MAX as u64 {
+            a.push(2 * seq, b"even");
+            b.push(2 * seq + 1, b"odd");
+        }
+        a.absorb(&b);
+        let all = a.to_vec();
+        assert_eq!(all.len(), RECENT_TAGS_MAX);
+        let newest = 2 * RECENT_TAGS_MAX as u64 - 1;
+        assert_eq!(all.last(), Some(&(newest, b"odd".to_vec())));
+        assert_eq!(all[0].0, newest + 1 - RECENT_TAGS_MAX as u64);
+        assert!(all.windows(2).all(|w| w[0].0 + 1 == w[1].0));
+        let mut c = RecentTags::default();
+        c.absorb(&RecentTags::default());
+        assert_eq!(c, RecentTags::default());
     }
 
     /// A full ring of set-sized tags (17 bytes) holds about 26 bytes per entry, and keeps its
