@@ -53,9 +53,9 @@ pub(crate) struct Sums {
     pub cold_live: u64,
 }
 
-/// The checkpoint of `index` and `tags` (those of the records it covers) for the log with
-/// `nonce`.
-pub(crate) fn encode(nonce: u64, sums: &Sums, index: &Index, tags: &RecentTags) -> Vec<u8> {
+/// The checkpoint of `index` and `tags` (those of the records it covers, as
+/// `RecentTags::encode` wrote them) for the log with `nonce`.
+pub(crate) fn encode(nonce: u64, sums: &Sums, index: &Index, tags: &[u8]) -> Vec<u8> {
     let mut out = vec![0u8; HEADER_BYTES];
     image::write(index, &mut out);
     let image_len = (out.len() - HEADER_BYTES) as u64;
@@ -77,7 +77,7 @@ pub(crate) fn encode(nonce: u64, sums: &Sums, index: &Index, tags: &RecentTags) 
     out.extend_from_slice(&icrc.to_le_bytes());
     out.extend_from_slice(&TRAILER_MAGIC);
     let tags_at = out.len();
-    tags.encode(&mut out);
+    out.extend_from_slice(tags);
     let tags_len = (out.len() - tags_at) as u32;
     let tcrc = crc32c::crc32c(&out[tags_at..]);
     out.extend_from_slice(&tags_len.to_le_bytes());
@@ -198,12 +198,12 @@ mod tests {
         tags.push(5, b"first");
         tags.push(9, &[7u8; crate::limits::TAG_BYTES_MAX]);
         let index = Index::for_keys(0);
-        let v8 = encode(42, &sums(), &index, &tags);
+        let mut section = Vec::new();
+        tags.encode(&mut section);
+        let v8 = encode(42, &sums(), &index, &section);
         let loaded = decode(&v8, 42, 64, (0, 0)).expect("v8");
         assert_eq!((loaded.tags, loaded.max_seq), (tags.clone(), 9));
         // The same checkpoint as version 7 wrote it: no tags section.
-        let mut section = Vec::new();
-        tags.encode(&mut section);
         let mut v7 = v8[..v8.len() - 12 - section.len()].to_vec();
         v7[8..12].copy_from_slice(&7u32.to_le_bytes());
         let hcrc = crc32c::crc32c(&v7[0..HEADER_CRC_AT]);

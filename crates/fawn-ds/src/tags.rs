@@ -6,25 +6,17 @@ use std::collections::VecDeque;
 
 use crate::limits::{RECENT_TAGS_MAX, TAG_BYTES_MAX};
 
-/// One kept tag, inline (no allocation per record written): its record's seq, its length
-/// and its bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Kept {
-    seq: u64,
-    len: u8,
-    bytes: [u8; TAG_BYTES_MAX],
-}
+/// Bytes of an entry before its tag: the record's seq (u64) and the tag's length (u8).
+const ENTRY_HEAD_BYTES: usize = 9;
 
-impl Kept {
-    fn tag(&self) -> &[u8] {
-        &self.bytes[..usize::from(self.len)]
-    }
-}
-
-/// The newest `RECENT_TAGS_MAX` tags in log order, each with its record's seq.
+/// The newest `RECENT_TAGS_MAX` tags in log order, each with its record's seq, packed in one
+/// byte ring exactly as the checkpoint section stores them (`seq u64 | len u8 | tag`): a
+/// 17-byte tag costs 26 bytes, where a fixed-size entry would take 56, and a checkpoint
+/// copies the bytes instead of encoding entries.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct RecentTags {
-    entries: VecDeque<Kept>,
+    bytes: VecDeque<u8>,
+    count: usize,
 }
 
 impl RecentTags {
@@ -34,26 +26,62 @@ impl RecentTags {
         if tag.is_empty() || tag.len() > TAG_BYTES_MAX {
             return;
         }
-        if self.entries.len() == RECENT_TAGS_MAX {
-            self.entries.pop_front();
+        if self.count == RECENT_TAGS_MAX {
+            self.pop_front();
         }
-        let mut kept = Kept { seq, len: tag.len() as u8, bytes: [0; TAG_BYTES_MAX] };
-        kept.bytes[..tag.len()].copy_from_slice(tag);
-        self.entries.push_back(kept);
+        let need = self.bytes.len() + ENTRY_HEAD_BYTES + tag.len();
+        if need > self.bytes.capacity() {
+            // Grow by a quarter rather than doubling: a full ring stops growing once its
+            // oldest entries make room, so the last doubling would mostly stay unused.
+            self.bytes.reserve_exact((self.bytes.len() / 4).max(need - self.bytes.len()).max(1024));
+        }
+        self.bytes.extend(seq.to_le_bytes());
+        self.bytes.push_back(tag.len() as u8);
+        self.bytes.extend(tag.iter().copied());
+        self.count += 1;
+    }
+
+    fn pop_front(&mut self) {
+        let len = self.bytes.get(ENTRY_HEAD_BYTES - 1).map_or(0, |&l| usize::from(l));
+        self.bytes.drain(..(ENTRY_HEAD_BYTES + len).min(self.bytes.len()));
+        self.count -= 1;
+    }
+
+    /// Adds `other`'s tags (a store merged into this one, whose records now are this
+    /// store's): both in seq order, the newest `RECENT_TAGS_MAX` kept.
+    pub fn absorb(&mut self, other: &RecentTags) {
+        if other.count == 0 {
+            return;
+        }
+        let mut all = self.to_vec();
+        all.extend(other.to_vec());
+        // Stable: entries of one seq keep their order, this store's first.
+        all.sort_by_key(|e| e.0);
+        let mut merged = RecentTags::default();
+        let skip = all.len().saturating_sub(RECENT_TAGS_MAX);
+        all[skip..].iter().for_each(|(seq, tag)| merged.push(*seq, tag));
+        *self = merged;
     }
 
     /// Every tag kept, oldest first.
     pub fn to_vec(&self) -> Vec<(u64, Vec<u8>)> {
-        self.entries.iter().map(|k| (k.seq, k.tag().to_vec())).collect()
+        let mut buf = Vec::with_capacity(self.bytes.len());
+        self.encode(&mut buf);
+        let mut out = Vec::with_capacity(self.count);
+        let mut rest = &buf[..];
+        while let Some((seq, tag, next)) = split_entry(rest) {
+            out.push((seq, tag.to_vec()));
+            rest = next;
+        }
+        out
     }
 
     /// Appends the checkpoint section's entries: `seq u64 | len u8 | tag` each.
     pub fn encode(&self, out: &mut Vec<u8>) {
-        for k in &self.entries {
-            out.extend_from_slice(&k.seq.to_le_bytes());
-            out.push(k.len);
-            out.extend_from_slice(k.tag());
-        }
+        let (a, b) = self.bytes.as_slices();
+        out.reserve(a.len() + b.len());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b);
     }
 
     /// Parses a checkpoint section written by `encode`.
@@ -70,7 +98,7 @@ impl RecentTags {
             if len == 0 || len > TAG_BYTES_MAX || rest.len() < len {
                 return Err(format!("bad recent tag of {len} bytes"));
             }
-            if tags.entries.len() == RECENT_TAGS_MAX {
+            if tags.count == RECENT_TAGS_MAX {
                 return Err("more recent tags than kept".into());
             }
             tags.push(u64::from_le_bytes(*seq), &rest[..len]);
@@ -78,6 +106,20 @@ impl RecentTags {
         }
         Ok(tags)
     }
+
+    /// Bytes of memory the ring holds.
+    #[cfg(test)]
+    fn capacity_bytes(&self) -> usize {
+        self.bytes.capacity()
+    }
+}
+
+/// The first entry of a well-formed section: (seq, tag, the rest).
+fn split_entry(buf: &[u8]) -> Option<(u64, &[u8], &[u8])> {
+    let (seq, rest) = buf.split_first_chunk::<8>()?;
+    let (&len, rest) = rest.split_first()?;
+    let (tag, rest) = rest.split_at_checked(usize::from(len))?;
+    Some((u64::from_le_bytes(*seq), tag, rest))
 }
 
 #[cfg(test)]
@@ -91,11 +133,15 @@ mod tests {
         for seq in 0..RECENT_TAGS_MAX as u64 + 3 {
             t.push(seq, &seq.to_le_bytes()[..1 + (seq % 8) as usize]);
         }
-        assert_eq!(t.entries.len(), RECENT_TAGS_MAX);
-        assert_eq!(t.entries.front().map(|e| e.seq), Some(3));
+        assert_eq!(t.count, RECENT_TAGS_MAX);
+        let all = t.to_vec();
+        assert_eq!(all.len(), RECENT_TAGS_MAX);
+        assert_eq!(all.first().map(|e| e.0), Some(3));
+        let last = RECENT_TAGS_MAX as u64 + 2;
+        assert_eq!(all.last(), Some(&(last, last.to_le_bytes()[..1 + (last % 8) as usize].to_vec())));
         let mut buf = Vec::new();
         t.encode(&mut buf);
-        assert_eq!(RecentTags::decode(&buf), Ok(t));
+        assert_eq!(RecentTags::decode(&buf).map(|d| d.to_vec()), Ok(all));
         // Damage is an error, never a panic.
         for cut in [1usize, 8, 9, 10] {
             assert!(RecentTags::decode(&buf[..cut]).is_err(), "cut at {cut}");
@@ -103,5 +149,42 @@ mod tests {
         let mut bad = buf.clone();
         bad[8] = 0;
         assert!(RecentTags::decode(&bad).is_err());
+    }
+
+    #[test]
+    fn absorbing_another_ring_keeps_the_newest_of_both_in_seq_order() {
+        let (mut a, mut b) = (RecentTags::default(), RecentTags::default());
+        for seq in 0..RECENT_TAGS_MAX as u64 {
+            a.push(2 * seq, b"even");
+            b.push(2 * seq + 1, b"odd");
+        }
+        a.absorb(&b);
+        let all = a.to_vec();
+        assert_eq!(all.len(), RECENT_TAGS_MAX);
+        let newest = 2 * RECENT_TAGS_MAX as u64 - 1;
+        assert_eq!(all.last(), Some(&(newest, b"odd".to_vec())));
+        assert_eq!(all[0].0, newest + 1 - RECENT_TAGS_MAX as u64);
+        assert!(all.windows(2).all(|w| w[0].0 + 1 == w[1].0));
+        let mut c = RecentTags::default();
+        c.absorb(&RecentTags::default());
+        assert_eq!(c, RecentTags::default());
+    }
+
+    /// A full ring of set-sized tags (17 bytes) holds about 26 bytes per entry, and keeps its
+    /// size while new entries push the oldest out.
+    #[test]
+    fn a_full_ring_of_short_tags_stays_packed() {
+        let mut t = RecentTags::default();
+        let tag = [7u8; 17];
+        for seq in 0..RECENT_TAGS_MAX as u64 {
+            t.push(seq, &tag);
+        }
+        let full = t.capacity_bytes();
+        assert!(full <= RECENT_TAGS_MAX * 26 * 5 / 4, "{full} bytes");
+        for seq in 0..3 * RECENT_TAGS_MAX as u64 {
+            t.push(seq, &tag);
+        }
+        assert_eq!(t.capacity_bytes(), full);
+        assert_eq!(t.count, RECENT_TAGS_MAX);
     }
 }

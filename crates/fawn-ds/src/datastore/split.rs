@@ -172,6 +172,11 @@ impl DataStore {
         c.rep.log_bytes_after = dst.applied_end();
         let rep = c.rep;
         drop(dst);
+        // The new store's checkpoint (written by the close) keeps this store's recent tags:
+        // those of the records it took are among them (the others are harmless: a tag only
+        // records what its request's outcome was).
+        let tags = shared.counters.recent_tags.lock().clone();
+        *built.shared().counters.recent_tags.lock() = tags;
         let finished = result.and_then(|()| built.close());
         if let Err(e) = finished {
             let _ = fs::remove_dir_all(&tmp);

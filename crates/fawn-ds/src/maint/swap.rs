@@ -335,6 +335,11 @@ impl Swap<'_> {
         if shared.opts.sync == SyncPolicy::Always {
             self.new.set_dir_sync_pending(true);
         }
+        // The merged-in store's records are this store's now, and so are their tags: kept
+        // before any checkpoint of the new state can be written.
+        if let Some((other, _)) = &self.sides.other {
+            shared.counters.recent_tags.lock().absorb(&other.counters.recent_tags.lock());
+        }
         let t = Instant::now();
         self.new.register();
         *cur = Arc::clone(self.new);

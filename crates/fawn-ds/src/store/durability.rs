@@ -111,7 +111,9 @@ impl Inner {
             let index = self.index.read().clone();
             let live = self.live_bytes.load(Ordering::Acquire);
             let cold_live = self.cold_live_bytes.load(Ordering::Acquire);
-            let tags = self.counters.recent_tags.lock().clone();
+            // The tags as the checkpoint stores them: one copy of their bytes.
+            let mut tags = Vec::new();
+            self.counters.recent_tags.lock().encode(&mut tags);
             (index, w.end, self.max_seq.load(Ordering::Acquire), live, cold_live, tags)
         };
         if end == *last {

@@ -1,10 +1,12 @@
 //! Outcomes of recently ordered requests, so that a retried update is applied once.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 
 use fawn_proto::native::{OutcomeEntry, ReqId};
 use fawn_proto::op::Outcome;
+use hashbrown::HashTable;
 
 /// Most request ids remembered per range for retried-update deduplication (the bound under a
 /// sustained high update rate; below it, `DEDUP_WINDOW_MICROS` decides). Half the usable
@@ -15,6 +17,8 @@ pub const DEDUP_ENTRIES_MAX: usize = (1 << 17) / 8 * 7 / 2;
 // A replica reopened on its FAWN-DS rebuilds this table from the tags of the latest records
 // (`ReplicaStore::kept_outcomes`): the datastore keeps at least as many as the table holds.
 const _: () = assert!(DEDUP_ENTRIES_MAX <= fawn_ds::limits::RECENT_TAGS_MAX);
+// Entries are found by the low 32 bits of their serial number (`OutcomeTable::by_req`).
+const _: () = assert!(DEDUP_ENTRIES_MAX < u32::MAX as usize);
 /// How long an outcome is remembered, in microseconds of seq (seqs are microsecond
 /// timestamps): longer than any client retries one request (a front-end: 6 attempts of 3 s;
 /// the native client: 9 attempts of 5 s with backoff, under a minute). Older entries are
@@ -25,7 +29,7 @@ pub const DEDUP_WINDOW_MICROS: u64 = 60_000_000;
 pub const DEDUP_INHERITED_TABLES_MAX: usize = 4;
 
 /// One remembered outcome: the seq of the request's update and its outcome, kept compact for
-/// the common one (`Stored` with the update's own seq as cas): 32 bytes a table entry.
+/// the common one (`Stored` with the update's own seq as cas).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Remembered {
     seq: u64,
@@ -44,8 +48,111 @@ impl Remembered {
     }
 }
 
-/// One table of request outcomes, by request id.
-pub type OutcomeTable = HashMap<ReqId, Remembered>;
+/// One entry of an `OutcomeTable`: 40 bytes.
+#[derive(Debug)]
+struct Entry {
+    req: ReqId,
+    /// The table's clock when the entry was made.
+    at: u64,
+    kept: Remembered,
+}
+
+/// Request outcomes in the order remembered (first in, first out), found by request id
+/// through a hash table of 4-byte serial numbers: about 52 bytes an entry when full, where a
+/// map from id to outcome plus a queue of ids took about 100.
+#[derive(Debug, Default)]
+pub struct OutcomeTable {
+    entries: VecDeque<Entry>,
+    /// The serial number of `entries[0]`; the next entries count up from it.
+    first: u64,
+    /// The low 32 bits of each entry's serial number, by the hash of its request id.
+    by_req: HashTable<u32>,
+    hasher: RandomState,
+}
+
+impl OutcomeTable {
+    fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The entry with serial number (low bits) `serial`.
+    fn at(entries: &VecDeque<Entry>, first: u64, serial: u32) -> &Entry {
+        &entries[serial.wrapping_sub(first as u32) as usize]
+    }
+
+    fn find(&self, req: &ReqId) -> Option<&Entry> {
+        let hash = self.hasher.hash_one(req);
+        let serial = self.by_req.find(hash, |&s| Self::at(&self.entries, self.first, s).req == *req)?;
+        Some(Self::at(&self.entries, self.first, *serial))
+    }
+
+    fn get(&self, req: &ReqId) -> Option<&Remembered> {
+        self.find(req).map(|e| &e.kept)
+    }
+
+    /// The clock of the oldest entry.
+    fn oldest_at(&self) -> Option<u64> {
+        self.entries.front().map(|e| e.at)
+    }
+
+    fn pop_front(&mut self) {
+        let Some(front) = self.entries.front() else { return };
+        let hash = self.hasher.hash_one(front.req);
+        let first = self.first as u32;
+        if let Ok(found) = self.by_req.find_entry(hash, |&s| s == first) {
+            found.remove();
+        }
+        self.entries.pop_front();
+        self.first += 1;
+    }
+
+    /// Replaces `req`'s outcome (keeping its place and date), or remembers it as the newest
+    /// entry, dated `at`. True if it was new.
+    fn insert(&mut self, req: ReqId, at: u64, kept: Remembered) -> bool {
+        let hash = self.hasher.hash_one(req);
+        let (entries, first) = (&mut self.entries, self.first);
+        if let Some(&s) = self.by_req.find(hash, |&s| Self::at(entries, first, s).req == req) {
+            let i = s.wrapping_sub(first as u32) as usize;
+            entries[i].kept = kept;
+            return false;
+        }
+        if entries.len() == entries.capacity() {
+            // Grow by half rather than doubling: a full table stops at `DEDUP_ENTRIES_MAX`.
+            let room =
+                (entries.len() / 2).max(64).min(DEDUP_ENTRIES_MAX.saturating_sub(entries.len()).max(1));
+            entries.reserve_exact(room);
+        }
+        let serial = (first + entries.len() as u64) as u32;
+        entries.push_back(Entry { req, at, kept });
+        let hasher = &self.hasher;
+        self.by_req.insert_unique(hash, serial, |&s| hasher.hash_one(Self::at(entries, first, s).req));
+        true
+    }
+
+    /// Gives memory back when at most a quarter of it is in use (after a burst).
+    fn shrink(&mut self) {
+        if self.entries.capacity() > 1024 && self.entries.len() < self.entries.capacity() / 4 {
+            let keep = self.entries.len() * 2;
+            self.entries.shrink_to(keep);
+            let (entries, first, hasher) = (&self.entries, self.first, &self.hasher);
+            self.by_req.shrink_to(keep, |&s| hasher.hash_one(Self::at(entries, first, s).req));
+        }
+    }
+
+    fn iter(&self) -> impl Iterator<Item = (&ReqId, &Remembered)> {
+        self.entries.iter().map(|e| (&e.req, &e.kept))
+    }
+
+    /// Bytes of memory the table holds (both of its parts).
+    #[cfg(test)]
+    fn capacity_bytes(&self) -> usize {
+        self.entries.capacity() * std::mem::size_of::<Entry>() + self.by_req.capacity() * 8 / 7 * 5
+    }
+}
 
 /// Outcomes of recently ordered requests, so that a retried update is applied once: the
 /// replica's own (first in, first out, for `DEDUP_WINDOW_MICROS` and at most
@@ -55,8 +162,6 @@ pub type OutcomeTable = HashMap<ReqId, Remembered>;
 #[derive(Default)]
 pub struct Dedup {
     own: OutcomeTable,
-    /// Own entries in the order remembered, with the clock when they were.
-    order: VecDeque<(ReqId, u64)>,
     /// The highest seq remembered: the time of this table (no clock in the state machine).
     clock: u64,
     /// Tables of parent ranges, oldest first.
@@ -86,27 +191,20 @@ impl Dedup {
         self.clock = self.clock.max(seq);
         // Room first: the table never holds more than `DEDUP_ENTRIES_MAX`, even for a moment.
         let expired = |at: u64| at.saturating_add(DEDUP_WINDOW_MICROS) < self.clock;
-        while let Some(&(old, at)) = self.order.front() {
-            if self.order.len() < DEDUP_ENTRIES_MAX && !expired(at) {
+        while let Some(at) = self.own.oldest_at() {
+            if self.own.len() < DEDUP_ENTRIES_MAX && !expired(at) {
                 break;
             }
-            self.order.pop_front();
-            self.own.remove(&old);
+            self.own.pop_front();
         }
-        if self.own.insert(req, Remembered::new(seq, outcome)).is_none() {
-            self.order.push_back((req, self.clock));
+        if self.own.insert(req, self.clock, Remembered::new(seq, outcome)) {
             self.since_inherited += 1;
             if self.since_inherited >= DEDUP_ENTRIES_MAX {
                 self.inherited.clear();
             }
         }
-        // A table that emptied after a burst gives its memory back.
-        if self.own.capacity() > 1024 && self.own.len() < self.own.capacity() / 4 {
-            self.own.shrink_to(self.own.len() * 2);
-            self.order.shrink_to(self.order.len() * 2);
-        }
+        self.own.shrink();
     }
-
     /// The entries of updates with a seq in `seqs` (own and inherited), ordered by seq and
     /// request id (the same on every run, for the simulator).
     pub fn entries_in(&self, seqs: std::ops::RangeInclusive<u64>) -> Vec<OutcomeEntry> {
@@ -125,7 +223,6 @@ impl Dedup {
     /// shared table, which this (retiring) replica keeps answering from too.
     pub fn share(&mut self) -> Vec<Arc<OutcomeTable>> {
         if !self.own.is_empty() {
-            self.order.clear();
             self.inherited.push(Arc::new(std::mem::take(&mut self.own)));
         }
         self.inherited.clone()
@@ -205,7 +302,7 @@ mod tests {
         d.remember(req(10_000), start + 10_000, Outcome::NotStored);
         assert_eq!(d.get(&req(7)), Some((start + 7, Outcome::Stored { cas: start + 7 })));
         assert_eq!(d.get(&req(10_000)), Some((start + 10_000, Outcome::NotStored)));
-        let grown = d.own.capacity();
+        let grown = d.own.capacity_bytes();
         // One request a window later pushes all the others out.
         let later = start + 10_000 + DEDUP_WINDOW_MICROS + 1;
         d.remember(req(20_000), later, Outcome::Deleted);
@@ -213,7 +310,7 @@ mod tests {
         d.remember(req(20_000), later, Outcome::Deleted);
         assert_eq!(d.get(&req(20_000)), Some((later, Outcome::Deleted)));
         assert_eq!(d.own.len(), 1);
-        assert!(d.own.capacity() < grown / 4, "{} of {grown}", d.own.capacity());
+        assert!(d.own.capacity_bytes() < grown / 4, "{} of {grown}", d.own.capacity_bytes());
         // Within the window, nothing goes but past the count bound.
         d.remember(req(20_001), later + DEDUP_WINDOW_MICROS, Outcome::Deleted);
         assert!(d.get(&req(20_000)).is_some());
@@ -236,10 +333,12 @@ mod tests {
         let mut grown = 0;
         for round in 0..4u64 {
             churn(&mut d, (1 + 2 * round) * DEDUP_ENTRIES_MAX as u64);
-            assert!(d.own.capacity() <= most, "{} buckets' worth", d.own.capacity());
-            grown = grown.max(d.own.capacity());
+            assert!(d.own.by_req.capacity() <= most, "{} buckets' worth", d.own.by_req.capacity());
+            assert_eq!(d.own.entries.capacity(), DEDUP_ENTRIES_MAX);
+            grown = grown.max(d.own.by_req.capacity());
         }
         assert!(grown <= most);
+        assert!(d.own.capacity_bytes() <= 3_000_000, "{} bytes", d.own.capacity_bytes());
         assert_eq!(d.get(&req(0)), None);
         assert!(d.get(&req(9 * DEDUP_ENTRIES_MAX as u64 - 1)).is_some());
     }
@@ -260,6 +359,7 @@ mod tests {
         d.remember(req(1), 10, Outcome::Stored { cas: 9 });
         assert_eq!(d.get(&req(1)), Some((10, Outcome::Stored { cas: 9 })));
         assert_eq!(std::mem::size_of::<Remembered>(), 16);
+        assert_eq!(std::mem::size_of::<Entry>(), 40);
     }
 
     fn req(n: u64) -> ReqId {
