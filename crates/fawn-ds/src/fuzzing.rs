@@ -124,7 +124,9 @@ pub fn checkpoint(buf: &mut [u8], log_len: u64, reseal: bool) -> bool {
         cold_len: cold.1,
         cold_live: loaded.cold_live_bytes,
     };
-    let bytes = checkpoint::encode(nonce, &sums, &loaded.index, &loaded.tags);
+    let mut tags = Vec::new();
+    loaded.tags.encode(&mut tags);
+    let bytes = checkpoint::encode(nonce, &sums, &loaded.index, &tags);
     let again = match checkpoint::decode(&bytes, nonce, log_len, cold) {
         Ok(again) => again,
         Err(e) => panic!("a re-encoded checkpoint is refused: {e}"),
