@@ -423,6 +423,10 @@ pub struct FrontendArgs {
     /// outcome before acting on it (0, the default, in production).
     #[arg(long, default_value_t = 0, hide = true)]
     fault_outcome_delay_ms: u64,
+    /// Fault injection for tests: drop every N-th `Committed` notice this front-end receives,
+    /// as if lost with its connection (0, the default, in production).
+    #[arg(long, default_value_t = 0, hide = true)]
+    fault_drop_notice_every: u64,
     /// Milliseconds before a request to a back-end times out.
     #[arg(long, default_value_t = 3000)]
     request_timeout_ms: u64,
@@ -493,6 +497,7 @@ impl FrontendArgs {
             cache_timing: CacheTiming { unsettled_hold: Duration::from_millis(self.cache_unsettled_hold_ms) },
             request_timeout: Duration::from_millis(self.request_timeout_ms),
             fault_outcome_delay: Duration::from_millis(self.fault_outcome_delay_ms),
+            fault_drop_notice_every: self.fault_drop_notice_every,
             heartbeat: Duration::from_millis(self.heartbeat_ms.max(1)),
         };
         let mut mc = memcache_config(self.max_connections, self.idle_timeout_secs, self.value_bytes_max);

@@ -67,6 +67,10 @@ pub struct FrontendOptions {
     /// much later, widening the window in which the tail has committed an update that this
     /// front-end does not know of yet (its cache must stay coherent through it).
     pub fault_outcome_delay: Duration,
+    /// Fault injection for tests (0 in production): every this many `Committed` notices
+    /// received, one is dropped, as if lost with its connection, so the update's waiter must
+    /// fall back to asking the head (`COMMIT_NOTICE_WAIT_MAX`).
+    pub fault_drop_notice_every: u64,
     /// Time-out of one request to a back-end.
     pub request_timeout: Duration,
     /// Interval between this front-end's heartbeats to each back-end (t_hb); each round is
@@ -83,6 +87,8 @@ struct Counters {
     retries: AtomicU64,
     /// Updates whose tail's notice did not come in time: asked of the head again.
     notice_timeouts: AtomicU64,
+    /// `Committed` notices received.
+    committed_notices: AtomicU64,
     get_latency: Histogram,
     update_latency: Histogram,
 }
@@ -483,6 +489,7 @@ impl Frontend {
             ("forwarded".to_string(), c.forwarded.load(Ordering::Relaxed)),
             ("retries".to_string(), c.retries.load(Ordering::Relaxed)),
             ("notice_timeouts".to_string(), c.notice_timeouts.load(Ordering::Relaxed)),
+            ("committed_notices".to_string(), c.committed_notices.load(Ordering::Relaxed)),
         ];
         Response::Status(NodeStatus {
             role: format!("frontend {}", self.options.id),
@@ -617,6 +624,11 @@ impl Handler for Frontend {
             Request::GetConfig => Ok(Response::Config(self.config())),
             Request::Committed { notices } => {
                 for CommittedNotice { req, outcome, key } in notices {
+                    let seen = self.counters.committed_notices.fetch_add(1, Ordering::Relaxed) + 1;
+                    let every = self.options.fault_drop_notice_every;
+                    if every > 0 && seen.is_multiple_of(every) {
+                        continue;
+                    }
                     match self.committed.take(&req) {
                         Some(tx) => {
                             let _ = tx.send(outcome);
