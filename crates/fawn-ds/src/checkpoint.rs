@@ -32,6 +32,8 @@ const VERSION_READ_MIN: u32 = 7;
 const HEADER_BYTES: usize = 96;
 /// Bytes covered by the header checksum (which follows them).
 const HEADER_CRC_AT: usize = 88;
+/// Where the header holds the image's length.
+const IMAGE_LEN_AT: usize = 48;
 
 /// What a valid checkpoint holds.
 pub(crate) struct Loaded {
@@ -66,7 +68,7 @@ pub(crate) fn encode(nonce: u64, sums: &Sums, index: &Index, tags: &[u8]) -> Vec
     out[24..32].copy_from_slice(&sums.covered_end.to_le_bytes());
     out[32..40].copy_from_slice(&sums.max_seq.to_le_bytes());
     out[40..48].copy_from_slice(&index.live().to_le_bytes());
-    out[48..56].copy_from_slice(&image_len.to_le_bytes());
+    out[IMAGE_LEN_AT..IMAGE_LEN_AT + 8].copy_from_slice(&image_len.to_le_bytes());
     out[56..64].copy_from_slice(&sums.live_bytes.to_le_bytes());
     out[64..72].copy_from_slice(&sums.cold_nonce.to_le_bytes());
     out[72..80].copy_from_slice(&sums.cold_len.to_le_bytes());
@@ -137,7 +139,7 @@ pub(crate) fn decode(buf: &[u8], nonce: u64, log_len: u64, cold: (u64, u64)) -> 
     if covered_end < LOG_HEADER_BYTES || covered_end > log_len || !covered_end.is_multiple_of(OFFSET_UNIT) {
         return Err(format!("covers log end {covered_end}, but the log has {log_len} bytes"));
     }
-    let image_len = u64_at(buf, 48);
+    let image_len = u64_at(buf, IMAGE_LEN_AT);
     if image_len != (buf.len() - HEADER_BYTES - 8) as u64 {
         return Err("image length does not match the file size".into());
     }
@@ -163,6 +165,29 @@ pub(crate) fn decode(buf: &[u8], nonce: u64, log_len: u64, cold: (u64, u64)) -> 
         cold_live_bytes: u64_at(buf, 80),
         tags,
     })
+}
+
+/// For the fuzz harness (`fuzzing.rs`): writes the image length and the three checksums of
+/// the version 8 layout that the input's own lengths call for (the recent tags section's,
+/// the image's, the header's), so that `decode`'s parsers see arbitrary content.
+pub(crate) fn reseal(buf: &mut [u8]) {
+    let n = buf.len();
+    if n < HEADER_BYTES + 8 + 12 {
+        return;
+    }
+    let mut end = n;
+    let tags_len = u32_at(buf, n - 12) as usize;
+    if let Some(at) = (n - 12).checked_sub(tags_len).filter(|&at| at >= HEADER_BYTES + 8) {
+        let crc = crc32c::crc32c(&buf[at..n - 12]);
+        buf[n - 8..n - 4].copy_from_slice(&crc.to_le_bytes());
+        end = at;
+    }
+    let crc = crc32c::crc32c(&buf[HEADER_BYTES..end - 8]);
+    buf[end - 8..end - 4].copy_from_slice(&crc.to_le_bytes());
+    let image_len = (end - 8 - HEADER_BYTES) as u64;
+    buf[IMAGE_LEN_AT..IMAGE_LEN_AT + 8].copy_from_slice(&image_len.to_le_bytes());
+    let crc = crc32c::crc32c(&buf[..HEADER_CRC_AT]);
+    buf[HEADER_CRC_AT..HEADER_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// Atomically replace the checkpoint file: temp file, fsync, rename, fsync directory.

@@ -109,7 +109,7 @@ pub fn manifest(buf: &mut [u8], reseal: bool) -> bool {
 /// whether it was accepted.
 pub fn checkpoint(buf: &mut [u8], log_len: u64, reseal: bool) -> bool {
     if reseal {
-        reseal_checkpoint(buf);
+        checkpoint::reseal(buf);
     }
     let (Some(nonce), Some(cold)) = (u64_at(buf, 16), u64_at(buf, 64).zip(u64_at(buf, 72))) else {
         return false;
@@ -139,36 +139,6 @@ pub fn checkpoint(buf: &mut [u8], log_len: u64, reseal: bool) -> bool {
     true
 }
 
-/// Writes the three checksums of a version 8 checkpoint layout (docs/FORMAT.md §4) that
-/// the input's lengths call for (the recent tags section's, the image's, the header's),
-/// and the image length.
-fn reseal_checkpoint(buf: &mut [u8]) {
-    const HEADER_BYTES: usize = 96;
-    const HEADER_CRC_AT: usize = 88;
-    const IMAGE_LEN_AT: usize = 48;
-    let n = buf.len();
-    if n < HEADER_BYTES + 8 + 12 {
-        return;
-    }
-    let mut end = n;
-    let tags_len = u32_at(buf, n - 12).unwrap_or(0) as usize;
-    if let Some(at) = (n - 12).checked_sub(tags_len).filter(|&at| at >= HEADER_BYTES + 8) {
-        let crc = crc32c::crc32c(&buf[at..n - 12]);
-        buf[n - 8..n - 4].copy_from_slice(&crc.to_le_bytes());
-        end = at;
-    }
-    let crc = crc32c::crc32c(&buf[HEADER_BYTES..end - 8]);
-    buf[end - 8..end - 4].copy_from_slice(&crc.to_le_bytes());
-    let image_len = (end - 8 - HEADER_BYTES) as u64;
-    buf[IMAGE_LEN_AT..IMAGE_LEN_AT + 8].copy_from_slice(&image_len.to_le_bytes());
-    let crc = crc32c::crc32c(&buf[..HEADER_CRC_AT]);
-    buf[HEADER_CRC_AT..HEADER_CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
-}
-
 fn u64_at(b: &[u8], i: usize) -> Option<u64> {
     Some(u64::from_le_bytes(b.get(i..i + 8)?.try_into().ok()?))
-}
-
-fn u32_at(b: &[u8], i: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(b.get(i..i + 4)?.try_into().ok()?))
 }
