@@ -87,15 +87,7 @@ pub fn log_header(buf: &mut [u8], reseal: bool) -> bool {
 /// Returns whether it was accepted.
 pub fn manifest(buf: &mut [u8], reseal: bool) -> bool {
     if reseal {
-        let crc_at = match buf.len() {
-            n if n == manifest::BYTES_1 => Some(64),
-            n if n == manifest::BYTES_2 => Some(80),
-            _ => None,
-        };
-        if let Some(at) = crc_at {
-            let crc = crc32c::crc32c(&buf[..at]);
-            buf[at..at + 4].copy_from_slice(&crc.to_le_bytes());
-        }
+        manifest::reseal(buf);
     }
     let Ok(m) = manifest::decode(buf) else { return false };
     let again = manifest::decode(&manifest::encode(&m));
