@@ -192,6 +192,7 @@ impl Backend {
             ("replicated".to_string(), c.replicated.load(Ordering::Relaxed)),
             ("stale_epoch".to_string(), c.stale_epoch.load(Ordering::Relaxed)),
             ("lease_refusals".to_string(), c.lease_refusals.load(Ordering::Relaxed)),
+            ("stale_leases".to_string(), c.stale_leases.load(Ordering::Relaxed)),
             ("syncs_completed".to_string(), c.syncs_completed.load(Ordering::Relaxed)),
             ("syncs_suffix".to_string(), c.syncs_suffix.load(Ordering::Relaxed)),
             ("syncs_full".to_string(), c.syncs_full.load(Ordering::Relaxed)),

@@ -15,6 +15,7 @@ impl Exposition for Backend {
             ("fawn_backend_acks_total", &c.acks),
             ("fawn_backend_stale_epoch_total", &c.stale_epoch),
             ("fawn_backend_lease_refusals_total", &c.lease_refusals),
+            ("fawn_backend_stale_leases_total", &c.stale_leases),
             ("fawn_backend_syncs_completed_total", &c.syncs_completed),
             ("fawn_backend_syncs_suffix_total", &c.syncs_suffix),
             ("fawn_backend_syncs_full_total", &c.syncs_full),

@@ -148,6 +148,8 @@ struct Counters {
     acks: AtomicU64,
     stale_epoch: AtomicU64,
     lease_refusals: AtomicU64,
+    /// Leases from the manager group older in term or epoch than the one held: ignored.
+    stale_leases: AtomicU64,
     syncs_completed: AtomicU64,
     /// Syncs of this back-end's replicas done by a suffix / by a full copy, and the key +
     /// value bytes each kind received.
@@ -435,6 +437,7 @@ impl Backend {
             .await
             .ok()?;
         if !manager_client::accept_lease(held, &lease) {
+            self.counters.stale_leases.fetch_add(1, Ordering::Relaxed);
             warn!(?held, term = lease.term, epoch = lease.config.epoch, "ignoring an older lease");
             return None;
         }

@@ -10,6 +10,7 @@
 //! declared dead while slow or cut off) registers again to take it back.
 
 use std::collections::HashMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
@@ -72,6 +73,7 @@ impl Frontend {
     /// (`manager::client::accept_lease`).
     async fn report_answered(&self, sent: Instant, held: Held, lease: Lease) {
         if !manager_client::accept_lease(held, &lease) {
+            self.counters.stale_leases.fetch_add(1, Ordering::Relaxed);
             warn!(?held, term = lease.term, epoch = lease.config.epoch, "ignoring an older lease");
             return;
         }

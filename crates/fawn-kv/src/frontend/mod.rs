@@ -89,6 +89,8 @@ struct Counters {
     notice_timeouts: AtomicU64,
     /// `Committed` notices received.
     committed_notices: AtomicU64,
+    /// Leases from the manager group older in term or epoch than the one held: ignored.
+    stale_leases: AtomicU64,
     get_latency: Histogram,
     update_latency: Histogram,
 }
@@ -490,6 +492,7 @@ impl Frontend {
             ("retries".to_string(), c.retries.load(Ordering::Relaxed)),
             ("notice_timeouts".to_string(), c.notice_timeouts.load(Ordering::Relaxed)),
             ("committed_notices".to_string(), c.committed_notices.load(Ordering::Relaxed)),
+            ("stale_leases".to_string(), c.stale_leases.load(Ordering::Relaxed)),
         ];
         Response::Status(NodeStatus {
             role: format!("frontend {}", self.options.id),
@@ -560,6 +563,7 @@ impl Exposition for Frontend {
             ("fawn_frontend_forwarded_total", &c.forwarded),
             ("fawn_frontend_retries_total", &c.retries),
             ("fawn_frontend_notice_timeouts_total", &c.notice_timeouts),
+            ("fawn_frontend_stale_leases_total", &c.stale_leases),
         ] {
             metrics::line(&mut out, name, &labels, v.load(Ordering::Relaxed));
         }
