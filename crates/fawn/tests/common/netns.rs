@@ -30,6 +30,8 @@ pub struct Netns {
     nodes: BTreeMap<u32, (String, String)>,
     /// Cut pairs (a < b).
     cuts: Vec<(u32, u32)>,
+    /// Nodes cut off from the root namespace (the front-ends and clients).
+    host_cuts: Vec<u32>,
     _lock: File,
 }
 
@@ -83,8 +85,14 @@ impl Netns {
             remove_stale(n);
             let bridge = format!("fawnbr{n}");
             ip_ok(&["link", "add", &bridge, "type", "bridge"]);
-            let me =
-                Netns { n, bridge: bridge.clone(), nodes: BTreeMap::new(), cuts: Vec::new(), _lock: lock };
+            let me = Netns {
+                n,
+                bridge: bridge.clone(),
+                nodes: BTreeMap::new(),
+                cuts: Vec::new(),
+                host_cuts: Vec::new(),
+                _lock: lock,
+            };
             ip_ok(&["addr", "add", &format!("{}/24", me.host_ip()), "dev", &bridge]);
             ip_ok(&["link", "set", &bridge, "up"]);
             return me;
@@ -137,10 +145,33 @@ impl Netns {
         self.cuts.retain(|c| *c != (a.min(b), a.max(b)));
     }
 
+    /// Cuts `node` off from the root namespace (the front-ends, the clients and the test
+    /// itself), both directions: a blackhole route to the bridge's address in `node`'s
+    /// namespace, and one to `node`'s address in the root namespace. Traffic bridged between
+    /// namespaces never consults the root namespace's routes, so `node` still reaches every
+    /// other namespace.
+    pub fn cut_host(&mut self, node: u32) {
+        let (ns, addr) = self.node(node);
+        ip_ok(&["-n", &ns, "route", "add", "blackhole", &format!("{}/32", self.host_ip())]);
+        ip_ok(&["route", "add", "blackhole", &format!("{addr}/32")]);
+        self.host_cuts.push(node);
+    }
+
+    /// Heals a cut made by [`Netns::cut_host`].
+    pub fn heal_host(&mut self, node: u32) {
+        let (ns, addr) = self.node(node);
+        ip_ok(&["-n", &ns, "route", "del", "blackhole", &format!("{}/32", self.host_ip())]);
+        ip_ok(&["route", "del", "blackhole", &format!("{addr}/32")]);
+        self.host_cuts.retain(|n| *n != node);
+    }
+
     /// Heals every cut.
     pub fn heal_all(&mut self) {
         for (a, b) in self.cuts.clone() {
             self.heal(a, b);
+        }
+        for node in self.host_cuts.clone() {
+            self.heal_host(node);
         }
     }
 
@@ -153,6 +184,13 @@ impl Netns {
 
 /// Deletes the bridge, veths and namespaces of number `n` (left by a killed run).
 fn remove_stale(n: u8) {
+    // "blackhole 10.77.3.200" (a route left by `cut_host` in the root namespace)
+    let prefix = format!("10.77.{n}.");
+    for line in ip_stdout(&["route", "show", "type", "blackhole"]).lines() {
+        if let Some(dst) = line.split_whitespace().nth(1).filter(|d| d.starts_with(&prefix)) {
+            let _ = ip(&["route", "del", "blackhole", dst]);
+        }
+    }
     let ns_prefix = format!("fawn{n}b");
     for line in ip_stdout(&["netns", "list"]).lines() {
         let name = line.split_whitespace().next().unwrap_or("");

@@ -777,6 +777,23 @@ impl Procs {
         self.mark(&name, "link to every back-end healed");
     }
 
+    /// Cuts manager `i` (in its own namespace: `ProcShape::manager_netns`) off from the
+    /// front-ends, the clients and the test (everything in the root namespace), both
+    /// directions; it still reaches the other managers and every back-end. The test cannot
+    /// ask it for its status until [`Procs::heal_manager_host`].
+    pub fn partition_manager_host(&mut self, i: usize) {
+        let name = self.managers[i].name.clone();
+        self.netns_mut().cut_host(MANAGER_NETNS_NODE + i as u32);
+        self.mark(&name, "cut off from the front-ends and clients");
+    }
+
+    /// Heals [`Procs::partition_manager_host`].
+    pub fn heal_manager_host(&mut self, i: usize) {
+        let name = self.managers[i].name.clone();
+        self.netns_mut().heal_host(MANAGER_NETNS_NODE + i as u32);
+        self.mark(&name, "link to the front-ends and clients healed");
+    }
+
     /// kill -9 a front-end.
     pub fn kill_frontend(&mut self, id: usize) {
         self.mark(&format!("frontend-{id}"), "kill -9");
