@@ -111,7 +111,8 @@ impl OneWay {
     pub fn new(request: Request) -> Result<OneWay, RpcError> {
         debug_assert!(request.is_one_way());
         let mut frame = Vec::new();
-        encode_frame(0, &Message::Request(request), &mut frame).map_err(|e| RpcError::Protocol(e.to_string()))?;
+        encode_frame(0, &Message::Request(request), &mut frame)
+            .map_err(|e| RpcError::Protocol(e.to_string()))?;
         Ok(OneWay(frame))
     }
 }

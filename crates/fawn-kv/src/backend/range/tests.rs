@@ -561,7 +561,8 @@ async fn a_head_leaves_to_the_tail_s_notice_only_updates_it_sent_on_with_a_front
 #[ignore = "a measurement: run by hand in a release build"]
 async fn chain_work_per_update() {
     use fawn_proto::native::{decode_frame, encode_frame, Message, Request};
-    let env = |name: &str, default: u64| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let env =
+        |name: &str, default: u64| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
     let (updates, batch) = (env("FAWN_CHAIN_WORK_UPDATES", 200_000), env("FAWN_CHAIN_WORK_BATCH", 16).max(1));
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("tempdir")).collect();
     let chain = [1, 2, 3];
