@@ -65,8 +65,9 @@ impl Pool {
         }
     }
 
-    /// The pooled connection to `addr` if it is alive; sweeps the pool now and then.
-    fn live(&self, addr: &str) -> Option<Arc<Connection>> {
+    /// The pooled connection to `addr` if it is alive, without connecting; sweeps the pool
+    /// now and then.
+    pub fn live(&self, addr: &str) -> Option<Arc<Connection>> {
         let now = Instant::now();
         let mut conns = self.conns.lock();
         if now.duration_since(conns.swept) >= POOL_SWEEP_EVERY.min(self.idle_forget) {

@@ -103,6 +103,43 @@ impl Connection {
     }
 }
 
+/// A one-way request (answered by nothing: `Request::is_one_way`), encoded once, for
+/// [`Connection::send_now`] or [`Connection::send`]. Its frame's id is 0: no response names it.
+pub struct OneWay(Vec<u8>);
+
+impl OneWay {
+    pub fn new(request: Request) -> Result<OneWay, RpcError> {
+        debug_assert!(request.is_one_way());
+        let mut frame = Vec::new();
+        encode_frame(0, &Message::Request(request), &mut frame)
+            .map_err(|e| RpcError::Protocol(e.to_string()))?;
+        Ok(OneWay(frame))
+    }
+}
+
+impl Connection {
+    /// Queues `msg` if the writer has room now: no pending entry, no timer, no task. Hands
+    /// it back if the connection is closed or its queue full.
+    pub fn send_now(&self, msg: OneWay) -> Result<(), OneWay> {
+        if !self.is_alive() {
+            return Err(msg);
+        }
+        self.outbox.try_send(msg.0).map_err(|e| OneWay(e.into_inner()))
+    }
+
+    /// Queues `msg`, waiting up to `timeout` for room in the writer's queue.
+    pub async fn send(&self, msg: OneWay, timeout: Duration) -> Result<(), RpcError> {
+        if !self.is_alive() {
+            return Err(RpcError::Closed(self.addr.clone()));
+        }
+        match tokio::time::timeout(timeout, self.outbox.send(msg.0)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(RpcError::Closed(self.addr.clone())),
+            Err(_) => Err(RpcError::Timeout(timeout)),
+        }
+    }
+}
+
 /// Removes a call's entry from the pending map when the call ends without its response.
 struct Forget<'a> {
     pending: &'a Pending,

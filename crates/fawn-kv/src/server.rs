@@ -105,8 +105,9 @@ impl Default for NativeLimits {
 /// Which share of a server's [`ReplyBudget`] a request's response is charged to. The shares
 /// exist so that no request ever waits for room held by requests that wait for it (which
 /// would deadlock a chain or a pair of front-ends once hostile clients fill the budget):
-/// - Chain messages (`Hello`, replication, acks, sync streams) have no responses: they take
-///   no room, and a chain link is never stopped by the budget.
+/// - Chain messages (`Hello`, replication, acks, sync streams) and one-way requests (a
+///   tail's `Committed`) have no responses: they take no room, and are never stopped by the
+///   budget.
 /// - [`Share::Forwarded`]: requests a front-end sends on behalf of its clients (`forwarded`
 ///   gets and updates: to the tail or head of a chain, or to the front-end owning the key).
 ///   Whoever waits for them holds room in another share or on another server; they wait
@@ -115,8 +116,8 @@ impl Default for NativeLimits {
 /// - [`Share::ClientGets`]: gets sent directly by clients; a back-end answers them from its
 ///   store without waiting for anything. Clients that never read hold room here until the
 ///   write timeout closes them; well-behaved direct clients' gets then wait their turn.
-/// - [`Share::Other`]: every other request (updates from clients, a tail's `Committed`
-///   notices, configuration installs, pings, status, reports): small responses, never
+/// - [`Share::Other`]: every other request (updates from clients, configuration installs,
+///   pings, status, reports): small responses, never
 ///   queued behind gets. A request here may wait for a chain (a head's update), which takes
 ///   no room, or for another server (a front-end's request to a back-end: another budget);
 ///   all such waits end at their time-outs.
@@ -288,6 +289,13 @@ pub trait Handler: Send + Sync + 'static {
     /// Answers one request. Called concurrently.
     fn request(self: Arc<Self>, request: Request) -> impl Future<Output = Response> + Send;
 
+    /// Handles a one-way request (`Request::is_one_way`: a tail's `Committed`), which is
+    /// never answered: in the connection's task, in arrival order, without waiting. By
+    /// default it is dropped (only a front-end takes notices).
+    fn one_way(&self, request: Request) {
+        debug!(?request, "one-way request not taken here; dropped");
+    }
+
     /// Handles one chain message from back-end `from` (as named by the connection's `Hello`).
     /// Messages of one connection are handled one at a time, in order.
     fn chain(self: Arc<Self>, from: NodeId, msg: ChainMsg) -> impl Future<Output = ()> + Send {
@@ -441,6 +449,11 @@ async fn connection<H: Handler>(
                 if let Err(refused) = auth::request(peer.as_ref(), &req) {
                     refuse_peer(id, refused, &tx, &output, &budget).await;
                     break;
+                }
+                if req.is_one_way() {
+                    // No response: no slot, no room, no task.
+                    handler.one_way(req);
+                    continue;
                 }
                 let Ok(permit) = in_flight.clone().acquire_owned().await else { break };
                 // Back-pressure: no more of this peer's requests are read until its response
@@ -722,6 +735,58 @@ mod tests {
         assert_eq!(Share::of(&get(false)), Share::ClientGets);
         assert_eq!(Share::of(&Request::Ping), Share::Other);
         assert_eq!(Share::of(&Request::Status), Share::Other);
+    }
+
+    /// Takes one-way notices and answers pings.
+    #[derive(Default)]
+    struct Notices(parking_lot::Mutex<Vec<fawn_proto::native::ReqId>>);
+
+    impl Handler for Notices {
+        async fn request(self: Arc<Self>, _: Request) -> Response {
+            Response::Pong
+        }
+        fn one_way(&self, request: Request) {
+            if let Request::Committed { notices } = request {
+                self.0.lock().extend(notices.iter().map(|n| n.req));
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_one_way_request_is_taken_and_never_answered() {
+        use fawn_client::rpc::{Connection, OneWay};
+        use fawn_proto::native::{CommittedNotice, ReqId};
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let handler = Arc::new(Notices::default());
+        let (_stop, shutdown) = watch::channel(false);
+        tokio::spawn(serve(listener, handler.clone(), shutdown));
+        let notice = |seq| CommittedNotice {
+            req: ReqId { client: 1, seq },
+            outcome: fawn_proto::op::Outcome::Stored { cas: seq },
+            key: b"k".to_vec(),
+        };
+        let committed = Request::Committed { notices: vec![notice(1), notice(2)] };
+        // Raw frames: a notice, then a ping; the only response is the ping's.
+        let mut frames = Vec::new();
+        encode_frame(0, &Message::Request(committed.clone()), &mut frames).expect("encode");
+        encode_frame(7, &Message::Request(Request::Ping), &mut frames).expect("encode");
+        let stream = TcpStream::connect(&addr).await.expect("connect");
+        let (reader, mut writer) = stream.into_split();
+        writer.write_all(&frames).await.expect("write");
+        let mut responses = FrameReader::new(reader);
+        let first = responses.next().await.expect("read").expect("a response");
+        assert_eq!(first, (7, Message::Response(Response::Pong)), "the notice was answered");
+        assert_eq!(*handler.0.lock(), [ReqId { client: 1, seq: 1 }, ReqId { client: 1, seq: 2 }]);
+        // Through an rpc connection: queued without a pending call; a call after it is
+        // answered (and nothing answers the notice: the reader would find no caller).
+        let conn = Connection::connect(&addr, Duration::from_secs(5)).await.expect("connect");
+        assert!(conn.send_now(OneWay::new(committed).expect("encode")).is_ok());
+        let pong = conn.call(Request::Ping, Duration::from_secs(30)).await.expect("ping");
+        assert_eq!(pong, Response::Pong);
+        assert_eq!(handler.0.lock().len(), 4);
+        drop(writer);
+        assert!(responses.next().await.expect("read").is_none(), "a response came for the notice");
     }
 
     #[tokio::test]

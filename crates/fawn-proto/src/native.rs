@@ -37,7 +37,8 @@ use fawn_ring::{KeyId, NodeId, Range};
 /// `Heartbeats`) with `Response::Lease`.
 /// 13: the head answers an `Update` sent with `reply_to` only on failure: the tail's
 /// `Committed` is its one success message.
-pub const PROTOCOL_VERSION: u8 = 13;
+/// 14: `Request::Committed` is one-way: the front-end sends no response.
+pub const PROTOCOL_VERSION: u8 = 14;
 /// Largest frame body accepted (a 1 MiB value plus key and headers fits many times over).
 pub const FRAME_BYTES_MAX: usize = 8 << 20;
 /// Bytes before the body: length (4) + version (1) + request id (8).
@@ -122,7 +123,8 @@ pub enum Request {
     Ping,
     /// The tail committed these updates of a front-end (tail → front-end): those one step of
     /// the tail committed, at most `COMMITTED_NOTICES_MAX`, so a batch of updates costs one
-    /// request, not one each.
+    /// request, not one each. One-way: never answered (a lost notice is covered by the
+    /// front-end asking the head again).
     Committed { notices: Vec<CommittedNotice> },
     /// Back-end `node` cannot reach its chain neighbour `peer` although both still reach the
     /// manager: updates it forwarded to `peer` went unacknowledged past its repair threshold
@@ -167,6 +169,14 @@ pub enum Request {
     /// A back-end renews its lease (to the manager; answered with `Response::Lease` by a
     /// leader that confirmed a majority still follows it after the request was sent).
     Renew,
+}
+
+impl Request {
+    /// Whether this request is one-way: never answered, not even with an error (its frame's
+    /// id is 0).
+    pub fn is_one_way(&self) -> bool {
+        matches!(self, Request::Committed { .. })
+    }
 }
 
 /// Answers, one per request, with the request's id.

@@ -23,6 +23,7 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use fawn_client::pool::Pool;
+use fawn_client::rpc::OneWay;
 use fawn_ds::{DataStore, Options as DsOptions, SyncPolicy};
 use fawn_proto::native::{
     ChainMsg, ClusterConfig, CommittedNotice, DigestEntry, Epoch, NodeState, NodeStatus, RangeConfig, ReqId,
@@ -49,8 +50,8 @@ pub const CONFIG_POLL_INTERVAL: Duration = Duration::from_millis(250);
 pub const MANAGER_LEASE: Duration = Duration::from_millis(1500);
 /// How long one lease renewal may wait for the manager group (across its members).
 const RENEW_TIMEOUT: Duration = Duration::from_secs(2);
-/// How long a tail waits for a front-end to take a commit notice (it is only a shortcut: the
-/// head answers too).
+/// How long a tail waits for room to queue a commit notice to a front-end (a notice that
+/// does not go makes the front-end ask the head again).
 const COMMITTED_NOTICE_TIMEOUT: Duration = Duration::from_millis(500);
 /// How often replicas retry sync requests and catch-up confirmations.
 const TICK_INTERVAL: Duration = Duration::from_millis(300);
@@ -656,14 +657,42 @@ impl LinkTo for Linker {
             debug!(reply_to, "not a front-end of the configuration; no committed notice sent");
             return;
         }
+        // One-way: queued on the pooled connection if it has room, else by a task that
+        // connects or waits for room. A notice lost here makes the front-end ask the head.
+        let mut notices = notices;
+        let mut waiting = Vec::new();
+        while !notices.is_empty() {
+            let rest = notices.split_off(notices.len().min(COMMITTED_NOTICES_MAX));
+            let msg = match OneWay::new(Request::Committed { notices }) {
+                Ok(msg) => msg,
+                Err(e) => {
+                    warn!(error = %e, "committed notices not encodable");
+                    return;
+                }
+            };
+            match b.pool.live(reply_to) {
+                Some(conn) => {
+                    if let Err(msg) = conn.send_now(msg) {
+                        waiting.push(msg);
+                    }
+                }
+                None => waiting.push(msg),
+            }
+            notices = rest;
+        }
+        if waiting.is_empty() {
+            return;
+        }
         let addr = reply_to.to_string();
         tokio::spawn(async move {
-            let mut notices = notices;
-            while !notices.is_empty() {
-                let rest = notices.split_off(notices.len().min(COMMITTED_NOTICES_MAX));
-                let msg = Request::Committed { notices };
-                let _ = b.pool.call(&addr, msg, COMMITTED_NOTICE_TIMEOUT).await;
-                notices = rest;
+            for msg in waiting {
+                let sent = match b.pool.get(&addr).await {
+                    Ok(conn) => conn.send(msg, COMMITTED_NOTICE_TIMEOUT).await,
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = sent {
+                    debug!(reply_to = addr, error = %e, "committed notices not sent");
+                }
             }
         });
     }

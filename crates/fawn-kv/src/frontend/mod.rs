@@ -610,7 +610,35 @@ impl KvService for Frontend {
     }
 }
 
+impl Frontend {
+    /// A tail's `Committed` notices: each wakes its update's wait.
+    fn take_notices(&self, notices: Vec<CommittedNotice>) {
+        for CommittedNotice { req, outcome, key } in notices {
+            let seen = self.counters.committed_notices.fetch_add(1, Ordering::Relaxed) + 1;
+            let every = self.options.fault_drop_notice_every;
+            if every > 0 && seen.is_multiple_of(every) {
+                continue;
+            }
+            match self.committed.take(&req) {
+                Some(tx) => {
+                    let _ = tx.send(outcome);
+                }
+                // An update this process stopped waiting for, or sent before it
+                // restarted, committed: its key's cached item may be older.
+                None => self.cache.invalidate(&key),
+            }
+        }
+    }
+}
+
 impl Handler for Frontend {
+    fn one_way(&self, request: Request) {
+        match request {
+            Request::Committed { notices } => self.take_notices(notices),
+            other => debug!(request = ?other, "one-way request not taken here; dropped"),
+        }
+    }
+
     async fn request(self: Arc<Self>, request: Request) -> Response {
         let result = match request {
             Request::Get { epoch, key, forwarded } => {
@@ -627,21 +655,7 @@ impl Handler for Frontend {
             }
             Request::GetConfig => Ok(Response::Config(self.config())),
             Request::Committed { notices } => {
-                for CommittedNotice { req, outcome, key } in notices {
-                    let seen = self.counters.committed_notices.fetch_add(1, Ordering::Relaxed) + 1;
-                    let every = self.options.fault_drop_notice_every;
-                    if every > 0 && seen.is_multiple_of(every) {
-                        continue;
-                    }
-                    match self.committed.take(&req) {
-                        Some(tx) => {
-                            let _ = tx.send(outcome);
-                        }
-                        // An update this process stopped waiting for, or sent before it
-                        // restarted, committed: its key's cached item may be older.
-                        None => self.cache.invalidate(&key),
-                    }
-                }
+                self.take_notices(notices);
                 Ok(Response::Ok)
             }
             // A pushed configuration is only a prompt to fetch it from the manager group (see

@@ -549,3 +549,96 @@ async fn a_head_leaves_to_the_tail_s_notice_only_updates_it_sent_on_with_a_front
     let held = head.order_updates(vec![(req(5), set(5), fe("fe"))], 0, &wires, |_| true).await;
     assert!(matches!(held[..], [Ok(Ordered::AwaitAck(_))]), "a held-back update was left to a notice");
 }
+
+/// The work of a chain of three replicas per update, without sockets, tasks or a runtime
+/// between them: the head orders a batch of sets, each hop's `Replicate`s are encoded and
+/// decoded as frames and applied by the next replica (one step, one append), and the acks
+/// go back up. Prints the CPU time per update per replica: what a back-end's update costs
+/// at the least, to compare with what a cluster process burns per set. A measurement, not
+/// a check (release build: `cargo test --release -p fawn-kv --lib chain_work -- --ignored
+/// --nocapture`; `FAWN_CHAIN_WORK_UPDATES`, `FAWN_CHAIN_WORK_BATCH`).
+#[tokio::test(flavor = "current_thread")]
+#[ignore = "a measurement: run by hand in a release build"]
+async fn chain_work_per_update() {
+    use fawn_proto::native::{decode_frame, encode_frame, Message, Request};
+    let env =
+        |name: &str, default: u64| std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default);
+    let (updates, batch) = (env("FAWN_CHAIN_WORK_UPDATES", 200_000), env("FAWN_CHAIN_WORK_BATCH", 16).max(1));
+    let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().expect("tempdir")).collect();
+    let chain = [1, 2, 3];
+    let nodes: Vec<RangeReplica> =
+        (0..3).map(|i| replica(dirs[i].path(), route(5, chain[i], &chain, &[]))).collect();
+    let wires = Wires::default();
+    // Each hop's messages as they cross a socket: one buffer of frames, decoded again.
+    let wire = |msgs: Vec<ChainMsg>| -> Vec<ChainMsg> {
+        let mut buf = Vec::new();
+        for msg in msgs {
+            encode_frame(0, &Message::Chain(msg), &mut buf).expect("encode");
+        }
+        let (mut at, mut out) = (0, Vec::new());
+        while let Some((_, Message::Chain(msg), used)) = decode_frame(&buf[at..]).expect("decode") {
+            out.push(msg);
+            at += used;
+        }
+        out
+    };
+    let set256 = |n: u64| Update {
+        key: format!("key:{:012}", n.wrapping_mul(2_654_435_761) % 1_000_000).into_bytes(),
+        mutation: Mutation::Set,
+        value: vec![b'v'; 256],
+        flags: 0,
+        expiry: 0,
+    };
+    let (cpu, wall) = (process_cpu(), Instant::now());
+    let mut n = 0;
+    while n < updates {
+        // The head: a batch of updates as a front-end sends them (one frame each).
+        let frames: Vec<u8> = (n..n + batch).fold(Vec::new(), |mut buf, i| {
+            let request = Request::Update {
+                epoch: 5,
+                req: req(i),
+                update: set256(i),
+                forwarded: true,
+                reply_to: Some("fe:1".into()),
+            };
+            encode_frame(i, &Message::Request(request), &mut buf).expect("encode");
+            buf
+        });
+        let (mut at, mut batch_in) = (0, Vec::new());
+        while let Some((_, Message::Request(r), used)) = decode_frame(&frames[at..]).expect("decode") {
+            let Request::Update { req, update, reply_to, .. } = r else { unreachable!() };
+            batch_in.push((req, update, reply_to));
+            at += used;
+        }
+        let results = nodes[0].order_updates(batch_in, 0, &wires, |_| true).await;
+        assert!(results.iter().all(|r| matches!(r, Ok(Ordered::Notified))));
+        nodes[1].on_replicates(1, wire(wires.sent(2)), &wires).await.expect("middle");
+        nodes[2].on_replicates(2, wire(wires.sent(3)), &wires).await.expect("tail");
+        for msg in wire(wires.sent(2)) {
+            nodes[1].on_chain(3, msg, &wires).await;
+        }
+        for msg in wire(wires.sent(1)) {
+            nodes[0].on_chain(2, msg, &wires).await;
+        }
+        n += batch;
+    }
+    let (cpu, wall) = (process_cpu() - cpu, wall.elapsed());
+    let noticed: usize = wires.1.lock().iter().map(|(_, reqs)| reqs.len()).sum();
+    assert_eq!(noticed as u64, n, "every update committed at the tail");
+    assert_eq!(nodes[0].unacked_len(), 0);
+    let per = |d: Duration| d.as_secs_f64() * 1e6 / n as f64 / 3.0;
+    eprintln!(
+        "chain work: {n} updates of 256 B in batches of {batch}: {:.2} µs CPU ({:.2} µs wall) per update per replica",
+        per(cpu),
+        per(wall)
+    );
+}
+
+/// CPU time of this process so far, all threads (the datastores' background syncs too), from
+/// `/proc/self/stat` (in clock ticks of 10 ms).
+fn process_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    let fields: Vec<&str> = stat.rsplit_once(')').expect("stat").1.split_whitespace().collect();
+    let ticks: u64 = fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
+    Duration::from_millis(ticks * 10)
+}
