@@ -135,6 +135,12 @@ impl DataStore {
         self.shared.counters.recent_tags.lock().to_vec()
     }
 
+    /// Keeps no tags of records with a seq below `seq` any more (their caller no longer needs
+    /// them after a reopen), and gives their memory back.
+    pub fn forget_tags_below(&self, seq: u64) {
+        self.shared.counters.recent_tags.lock().forget_below(seq);
+    }
+
     /// Store `value` under `key` (appends a put record). Under `SyncPolicy::Always` returns
     /// only once the record is durable.
     pub fn store(&self, key: &[u8], value: &[u8], meta: Meta) -> Result<(), Error> {

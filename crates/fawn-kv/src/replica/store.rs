@@ -89,6 +89,9 @@ pub trait ReplicaStore {
     fn kept_outcomes(&self) -> Vec<OutcomeEntry> {
         Vec::new()
     }
+    /// The replica remembers no outcome kept with a record below `seq` any more: the store
+    /// need not keep those for `kept_outcomes`. The default keeps nothing anyway.
+    fn forget_outcomes_below(&mut self, _seq: u64) {}
 }
 
 /// A range's updates in memory, as an uncompacted log: each key's latest, and every update
@@ -204,6 +207,10 @@ impl ReplicaStore for Arc<DataStore> {
         out
     }
 
+    fn forget_outcomes_below(&mut self, seq: u64) {
+        self.forget_tags_below(seq);
+    }
+
     fn max_seq(&self) -> u64 {
         DataStore::max_seq(self)
     }
@@ -303,6 +310,7 @@ mod reopen_tests {
             now_micros,
             flush_at,
             bulk_copy_pending: false,
+            floor: 0,
         })
     }
 
