@@ -127,7 +127,8 @@ impl DataStore {
     }
 
     /// The tags of the latest records written with one (`BatchOp::with_tag`), at most
-    /// `limits::RECENT_TAGS_MAX`, oldest first, each with its record's seq: what this store
+    /// `limits::RECENT_TAGS_MAX` (none below the seq last named to `forget_tags_below`),
+    /// oldest first, each with its record's seq: what this store
     /// wrote since it was opened plus what it held when opened (the checkpoint keeps them,
     /// the replay of the log after it adds the rest; a record cut as a torn tail takes its
     /// tag with it).

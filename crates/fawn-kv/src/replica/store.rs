@@ -193,7 +193,8 @@ impl ReplicaStore for Arc<DataStore> {
     }
 
     /// The recent tags FAWN-DS kept (`DataStore::recent_tags`: the latest
-    /// `RECENT_TAGS_MAX`, at least `DEDUP_ENTRIES_MAX`), decoded.
+    /// `RECENT_TAGS_MAX`, at least `DEDUP_ENTRIES_MAX`, none below the seq last named to
+    /// `forget_outcomes_below`), decoded.
     fn kept_outcomes(&self) -> Vec<OutcomeEntry> {
         let mut out: Vec<OutcomeEntry> = self
             .recent_tags()
