@@ -290,13 +290,13 @@ impl Frontend {
 
     /// Applies an update at the head of the key's chain (or via the owning front-end).
     /// `live`: the request is this front-end's own (`floor`), not one it routes for another
-    /// client; it ends clean if one attempt to the head was answered.
+    /// client; it counts in the floor until this returns.
     pub async fn route_update(
         &self,
         req: ReqId,
         update: Update,
         forwarded: bool,
-        mut live: Option<floor::Live<'_>>,
+        live: Option<floor::Live<'_>>,
     ) -> Result<Outcome, WireError> {
         self.counters.updates.fetch_add(1, Ordering::Relaxed);
         if !forwarded && self.served_elsewhere(&self.current(), &update.key) {
@@ -308,8 +308,7 @@ impl Frontend {
                 update: update.clone(),
                 forwarded: true,
                 reply_to: None,
-                // The owning front-end may still retry it after this one gives up: its
-                // `live` ends unclean.
+                // The owning front-end does not know this one's floor.
                 floor: 0,
             };
             return match self.call_with_retries(|v| server_addr(v, &key), make).await? {
@@ -323,9 +322,7 @@ impl Frontend {
         let id = key_id(&key);
         // Only under the lease: once it lapses the wedge may be lent to another front-end, which
         // would not know of this update (`ownership`).
-        let attempts = AtomicU64::new(0);
         let head = |v: &View| {
-            attempts.fetch_add(1, Ordering::Relaxed);
             if !self.ownership.leased() {
                 return None;
             }
@@ -364,12 +361,10 @@ impl Frontend {
             })
         };
         let notice_wait = COMMIT_NOTICE_WAIT_MAX.min(self.options.request_timeout / 2);
-        let mut fell_back = false;
         let result = tokio::select! {
             r = self.call_with_retries(&head, with_reply_to(reply_to)) => outcome(r),
             o = &mut notice => Ok(o),
             () = tokio::time::sleep(notice_wait) => {
-                fell_back = true;
                 self.counters.notice_timeouts.fetch_add(1, Ordering::Relaxed);
                 tokio::select! {
                     // The head answers a retry once the update is committed, without applying
@@ -380,9 +375,7 @@ impl Frontend {
             }
         };
         drop(waiting);
-        if result.is_ok() && !fell_back && attempts.load(Ordering::Relaxed) == 1 {
-            live.as_mut().map(floor::Live::ended_clean);
-        }
+        drop(live);
         if !self.options.fault_outcome_delay.is_zero() {
             tokio::time::sleep(self.options.fault_outcome_delay).await;
         }

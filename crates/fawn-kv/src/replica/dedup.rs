@@ -24,9 +24,10 @@ const _: () = assert!(DEDUP_ENTRIES_MAX < u32::MAX as usize);
 /// the native client: 9 attempts of 5 s with backoff, under a minute). Older entries are
 /// dropped as newer requests are remembered.
 pub const DEDUP_WINDOW_MICROS: u64 = 60_000_000;
-/// Most clients whose floor a replica knows (`Dedup::raise_floor`). Past it the floors are
-/// forgotten, which only keeps outcomes longer (until a client's next request brings its floor
-/// again), so a stream of short-lived clients cannot grow the map without bound.
+/// Most clients whose floor a replica knows (`Dedup::raise_floor`). Past it a new client's
+/// floor is ignored (its outcomes go by the window and the count), so a stream of short-lived
+/// clients cannot grow the map without bound. A known floor is never dropped: it is what
+/// refuses a stale copy of a request whose outcome went (`Dedup::is_stale`).
 pub const FLOOR_CLIENTS_MAX: usize = 4096;
 /// Most parent tables a replica keeps for deduplication after splits and merges (each holds up
 /// to `DEDUP_ENTRIES_MAX` entries).
@@ -199,11 +200,18 @@ impl Dedup {
             return;
         }
         if self.floors.len() >= FLOOR_CLIENTS_MAX && !self.floors.contains_key(&client) {
-            self.floors.clear();
+            return;
         }
         self.floors.insert(client, floor);
         self.forget_old();
         self.own.shrink();
+    }
+
+    /// `req` is below its client's floor: the client no longer sends it, so this is a stale
+    /// copy of an attempt it gave up on, whose outcome may be forgotten. Not to be decided
+    /// again unless remembered (`get`).
+    pub fn is_stale(&self, req: &ReqId) -> bool {
+        req.seq < self.floor_of(req.client)
     }
 
     /// Drops entries from the front while one is over the count bound, older than the
@@ -436,17 +444,20 @@ mod tests {
     }
 
     #[test]
-    fn floors_of_too_many_clients_are_forgotten_which_only_keeps_outcomes_longer() {
+    fn past_the_most_clients_a_new_floor_is_ignored_and_known_ones_stay() {
         let mut d = Dedup::default();
         d.remember(req(1), 1, Outcome::Deleted);
         for client in 100..100 + FLOOR_CLIENTS_MAX as u64 {
             d.raise_floor(client, 5);
         }
         assert_eq!(d.floors.len(), FLOOR_CLIENTS_MAX);
-        d.raise_floor(1, 5);
-        assert_eq!(d.floors.len(), 1);
-        assert_eq!(d.floor_of(100), 0);
-        assert!(d.get(&req(1)).is_some());
+        d.raise_floor(7, 5);
+        assert_eq!(d.floors.len(), FLOOR_CLIENTS_MAX);
+        assert_eq!((d.floor_of(7), d.floor_of(100)), (0, 5));
+        assert!(d.get(&req(1)).is_some() && !d.is_stale(&req(1)));
+        assert!(d.is_stale(&ReqId { client: 100, seq: 4 }) && !d.is_stale(&ReqId { client: 100, seq: 5 }));
+        d.raise_floor(100, 9);
+        assert_eq!(d.floor_of(100), 9);
     }
 
     fn req(n: u64) -> ReqId {

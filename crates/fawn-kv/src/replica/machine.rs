@@ -511,6 +511,12 @@ impl<S: ReplicaStore> Replica<S> {
         if let Some(remembered) = self.recent.get(&req) {
             return Ok(remembered);
         }
+        if self.recent.is_stale(&req) {
+            return Err(WireError::Invalid(format!(
+                "request {} of client {:x} is below the client's floor: a stale copy, not applied",
+                req.seq, req.client
+            )));
+        }
         // Until the bulk of a split-off or merged part is copied, updates go on; the copy then
         // only has to catch up with them once they stop.
         if self.route.rc.is_reshaping() && !bulk_copy_pending {
@@ -602,7 +608,8 @@ impl<S: ReplicaStore> Replica<S> {
             && (!self.route.rc.is_reshaping() || u.bulk_copy_pending)
             && self.unacked.len() + run.len() < UNACKED_UPDATES_MAX
             && !run.iter().any(|s| s.ordered.req == u.req)
-            && self.recent.get(&u.req).is_none();
+            && self.recent.get(&u.req).is_none()
+            && !self.recent.is_stale(&u.req);
         if !plain {
             return Stage::Alone(u);
         }
@@ -1293,6 +1300,18 @@ mod tests {
             matches!(&retry[..], [Action::Reply { result: Ok(Outcome::Stored { cas }), .. }] if *cas == held)
         );
         assert_eq!(c.0[&2].store().max_seq(), held, "the retry at the floor was not applied again");
+        // A stale copy of a request below the floor, whose outcome is forgotten, is refused,
+        // alone or among others, and not applied a second time.
+        let stale = c.run(2, with_floor(1, "a", 1));
+        assert!(
+            matches!(&stale[..], [Action::Reply { result: Err(WireError::Invalid(_)), .. }]),
+            "{stale:?}"
+        );
+        let Event::Update(again) = with_floor(2, "b", 0) else { unreachable!() };
+        let Event::Update(next) = with_floor(4, "d", 4) else { unreachable!() };
+        let both = c.run(2, Event::Updates(vec![again, next]));
+        assert!(matches!(&both[0], Action::Reply { result: Err(WireError::Invalid(_)), .. }), "{both:?}");
+        assert_eq!(c.0[&2].store().applied_after(held).count(), 1, "only the new request was applied");
     }
 
     #[test]
