@@ -132,6 +132,8 @@ impl Client {
                     update: update.clone(),
                     forwarded: false,
                     reply_to: None,
+                    // No floor: this client's outcomes go by the heads' window and count.
+                    floor: 0,
                 },
                 &key,
             )

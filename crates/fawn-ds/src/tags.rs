@@ -41,6 +41,26 @@ impl RecentTags {
         self.count += 1;
     }
 
+    /// Drops the entries (from the oldest on) with a seq below `seq`, then gives memory back
+    /// when at most a quarter of it is in use.
+    pub fn forget_below(&mut self, seq: u64) {
+        while self.front_seq().is_some_and(|s| s < seq) {
+            self.pop_front();
+        }
+        if self.bytes.capacity() > 4096 && self.bytes.len() < self.bytes.capacity() / 4 {
+            self.bytes.shrink_to(self.bytes.len() * 2);
+        }
+    }
+
+    /// The seq of the oldest entry.
+    fn front_seq(&self) -> Option<u64> {
+        let mut seq = [0u8; 8];
+        for (i, b) in self.bytes.iter().take(8).enumerate() {
+            seq[i] = *b;
+        }
+        (self.count > 0).then(|| u64::from_le_bytes(seq))
+    }
+
     fn pop_front(&mut self) {
         let len = self.bytes.get(ENTRY_HEAD_BYTES - 1).map_or(0, |&l| usize::from(l));
         self.bytes.drain(..(ENTRY_HEAD_BYTES + len).min(self.bytes.len()));
@@ -168,6 +188,26 @@ mod tests {
         let mut c = RecentTags::default();
         c.absorb(&RecentTags::default());
         assert_eq!(c, RecentTags::default());
+    }
+
+    /// Forgetting below a seq drops exactly the older entries and gives the memory back.
+    #[test]
+    fn forgetting_below_a_seq_keeps_that_seq_and_the_newer_ones() {
+        let mut t = RecentTags::default();
+        for seq in 1..=10_000u64 {
+            t.push(seq, &[1u8; 17]);
+        }
+        let full = t.capacity_bytes();
+        t.forget_below(9_990);
+        let kept: Vec<u64> = t.to_vec().iter().map(|e| e.0).collect();
+        assert_eq!(kept, (9_990..=10_000).collect::<Vec<_>>());
+        assert!(t.capacity_bytes() < full / 4, "{} of {full}", t.capacity_bytes());
+        t.forget_below(0);
+        assert_eq!(t.count, 11);
+        t.forget_below(u64::MAX);
+        assert_eq!((t.count, t.to_vec()), (0, Vec::new()));
+        t.push(3, b"again");
+        assert_eq!(t.to_vec(), vec![(3, b"again".to_vec())]);
     }
 
     /// A full ring of set-sized tags (17 bytes) holds about 26 bytes per entry, and keeps its

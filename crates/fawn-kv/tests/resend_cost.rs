@@ -49,6 +49,7 @@ fn one_resend_on_a_million_records() {
             now_micros: 0,
             flush_at: 0,
             bulk_copy_pending: false,
+            floor: 0,
         };
         head.step(Event::Update(u));
     }

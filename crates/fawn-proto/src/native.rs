@@ -37,7 +37,9 @@ use fawn_ring::{KeyId, NodeId, Range};
 /// `Heartbeats`) with `Response::Lease`.
 /// 13: the head answers an `Update` sent with `reply_to` only on failure: the tail's
 /// `Committed` is its one success message.
-/// 14: `Request::Committed` is one-way: the front-end sends no response.
+/// 14: `Request::Committed` is one-way: the front-end sends no response. `Request::Update`
+/// and `Origin` carry the client's `floor` (its lowest request id that may still be sent),
+/// below which replicas forget the client's outcomes.
 pub const PROTOCOL_VERSION: u8 = 14;
 /// Largest frame body accepted (a 1 MiB value plus key and headers fits many times over).
 pub const FRAME_BYTES_MAX: usize = 8 << 20;
@@ -51,7 +53,10 @@ pub const COMMITTED_NOTICES_MAX: usize = 1024;
 /// Configuration epoch: bumped by the manager on every membership or config change.
 pub type Epoch = u64;
 
-/// Identifies one client operation so that a retried update is applied once.
+/// Identifies one client operation so that a retried update is applied once. A client's
+/// floor is the lowest seq it may still send (an update in flight, or one whose stale
+/// attempts may still be on their way): it only rises, and outcomes below it are never asked
+/// for again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ReqId {
     /// Random per client process.
@@ -93,7 +98,9 @@ pub enum Request {
     /// and a head that forwarded the update with it to a front-end of its configuration does
     /// not answer success (it still answers a failure, or an outcome it knows at once). The
     /// front-end sends the update again without `reply_to` if no notice comes in time.
-    Update { epoch: Epoch, req: ReqId, update: Update, forwarded: bool, reply_to: Option<String> },
+    /// `floor`: no request of `req.client` with a lower seq will reach any head again (0: none
+    /// known), so replicas may forget its outcomes below it (see `ReqId`).
+    Update { epoch: Epoch, req: ReqId, update: Update, forwarded: bool, reply_to: Option<String>, floor: u64 },
     /// Cluster-wide flush (to a front-end, which asks the manager).
     FlushAll { at_unix: u32 },
     /// Live item counts: of the ranges this back-end is tail of, or of the whole cluster
@@ -324,6 +331,9 @@ pub struct Origin {
     pub req: ReqId,
     pub outcome: Outcome,
     pub reply_to: Option<String>,
+    /// The client's floor the head knew (`Request::Update::floor`): followers forget below it
+    /// as the head does, so a promoted one keeps what a retry may still ask for.
+    pub floor: u64,
 }
 
 /// One record of a snapshot.

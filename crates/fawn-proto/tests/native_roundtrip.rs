@@ -75,6 +75,7 @@ fn samples() -> Vec<Message> {
             update: update(Mutation::Set),
             forwarded: true,
             reply_to: Some("127.0.0.1:8000".into()),
+            floor: 7,
         },
         Request::Update {
             epoch: 2,
@@ -82,6 +83,7 @@ fn samples() -> Vec<Message> {
             update: update(Mutation::Cas { unique: 5 }),
             forwarded: false,
             reply_to: None,
+            floor: 0,
         },
         Request::Update {
             epoch: 2,
@@ -89,6 +91,7 @@ fn samples() -> Vec<Message> {
             update: update(Mutation::Incr { delta: u64::MAX }),
             forwarded: false,
             reply_to: None,
+            floor: 0,
         },
         Request::Update {
             epoch: 2,
@@ -96,6 +99,7 @@ fn samples() -> Vec<Message> {
             update: update(Mutation::Delete),
             forwarded: false,
             reply_to: None,
+            floor: 0,
         },
         Request::FlushAll { at_unix: 99 },
         Request::ItemStats,
@@ -195,6 +199,7 @@ fn samples() -> Vec<Message> {
                 req: req(),
                 outcome: Outcome::Stored { cas: 3 },
                 reply_to: Some("fe".into()),
+                floor: u64::MAX,
             }),
         },
         ChainMsg::Replicate {

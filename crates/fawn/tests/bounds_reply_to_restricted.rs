@@ -37,6 +37,7 @@ fn committed_notices_go_only_to_front_ends_of_the_configuration() {
             update: set(format!("reply-to-{seq}").as_bytes()),
             forwarded: true,
             reply_to: Some(reply_to.to_string()),
+            floor: 0,
         };
         match rt.block_on(pool.call(&backend, req, Duration::from_secs(5))) {
             Ok(Response::Update(Outcome::Stored { .. })) => {}

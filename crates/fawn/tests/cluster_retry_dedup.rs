@@ -18,7 +18,7 @@ fn update(key: &[u8], mutation: Mutation, value: &[u8]) -> Update {
 
 async fn send(pool: &Pool, cluster: &Cluster, req: ReqId, u: Update) -> Outcome {
     let epoch = cluster.config().await.epoch;
-    let request = Request::Update { epoch, req, update: u, forwarded: false, reply_to: None };
+    let request = Request::Update { epoch, req, update: u, forwarded: false, reply_to: None, floor: 0 };
     match pool.call(&cluster.frontend_native(0), request, Duration::from_secs(5)).await.expect("update") {
         Response::Update(outcome) => outcome,
         other => panic!("{other:?}"),

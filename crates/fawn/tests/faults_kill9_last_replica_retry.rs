@@ -29,8 +29,14 @@ fn send(procs: &Procs, rt: &Runtime, req: ReqId, update: &Update) -> Outcome {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let epoch = procs.config().map_or(0, |c| c.epoch);
-        let request =
-            Request::Update { epoch, req, update: update.clone(), forwarded: false, reply_to: None };
+        let request = Request::Update {
+            epoch,
+            req,
+            update: update.clone(),
+            forwarded: false,
+            reply_to: None,
+            floor: 0,
+        };
         let call = pool.call(&procs.frontend_addrs[0].0, request, Duration::from_secs(5));
         let last = match rt.block_on(call) {
             Ok(Response::Update(outcome)) => return outcome,

@@ -122,6 +122,7 @@ fn forged_frames_are_refused_and_change_nothing() {
         },
         forwarded: true,
         reply_to: Some("127.0.0.1:9".into()),
+        floor: 0,
     });
     let hello_as = |node| Message::Chain(ChainMsg::Hello { from: node, cluster: before.cluster_id });
     let forged_ack = Message::Chain(ChainMsg::Ack {

@@ -127,12 +127,19 @@ impl DataStore {
     }
 
     /// The tags of the latest records written with one (`BatchOp::with_tag`), at most
-    /// `limits::RECENT_TAGS_MAX`, oldest first, each with its record's seq: what this store
+    /// `limits::RECENT_TAGS_MAX` (none below the seq last named to `forget_tags_below`),
+    /// oldest first, each with its record's seq: what this store
     /// wrote since it was opened plus what it held when opened (the checkpoint keeps them,
     /// the replay of the log after it adds the rest; a record cut as a torn tail takes its
     /// tag with it).
     pub fn recent_tags(&self) -> Vec<(u64, Vec<u8>)> {
         self.shared.counters.recent_tags.lock().to_vec()
+    }
+
+    /// Keeps no tags of records with a seq below `seq` any more (their caller no longer needs
+    /// them after a reopen), and gives their memory back.
+    pub fn forget_tags_below(&self, seq: u64) {
+        self.shared.counters.recent_tags.lock().forget_below(seq);
     }
 
     /// Store `value` under `key` (appends a put record). Under `SyncPolicy::Always` returns

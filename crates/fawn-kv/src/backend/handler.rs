@@ -31,7 +31,7 @@ impl Backend {
     pub(super) async fn update(
         &self,
         epoch: Epoch,
-        req: ReqId,
+        (req, floor): (ReqId, u64),
         update: Update,
         reply_to: Option<String>,
     ) -> Result<Response, WireError> {
@@ -40,13 +40,15 @@ impl Backend {
             self.replica_for_key(&view, &update.key).map_err(|e| for_sender(e, epoch, &view))?;
         self.counters.updates.fetch_add(1, Ordering::Relaxed);
         let links = self.linker();
-        let ordered =
-            match replica.order_update(req, &update, reply_to, view.config.flush_at_micros, &links).await {
-                Err(WireError::Unavailable(why)) if replica.route().await.rc.is_reshaping() => {
-                    return Err(self.park_until_reshaped(view.config.epoch, why).await);
-                }
-                ordered => ordered.map_err(|e| for_sender(e, epoch, &view))?,
-            };
+        let ordered = match replica
+            .order_update(req, floor, &update, reply_to, view.config.flush_at_micros, &links)
+            .await
+        {
+            Err(WireError::Unavailable(why)) if replica.route().await.rc.is_reshaping() => {
+                return Err(self.park_until_reshaped(view.config.epoch, why).await);
+            }
+            ordered => ordered.map_err(|e| for_sender(e, epoch, &view))?,
+        };
         match ordered {
             Ordered::Reply(outcome) => Ok(Response::Update(outcome)),
             Ordered::AwaitAck(rx) => {
@@ -65,7 +67,7 @@ impl Backend {
         let mut answers: Vec<Option<Answer>> = requests.iter().map(|_| None).collect();
         let mut groups: Vec<UpdateGroup> = Vec::new();
         for (i, request) in requests.into_iter().enumerate() {
-            let Request::Update { epoch, req, update, reply_to, .. } = request else {
+            let Request::Update { epoch, req, update, reply_to, floor, .. } = request else {
                 answers[i] = Some(Answer::Later(Box::pin(self.clone().request(request))));
                 continue;
             };
@@ -94,7 +96,7 @@ impl Backend {
                     groups.len() - 1
                 }
             };
-            groups[at].items.push((i, epoch, (req, update, reply_to)));
+            groups[at].items.push((i, epoch, (req, update, reply_to, floor)));
         }
         let links = self.linker();
         for UpdateGroup { replica, view, items } in groups {
@@ -403,9 +405,9 @@ impl Backend {
     }
 }
 
-/// A client update as the head orders it: request id, update, and the front-end to tell
-/// when it commits.
-type HeadUpdate = (ReqId, Update, Option<String>);
+/// A client update as the head orders it: request id, update, the front-end to tell when it
+/// commits, and the client's floor (`ReqId`).
+type HeadUpdate = (ReqId, Update, Option<String>, u64);
 
 /// The updates of one batch for one range, with their places in the batch and epochs.
 struct UpdateGroup {
@@ -482,9 +484,9 @@ impl Handler for Backend {
                 self.counters.get_latency.record(start.elapsed());
                 r
             }
-            Request::Update { epoch, req, update, reply_to, .. } => {
+            Request::Update { epoch, req, update, reply_to, floor, .. } => {
                 let start = Instant::now();
-                let r = self.update(epoch, req, update, reply_to).await;
+                let r = self.update(epoch, (req, floor), update, reply_to).await;
                 self.counters.update_latency.record(start.elapsed());
                 r
             }

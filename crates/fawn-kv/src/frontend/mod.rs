@@ -3,6 +3,7 @@
 //! cache (paper §3.4.1–3.4.2). It implements [`KvService`] for the memcached server.
 
 pub mod cache;
+mod floor;
 mod heartbeat;
 mod ownership;
 mod refusal;
@@ -104,7 +105,8 @@ pub struct Frontend {
     /// Which wedges it serves, its lease, and when the cache may be used for them.
     ownership: Ownership,
     client_id: u64,
-    next_req: AtomicU64,
+    /// Hands out this front-end's request seqs and knows its floor (`ReqId`).
+    floor: floor::ReqFloor,
     started: Instant,
     counters: Counters,
     /// Updates waiting for the tail's `Committed` notice, by request id.
@@ -137,7 +139,7 @@ impl Frontend {
             view: RwLock::new(Arc::new(View::new(config))),
             pool,
             client_id: rand::random(),
-            next_req: AtomicU64::new(1),
+            floor: floor::ReqFloor::default(),
             started: Instant::now(),
             counters: Counters::default(),
             committed: CommitWaiters::default(),
@@ -289,11 +291,14 @@ impl Frontend {
     }
 
     /// Applies an update at the head of the key's chain (or via the owning front-end).
+    /// `live`: the request is this front-end's own (`floor`), not one it routes for another
+    /// client; it counts in the floor until this returns.
     pub async fn route_update(
         &self,
         req: ReqId,
         update: Update,
         forwarded: bool,
+        live: Option<floor::Live<'_>>,
     ) -> Result<Outcome, WireError> {
         self.counters.updates.fetch_add(1, Ordering::Relaxed);
         if !forwarded && self.served_elsewhere(&self.current(), &update.key) {
@@ -305,6 +310,8 @@ impl Frontend {
                 update: update.clone(),
                 forwarded: true,
                 reply_to: None,
+                // The owning front-end does not know this one's floor.
+                floor: 0,
             };
             return match self.call_with_retries(|v| server_addr(v, &key), make).await? {
                 Response::Update(outcome) => Ok(outcome),
@@ -336,14 +343,17 @@ impl Frontend {
         };
         tokio::pin!(notice);
         let reply_to = Some(self.options.native_advertise.clone());
+        // Another client's request carries no floor: only that client knows its own.
+        let floor = || if live.is_some() { self.floor.floor() } else { 0 };
         let with_reply_to = |reply_to: Option<String>| {
-            let update = &update;
+            let (update, floor) = (&update, &floor);
             move |epoch| Request::Update {
                 epoch,
                 req,
                 update: update.clone(),
                 forwarded: true,
                 reply_to: reply_to.clone(),
+                floor: floor(),
             }
         };
         let outcome = |r: Result<Response, WireError>| {
@@ -367,6 +377,7 @@ impl Frontend {
             }
         };
         drop(waiting);
+        drop(live);
         if !self.options.fault_outcome_delay.is_zero() {
             tokio::time::sleep(self.options.fault_outcome_delay).await;
         }
@@ -432,10 +443,6 @@ impl Frontend {
             }
             self.refresh_after(routed_by).await;
         }
-    }
-
-    fn new_req(&self) -> ReqId {
-        ReqId { client: self.client_id, seq: self.next_req.fetch_add(1, Ordering::Relaxed) }
     }
 
     async fn cluster_item_stats(&self) -> Result<(u64, u64), WireError> {
@@ -588,7 +595,9 @@ impl KvService for Frontend {
 
     async fn update(&self, update: Update) -> Result<Outcome, ServiceError> {
         let start = Instant::now();
-        let r = self.route_update(self.new_req(), update, false).await.map_err(service_error);
+        let live = self.floor.start();
+        let req = ReqId { client: self.client_id, seq: live.seq() };
+        let r = self.route_update(req, update, false, Some(live)).await.map_err(service_error);
         self.counters.update_latency.record(start.elapsed());
         r
     }
@@ -649,7 +658,7 @@ impl Handler for Frontend {
             }
             Request::Update { epoch, req, update, forwarded, .. } => {
                 match self.check_forwarded(forwarded, epoch, &update.key).await {
-                    Ok(()) => self.route_update(req, update, forwarded).await.map(Response::Update),
+                    Ok(()) => self.route_update(req, update, forwarded, None).await.map(Response::Update),
                     Err(e) => Err(e),
                 }
             }

@@ -1,6 +1,6 @@
 //! Outcomes of recently ordered requests, so that a retried update is applied once.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
 
@@ -24,6 +24,11 @@ const _: () = assert!(DEDUP_ENTRIES_MAX < u32::MAX as usize);
 /// the native client: 9 attempts of 5 s with backoff, under a minute). Older entries are
 /// dropped as newer requests are remembered.
 pub const DEDUP_WINDOW_MICROS: u64 = 60_000_000;
+/// Most clients whose floor a replica knows (`Dedup::raise_floor`). Past it a new client's
+/// floor is ignored (its outcomes go by the window and the count), so a stream of short-lived
+/// clients cannot grow the map without bound. A known floor is never dropped: it is what
+/// refuses a stale copy of a request whose outcome went (`Dedup::is_stale`).
+pub const FLOOR_CLIENTS_MAX: usize = 4096;
 /// Most parent tables a replica keeps for deduplication after splits and merges (each holds up
 /// to `DEDUP_ENTRIES_MAX` entries).
 pub const DEDUP_INHERITED_TABLES_MAX: usize = 4;
@@ -92,11 +97,6 @@ impl OutcomeTable {
 
     fn get(&self, req: &ReqId) -> Option<&Remembered> {
         self.find(req).map(|e| &e.kept)
-    }
-
-    /// The clock of the oldest entry.
-    fn oldest_at(&self) -> Option<u64> {
-        self.entries.front().map(|e| e.at)
     }
 
     fn pop_front(&mut self) {
@@ -170,6 +170,8 @@ pub struct Dedup {
     /// `DEDUP_ENTRIES_MAX`, a single table of that size would have evicted every inherited
     /// entry, so the inherited tables are dropped.
     since_inherited: usize,
+    /// Each client's floor (`ReqId`): its outcomes below it are never asked for again.
+    floors: HashMap<u64, u64>,
 }
 
 impl Dedup {
@@ -185,18 +187,60 @@ impl Dedup {
         self.clock = self.clock.max(now_micros);
     }
 
+    /// The floor known for `client` (0: none).
+    pub fn floor_of(&self, client: u64) -> u64 {
+        self.floors.get(&client).copied().unwrap_or(0)
+    }
+
+    /// `client` will never send a request below `floor` again (`ReqId`): its outcomes below
+    /// it may go. They go from the front of the table (oldest first), so an entry another
+    /// client may still ask for holds back those behind it until it goes by its own rule.
+    pub fn raise_floor(&mut self, client: u64, floor: u64) {
+        if floor == 0 || self.floor_of(client) >= floor {
+            return;
+        }
+        if self.floors.len() >= FLOOR_CLIENTS_MAX && !self.floors.contains_key(&client) {
+            return;
+        }
+        self.floors.insert(client, floor);
+        self.forget_old();
+        self.own.shrink();
+    }
+
+    /// `req` is below its client's floor: the client no longer sends it, so this is a stale
+    /// copy of an attempt it gave up on, whose outcome may be forgotten. Not to be decided
+    /// again unless remembered (`get`).
+    pub fn is_stale(&self, req: &ReqId) -> bool {
+        req.seq < self.floor_of(req.client)
+    }
+
+    /// Drops entries from the front while one is over the count bound, older than the
+    /// window, or below its client's floor.
+    fn forget_old(&mut self) {
+        let expired = |at: u64| at.saturating_add(DEDUP_WINDOW_MICROS) < self.clock;
+        while let Some(front) = self.own.entries.front() {
+            let below_floor = front.req.seq < self.floor_of(front.req.client);
+            if self.own.len() < DEDUP_ENTRIES_MAX && !expired(front.at) && !below_floor {
+                break;
+            }
+            self.own.pop_front();
+        }
+    }
+
+    /// The lowest seq an outcome kept with its record may have and still be remembered here:
+    /// that of the oldest entry of each table (entries of records come in seq order). A
+    /// datastore need keep no older record tags for a reopen (`ReplicaStore::forget_outcomes_below`).
+    pub fn oldest_seq(&self) -> Option<u64> {
+        let tables = std::iter::once(&self.own).chain(self.inherited.iter().map(|t| &**t));
+        tables.filter_map(|t| t.entries.front().map(|e| e.kept.seq)).min()
+    }
+
     /// Remembers `req`'s outcome; `seq` is its update's (or, for an outcome that wrote
     /// nothing, the seq it was decided after), and dates the entry unless the clock is later.
     pub fn remember(&mut self, req: ReqId, seq: u64, outcome: Outcome) {
         self.clock = self.clock.max(seq);
         // Room first: the table never holds more than `DEDUP_ENTRIES_MAX`, even for a moment.
-        let expired = |at: u64| at.saturating_add(DEDUP_WINDOW_MICROS) < self.clock;
-        while let Some(at) = self.own.oldest_at() {
-            if self.own.len() < DEDUP_ENTRIES_MAX && !expired(at) {
-                break;
-            }
-            self.own.pop_front();
-        }
+        self.forget_old();
         if self.own.insert(req, self.clock, Remembered::new(seq, outcome)) {
             self.since_inherited += 1;
             if self.since_inherited >= DEDUP_ENTRIES_MAX {
@@ -360,6 +404,60 @@ mod tests {
         assert_eq!(d.get(&req(1)), Some((10, Outcome::Stored { cas: 9 })));
         assert_eq!(std::mem::size_of::<Remembered>(), 16);
         assert_eq!(std::mem::size_of::<Entry>(), 40);
+    }
+
+    /// A client's floor takes exactly its outcomes below it: one at the floor may still be
+    /// retried and must stay (a rule that forgot it too would apply that retry twice).
+    #[test]
+    fn a_client_floor_forgets_only_that_client_s_outcomes_below_it() {
+        let mut d = Dedup::default();
+        let other = |n| ReqId { client: 8, seq: n };
+        for n in 1..=10u64 {
+            d.remember(req(n), n, Outcome::Stored { cas: n });
+        }
+        d.remember(other(1), 11, Outcome::Deleted);
+        d.remember(req(11), 12, Outcome::Stored { cas: 12 });
+        d.raise_floor(7, 6);
+        assert_eq!(d.floor_of(7), 6);
+        for n in 1..6 {
+            assert_eq!(d.get(&req(n)), None, "{n} is below the floor");
+        }
+        for n in 6..=11 {
+            assert!(d.get(&req(n)).is_some(), "{n} is at or above the floor");
+        }
+        assert_eq!(d.oldest_seq(), Some(6));
+        // A floor never goes down; the other client's entry (no floor) now leads the table
+        // and holds back what is behind it until its own rule takes it.
+        d.raise_floor(7, 3);
+        assert_eq!(d.floor_of(7), 6);
+        d.raise_floor(7, 100);
+        assert_eq!(d.get(&req(10)), None);
+        assert_eq!(d.get(&other(1)), Some((11, Outcome::Deleted)));
+        assert!(d.get(&req(11)).is_some(), "behind an entry another client may still ask for");
+        d.raise_floor(8, 2);
+        assert_eq!(d.get(&req(11)), None);
+        assert!(d.own.is_empty());
+        assert_eq!(d.oldest_seq(), None);
+        // A retry of a forgotten request is, to the table, a new one.
+        d.remember(req(12), 13, Outcome::NotStored);
+        assert_eq!(d.get(&req(12)), Some((13, Outcome::NotStored)));
+    }
+
+    #[test]
+    fn past_the_most_clients_a_new_floor_is_ignored_and_known_ones_stay() {
+        let mut d = Dedup::default();
+        d.remember(req(1), 1, Outcome::Deleted);
+        for client in 100..100 + FLOOR_CLIENTS_MAX as u64 {
+            d.raise_floor(client, 5);
+        }
+        assert_eq!(d.floors.len(), FLOOR_CLIENTS_MAX);
+        d.raise_floor(7, 5);
+        assert_eq!(d.floors.len(), FLOOR_CLIENTS_MAX);
+        assert_eq!((d.floor_of(7), d.floor_of(100)), (0, 5));
+        assert!(d.get(&req(1)).is_some() && !d.is_stale(&req(1)));
+        assert!(d.is_stale(&ReqId { client: 100, seq: 4 }) && !d.is_stale(&ReqId { client: 100, seq: 5 }));
+        d.raise_floor(100, 9);
+        assert_eq!(d.floor_of(100), 9);
     }
 
     fn req(n: u64) -> ReqId {

@@ -119,6 +119,8 @@ pub struct ClientUpdate {
     pub flush_at: u64,
     /// The bulk copy of a split or merge runs: the head of a reshaping range still orders.
     pub bulk_copy_pending: bool,
+    /// The client's floor (`ReqId`; 0: none known): its outcomes below it may be forgotten.
+    pub floor: u64,
 }
 
 /// An update the head decided, with its seq, before its bookkeeping.
@@ -161,7 +163,8 @@ impl Staged {
             ReplEffect::Delete => (Vec::new(), 0, 0),
         };
         let update = Update { key, mutation, value, flags, expiry };
-        ClientUpdate { req, update, reply_to, now, now_micros, flush_at, bulk_copy_pending }
+        // The floor was taken when the update arrived (`Replica::step`).
+        ClientUpdate { req, update, reply_to, now, now_micros, flush_at, bulk_copy_pending, floor: 0 }
     }
 }
 
@@ -387,12 +390,23 @@ impl<S: ReplicaStore> Replica<S> {
         unproven && (self.readable || self.faulty(Fault::TailReadyBeforeCaughtUp))
     }
 
+    /// Takes a client update's floor: never above its own seq, which the client still sends.
+    fn take_floor(&mut self, u: &ClientUpdate) {
+        self.recent.raise_floor(u.req.client, u.floor.min(u.req.seq));
+    }
+
     /// Handles one event; returns what to do, in order.
     pub fn step(&mut self, event: Event) -> Vec<Action> {
         let mut out = Vec::new();
         match event {
-            Event::Update(u) => self.on_update(u, &mut out),
-            Event::Updates(us) => self.on_updates(us, &mut out),
+            Event::Update(u) => {
+                self.take_floor(&u);
+                self.on_update(u, &mut out)
+            }
+            Event::Updates(us) => {
+                us.iter().for_each(|u| self.take_floor(u));
+                self.on_updates(us, &mut out)
+            }
             Event::Get { token, key, now } => {
                 out.push(Action::GetReply { token, result: self.get(&key, now) })
             }
@@ -490,12 +504,18 @@ impl<S: ReplicaStore> Replica<S> {
     /// Head: decides and appends an update and forwards it. Returns the seq to wait for (the
     /// reply goes once it is committed) and the outcome.
     fn order(&mut self, u: ClientUpdate, out: &mut Vec<Action>) -> Result<(u64, Outcome), WireError> {
-        let ClientUpdate { req, update, reply_to, now, now_micros, flush_at, bulk_copy_pending } = u;
+        let ClientUpdate { req, update, reply_to, now, now_micros, flush_at, bulk_copy_pending, .. } = u;
         if !self.route.is_head() {
             return Err(WireError::WrongNode(format!("node {} is not the head", self.route.me)));
         }
         if let Some(remembered) = self.recent.get(&req) {
             return Ok(remembered);
+        }
+        if self.recent.is_stale(&req) {
+            return Err(WireError::Invalid(format!(
+                "request {} of client {:x} is below the client's floor: a stale copy, not applied",
+                req.seq, req.client
+            )));
         }
         // Until the bulk of a split-off or merged part is copied, updates go on; the copy then
         // only has to catch up with them once they stop.
@@ -542,7 +562,8 @@ impl<S: ReplicaStore> Replica<S> {
         let Ordered { req, seq, prev_seq, key, effect, outcome, reply_to } = o;
         self.last_seq = seq;
         self.remember(req, seq, outcome.clone());
-        let origin = Some(Origin { req, outcome: outcome.clone(), reply_to });
+        let floor = self.recent.floor_of(req.client);
+        let origin = Some(Origin { req, outcome: outcome.clone(), reply_to, floor });
         let msg = ChainMsg::Replicate {
             epoch: self.route.epoch,
             range: self.range,
@@ -587,7 +608,8 @@ impl<S: ReplicaStore> Replica<S> {
             && (!self.route.rc.is_reshaping() || u.bulk_copy_pending)
             && self.unacked.len() + run.len() < UNACKED_UPDATES_MAX
             && !run.iter().any(|s| s.ordered.req == u.req)
-            && self.recent.get(&u.req).is_none();
+            && self.recent.get(&u.req).is_none()
+            && !self.recent.is_stale(&u.req);
         if !plain {
             return Stage::Alone(u);
         }
@@ -601,7 +623,7 @@ impl<S: ReplicaStore> Replica<S> {
             return Stage::Alone(u);
         };
         let effect = ReplEffect::Put { value, flags, expiry, state };
-        let ClientUpdate { req, update, reply_to, now, now_micros, flush_at, bulk_copy_pending } = u;
+        let ClientUpdate { req, update, reply_to, now, now_micros, flush_at, bulk_copy_pending, .. } = u;
         let ordered = Ordered { req, seq, prev_seq, key: update.key, effect, outcome, reply_to };
         Stage::Run(Staged {
             ordered,
@@ -816,6 +838,7 @@ impl<S: ReplicaStore> Replica<S> {
         let ChainMsg::Replicate { seq, ref key, ref origin, .. } = msg else { return };
         self.last_seq = self.last_seq.max(seq);
         if let Some(origin) = origin {
+            self.recent.raise_floor(origin.req.client, origin.floor);
             self.remember(origin.req, seq, origin.outcome.clone());
         }
         let notify = origin.as_ref().filter(|_| self.route.is_tail()).and_then(|o| {
@@ -904,7 +927,10 @@ impl<S: ReplicaStore> Replica<S> {
         entries
             .into_iter()
             .filter(|e| wrote(&e.outcome))
-            .map(|e| (e.seq, Origin { req: e.req, outcome: e.outcome, reply_to: None }))
+            .map(|e| {
+                let floor = self.recent.floor_of(e.req.client);
+                (e.seq, Origin { req: e.req, outcome: e.outcome, reply_to: None, floor })
+            })
             .collect()
     }
 
@@ -1026,6 +1052,10 @@ impl<S: ReplicaStore> Replica<S> {
     /// tail asks for its catch-up confirmation, a syncing replica for its copy.
     fn tick(&mut self, out: &mut Vec<Action>) {
         self.gap_asked = None;
+        // The store keeps outcomes for a reopen only as far back as this replica remembers.
+        if let Some(oldest) = self.recent.oldest_seq() {
+            self.store.forget_outcomes_below(oldest);
+        }
         self.send_held_back(out);
         if self.ack_dropped {
             if self.route.is_head() || self.route.is_syncing() {
@@ -1068,6 +1098,7 @@ mod tests {
             now_micros: 0,
             flush_at: 0,
             bulk_copy_pending: false,
+            floor: 0,
         })
     }
 
@@ -1240,6 +1271,49 @@ mod tests {
         assert_eq!(c.0[&3].store().max_seq(), c.0[&2].store().max_seq());
     }
 
+    /// A client's floor reaches every replica with the updates (`Origin::floor`): a promoted
+    /// follower has forgotten what the head forgot, and still answers a retry at the floor.
+    #[test]
+    fn every_replica_forgets_below_a_client_floor_and_a_new_head_answers_a_retry_at_it() {
+        let mut c = Chain::new(&[1, 2, 3]);
+        let with_floor = |req, key, floor| {
+            let Event::Update(u) = update(req, set(key, "v")) else { unreachable!() };
+            Event::Update(ClientUpdate { floor, ..u })
+        };
+        let first = c.run(1, with_floor(1, "a", 1));
+        let second = c.run(1, with_floor(2, "b", 1));
+        // A floor above the request's own seq is taken as that seq.
+        c.run(1, with_floor(3, "c", 99));
+        for r in c.0.values() {
+            assert_eq!(r.recent.floor_of(1), 3);
+            assert_eq!(r.recent.get(&ReqId { client: 1, seq: 1 }), None);
+            assert!(r.recent.get(&ReqId { client: 1, seq: 3 }).is_some());
+        }
+        assert!(!first.is_empty() && !second.is_empty());
+        c.0.remove(&1);
+        for (n, r) in c.0.iter_mut() {
+            r.step(Event::Install(route(2, *n, &[2, 3])));
+        }
+        let held = c.0[&2].store().max_seq();
+        let retry = c.run(2, with_floor(3, "c", 3));
+        assert!(
+            matches!(&retry[..], [Action::Reply { result: Ok(Outcome::Stored { cas }), .. }] if *cas == held)
+        );
+        assert_eq!(c.0[&2].store().max_seq(), held, "the retry at the floor was not applied again");
+        // A stale copy of a request below the floor, whose outcome is forgotten, is refused,
+        // alone or among others, and not applied a second time.
+        let stale = c.run(2, with_floor(1, "a", 1));
+        assert!(
+            matches!(&stale[..], [Action::Reply { result: Err(WireError::Invalid(_)), .. }]),
+            "{stale:?}"
+        );
+        let Event::Update(again) = with_floor(2, "b", 0) else { unreachable!() };
+        let Event::Update(next) = with_floor(4, "d", 4) else { unreachable!() };
+        let both = c.run(2, Event::Updates(vec![again, next]));
+        assert!(matches!(&both[0], Action::Reply { result: Err(WireError::Invalid(_)), .. }), "{both:?}");
+        assert_eq!(c.0[&2].store().applied_after(held).count(), 1, "only the new request was applied");
+    }
+
     #[test]
     fn outcomes_after_a_resend_let_a_new_head_answer_a_retry_of_an_update_it_holds() {
         let mut r = Replica::new(MemStore::default(), route(1, 2, &[1, 2]));
@@ -1291,7 +1365,7 @@ mod tests {
             })
             .collect();
         let req = ReqId { client: 1, seq: 1 };
-        assert_eq!(origins, vec![Some(Origin { req, outcome: outcome.clone(), reply_to: None })]);
+        assert_eq!(origins, vec![Some(Origin { req, outcome: outcome.clone(), reply_to: None, floor: 0 })]);
         // The receiver, its copy emptied, takes the update with its outcome alone.
         tail = Replica::new(MemStore::default(), tail.route().clone());
         for a in out {
@@ -1370,6 +1444,7 @@ mod tests {
                 req: ReqId { client: 1, seq },
                 outcome: Outcome::Stored { cas: seq },
                 reply_to: Some("fe".into()),
+                floor: 0,
             }),
         };
         // New, new, a duplicate, a gap, then one that follows what is held again.

@@ -89,6 +89,9 @@ pub trait ReplicaStore {
     fn kept_outcomes(&self) -> Vec<OutcomeEntry> {
         Vec::new()
     }
+    /// The replica remembers no outcome kept with a record below `seq` any more: the store
+    /// need not keep those for `kept_outcomes`. The default keeps nothing anyway.
+    fn forget_outcomes_below(&mut self, _seq: u64) {}
 }
 
 /// A range's updates in memory, as an uncompacted log: each key's latest, and every update
@@ -190,7 +193,8 @@ impl ReplicaStore for Arc<DataStore> {
     }
 
     /// The recent tags FAWN-DS kept (`DataStore::recent_tags`: the latest
-    /// `RECENT_TAGS_MAX`, at least `DEDUP_ENTRIES_MAX`), decoded.
+    /// `RECENT_TAGS_MAX`, at least `DEDUP_ENTRIES_MAX`, none below the seq last named to
+    /// `forget_outcomes_below`), decoded.
     fn kept_outcomes(&self) -> Vec<OutcomeEntry> {
         let mut out: Vec<OutcomeEntry> = self
             .recent_tags()
@@ -202,6 +206,10 @@ impl ReplicaStore for Arc<DataStore> {
             .collect();
         out.sort_by_key(|e| e.seq);
         out
+    }
+
+    fn forget_outcomes_below(&mut self, seq: u64) {
+        self.forget_tags_below(seq);
     }
 
     fn max_seq(&self) -> u64 {
@@ -303,6 +311,7 @@ mod reopen_tests {
             now_micros,
             flush_at,
             bulk_copy_pending: false,
+            floor: 0,
         })
     }
 

@@ -128,6 +128,7 @@ impl World {
                 now_micros: self.now,
                 flush_at: 0,
                 bulk_copy_pending: false,
+                floor: 0,
             }),
             Req::Get { key } => Event::Get { token: ((client as u64) << 32) | tag, key, now },
         };

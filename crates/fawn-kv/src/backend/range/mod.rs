@@ -317,6 +317,7 @@ impl RangeReplica {
     pub async fn order_update(
         &self,
         req: ReqId,
+        floor: u64,
         update: &Update,
         reply_to: Option<String>,
         flush_at: u64,
@@ -331,6 +332,7 @@ impl RangeReplica {
             now_micros: unix_micros(),
             flush_at,
             bulk_copy_pending: self.bulk_copy_pending.load(Ordering::Acquire),
+            floor,
         });
         let actions = st.machine.step(event);
         let answer = self.execute(&mut st, actions, links, &[req]).pop().flatten();
@@ -343,7 +345,7 @@ impl RangeReplica {
     /// with a `reply_to` that `notice_reaches` (the tail will tell that front-end).
     pub async fn order_updates(
         &self,
-        updates: Vec<(ReqId, Update, Option<String>)>,
+        updates: Vec<(ReqId, Update, Option<String>, u64)>,
         flush_at: u64,
         links: &dyn LinkTo,
         notice_reaches: impl Fn(&str) -> bool,
@@ -351,13 +353,13 @@ impl RangeReplica {
         let mut st = self.state.lock().await;
         let (now, now_micros) = (unix_now(), unix_micros());
         let bulk_copy_pending = self.bulk_copy_pending.load(Ordering::Acquire);
-        let reqs: Vec<ReqId> = updates.iter().map(|(req, _, _)| *req).collect();
+        let reqs: Vec<ReqId> = updates.iter().map(|(req, ..)| *req).collect();
         let reaches: Vec<bool> =
-            updates.iter().map(|(_, _, to)| to.as_deref().is_some_and(&notice_reaches)).collect();
+            updates.iter().map(|(_, _, to, _)| to.as_deref().is_some_and(&notice_reaches)).collect();
         let event = Event::Updates(
             updates
                 .into_iter()
-                .map(|(req, update, reply_to)| ClientUpdate {
+                .map(|(req, update, reply_to, floor)| ClientUpdate {
                     req,
                     update,
                     reply_to,
@@ -365,6 +367,7 @@ impl RangeReplica {
                     now_micros,
                     flush_at,
                     bulk_copy_pending,
+                    floor,
                 })
                 .collect(),
         );
