@@ -602,14 +602,16 @@ async fn chain_work_per_update() {
                 update: set256(i),
                 forwarded: true,
                 reply_to: Some("fe:1".into()),
+                // Every earlier batch was answered, as a front-end's floor would say.
+                floor: n,
             };
             encode_frame(i, &Message::Request(request), &mut buf).expect("encode");
             buf
         });
         let (mut at, mut batch_in) = (0, Vec::new());
         while let Some((_, Message::Request(r), used)) = decode_frame(&frames[at..]).expect("decode") {
-            let Request::Update { req, update, reply_to, .. } = r else { unreachable!() };
-            batch_in.push((req, update, reply_to));
+            let Request::Update { req, update, reply_to, floor, .. } = r else { unreachable!() };
+            batch_in.push((req, update, reply_to, floor));
             at += used;
         }
         let results = nodes[0].order_updates(batch_in, 0, &wires, |_| true).await;
