@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use fawn_kv::replica::store::{Append, MemStore, ReplicaStore, StoreError, StoredUpdate};
 use fawn_proto::native::OutcomeEntry;
 use fawn_proto::op::Item;
+use fawn_ring::{key_id, Range};
 
 /// When appended records become durable (as `fawn_ds::SyncPolicy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,6 +78,46 @@ impl DiskStore {
             full: false,
             keeps_outcomes: self.keeps_outcomes,
             outcomes,
+        }
+    }
+
+    /// The datastore of `part` that a split cuts out of this one: the records of `part`'s
+    /// keys, each as durable as here, and every kept outcome (as the back-end's split hands a
+    /// part its parent's recent tags: a superset of its own, which is harmless).
+    pub fn part(&self, part: &Range) -> DiskStore {
+        let mut mem = MemStore::default();
+        let records = self.mem.updates_after(0).unwrap_or_default();
+        for u in records.into_iter().filter(|u| part.contains(key_id(&u.key))) {
+            mem.append(&Append::bare(&u.key, &u.effect, u.seq)).expect("records in seq order");
+        }
+        let synced = mem.applied_after(0).take_while(|s| *s <= self.synced).last().unwrap_or(0);
+        DiskStore { mem, synced, outcomes: self.outcomes.clone(), ..self.clone_settings() }
+    }
+
+    /// The datastore a merge makes of `parts` (each holding only its own range's keys): their
+    /// records in seq order, durable (the back-end makes a merge durable before the merged
+    /// replica serves), with their kept outcomes. `Err(seq)` if two parts hold a record of the
+    /// same seq, which one log cannot.
+    pub fn merged(parts: &[&DiskStore]) -> Result<DiskStore, u64> {
+        let mut records: Vec<StoredUpdate> =
+            parts.iter().flat_map(|p| p.mem.updates_after(0).unwrap_or_default()).collect();
+        records.sort_by_key(|u| u.seq);
+        let mut mem = MemStore::default();
+        for u in &records {
+            mem.append(&Append::bare(&u.key, &u.effect, u.seq)).map_err(|_| u.seq)?;
+        }
+        let first = parts.first().map(|p| p.clone_settings()).unwrap_or_default();
+        let outcomes = parts.iter().flat_map(|p| p.outcomes.iter().map(|(s, e)| (*s, e.clone()))).collect();
+        Ok(DiskStore { synced: mem.max_seq(), mem, outcomes, ..first })
+    }
+
+    /// An empty store with this one's settings (sync policy, outcomes kept, full disk).
+    fn clone_settings(&self) -> DiskStore {
+        DiskStore {
+            always: self.always,
+            full: self.full,
+            keeps_outcomes: self.keeps_outcomes,
+            ..DiskStore::default()
         }
     }
 

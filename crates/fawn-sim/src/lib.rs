@@ -34,6 +34,12 @@ pub struct Config {
     pub crashes_max: usize,
     /// Network partitions per run, at most (`world::partition`).
     pub partitions_max: usize,
+    /// Nodes that join the running cluster under load, at most (`world::membership`): the
+    /// ranges their virtual ids fall in are split once their chains are whole.
+    pub joins_max: usize,
+    /// Nodes that leave gracefully under load, at most (`world::membership`): replaced by
+    /// syncs first, then the ranges around their virtual ids are merged.
+    pub leaves_max: usize,
     /// Crashes of three kinds (process: nothing lost; host: what was not synced lost from a
     /// random point on; disk: everything lost), a node that kept its logs registering as the
     /// back-end does. Off (the default until a restarted replica keeps its request outcomes:
@@ -72,6 +78,8 @@ impl Default for Config {
             keys: 4,
             crashes_max: 3,
             partitions_max: 2,
+            joins_max: 0,
+            leaves_max: 0,
             disks: false,
             full_disks: false,
             persistent_outcomes: false,

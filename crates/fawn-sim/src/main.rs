@@ -29,6 +29,13 @@ struct Args {
     /// Network partitions per run, at most.
     #[arg(long, default_value_t = 2)]
     partitions: usize,
+    /// Nodes joining under load per run, at most (each join splits the ranges its virtual id
+    /// falls in).
+    #[arg(long, default_value_t = 0)]
+    joins: usize,
+    /// Nodes leaving gracefully under load per run, at most (each leave merges ranges back).
+    #[arg(long, default_value_t = 0)]
+    leaves: usize,
     /// Crashes of three kinds, process, host and disk, over datastores synced every 100 ms
     /// (default: every crash loses the node's data).
     #[arg(long)]
@@ -71,6 +78,8 @@ fn main() {
         trace: args.trace,
         crashes_max: args.crashes,
         partitions_max: args.partitions,
+        joins_max: args.joins,
+        leaves_max: args.leaves,
         disks: args.disks,
         full_disks: args.full_disks,
         persistent_outcomes: args.persistent_outcomes,
