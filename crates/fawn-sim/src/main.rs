@@ -36,6 +36,13 @@ struct Args {
     /// Nodes leaving gracefully under load per run, at most (each leave merges ranges back).
     #[arg(long, default_value_t = 0)]
     leaves: usize,
+    /// Half the chain-only partitions drop one direction only.
+    #[arg(long)]
+    one_way_partitions: bool,
+    /// Nodes learn configurations only from the manager's pushes, not by catching up when a
+    /// chain message of a newer epoch arrives.
+    #[arg(long)]
+    no_catch_up: bool,
     /// Crashes of three kinds, process, host and disk, over datastores synced every 100 ms
     /// (default: every crash loses the node's data).
     #[arg(long)]
@@ -80,8 +87,10 @@ fn main() {
         partitions_max: args.partitions,
         joins_max: args.joins,
         leaves_max: args.leaves,
+        one_way_partitions: args.one_way_partitions,
         disks: args.disks,
         full_disks: args.full_disks,
+        catch_up: !args.no_catch_up,
         persistent_outcomes: args.persistent_outcomes,
         frontend_cache: args.frontend_cache,
         ..Default::default()

@@ -220,6 +220,16 @@ struct Link {
     down: Option<Vec<ChainMsg>>,
 }
 
+/// What a head did with a client update in the step it arrived in (`World::on_request`).
+struct Capture {
+    node: NodeId,
+    req: ReqId,
+    /// Its answer in that step.
+    answer: Option<Result<Outcome, WireError>>,
+    /// Forwarded with the front-end's `reply_to`.
+    forwarded: bool,
+}
+
 struct Client {
     /// The op in progress: its index in the history, request, its range and attempt.
     current: Option<(usize, Req, RangeIx, u32)>,
@@ -296,9 +306,8 @@ pub struct World {
     /// Updates a head forwarded with the front-end's `reply_to`: it does not answer them (the
     /// tail's `Committed` does) until an attempt without `reply_to` arrives.
     silenced: HashSet<(NodeId, ReqId)>,
-    /// While a client update steps its head: the node, request, the head's answer in that
-    /// step and whether it forwarded the update with `reply_to`.
-    capture: Option<(NodeId, ReqId, Option<Result<Outcome, WireError>>, bool)>,
+    /// What the head did with a client update in the step it arrived in.
+    capture: Option<Capture>,
     notice_fallbacks: usize,
     /// Every range a configuration ever had, by index (see `RangeIx`).
     ranges: Vec<Range>,
@@ -657,9 +666,9 @@ impl World {
             Action::Send { to, msg } => {
                 if let ChainMsg::Replicate { seq, origin: Some(o), .. } = &msg {
                     self.note_ordered(o.req, ix, *seq, &o.outcome);
-                    if let Some((n, r, _, forwarded)) = self.capture.as_mut() {
-                        if (*n, *r) == (node, o.req) && o.reply_to.is_some() {
-                            *forwarded = true;
+                    if let Some(c) = self.capture.as_mut() {
+                        if (c.node, c.req) == (node, o.req) && o.reply_to.is_some() {
+                            c.forwarded = true;
                         }
                     }
                 }
@@ -667,10 +676,10 @@ impl World {
             }
             Action::Reply { .. } | Action::GetReply { .. } if self.isolated(node) => {}
             Action::Reply { req, result }
-                if self.capture.as_ref().is_some_and(|c| (c.0, c.1) == (node, req)) =>
+                if self.capture.as_ref().is_some_and(|c| (c.node, c.req) == (node, req)) =>
             {
                 if let Some(c) = self.capture.as_mut() {
-                    c.2.get_or_insert(result);
+                    c.answer.get_or_insert(result);
                 }
             }
             // A head does not answer an update it forwarded with `reply_to`.
@@ -776,7 +785,8 @@ impl World {
             ChainMsg::Replicate { epoch, .. } | ChainMsg::Resend { epoch, .. } => *epoch,
             _ => return false,
         };
-        self.nodes.get(&node).is_some_and(|n| n.alive && epoch > n.installed) && !self.isolated(node)
+        let behind = self.nodes.get(&node).is_some_and(|n| n.alive && epoch > n.installed);
+        self.cfg.catch_up && behind && !self.isolated(node)
     }
 
     /// `node` got an update of a newer configuration than it installed, handled (dropped) by

@@ -37,8 +37,15 @@ fn a_head_that_forgets_dedup_after_failover_is_found() {
 #[test]
 fn unacked_updates_not_resent_to_a_new_successor_are_found() {
     // Since a restarted node resyncs instead of resuming, one crash rarely leaves a middle
-    // with unacknowledged updates for a new successor: up to three give a margin.
-    found_with(Fault::NoUnackedToNewSuccessor, Config { crashes_max: 3, ..Config::default() });
+    // with unacknowledged updates for a new successor: up to three give a margin. The
+    // back-end's catch-up masks this fault in the simulated interleavings: the new successor's
+    // `Resend` of the new epoch makes the middle install it and resend before it could forget
+    // to send them; so the fault is sought with nodes that learn configurations only from the
+    // manager's pushes.
+    found_with(
+        Fault::NoUnackedToNewSuccessor,
+        Config { crashes_max: 3, catch_up: false, ..Config::default() },
+    );
 }
 
 #[test]

@@ -12,7 +12,7 @@ use rand::Rng;
 
 use super::frontend::FRONTEND_ADDR;
 use super::{
-    key_bytes, Answer, Client, Ev, Micros, RangeIx, Req, World, CLIENT_ATTEMPTS_MAX, CLIENT_BACKOFF,
+    key_bytes, Answer, Capture, Client, Ev, Micros, RangeIx, Req, World, CLIENT_ATTEMPTS_MAX, CLIENT_BACKOFF,
     CLIENT_TIMEOUT, MS,
 };
 use crate::check::{Op, OpKind, OpResult, Value};
@@ -190,14 +190,14 @@ impl World {
         // The head answers in this step (a refusal, a remembered outcome, a failed
         // condition), or forwards the update with `reply_to` and stays silent (the tail's
         // `Committed` answers), or keeps a waiter that its ack answers.
-        self.capture = Some((node, req, None, false));
+        self.capture = Some(Capture { node, req, answer: None, forwarded: false });
         self.step(node, range, event);
         match self.capture.take() {
-            Some((_, _, Some(result), _)) => {
+            Some(Capture { answer: Some(result), .. }) => {
                 self.silenced.remove(&(node, req));
                 self.act(node, range, Action::Reply { req, result })
             }
-            Some((_, _, None, true)) => {
+            Some(Capture { forwarded: true, .. }) => {
                 self.silenced.insert((node, req));
             }
             _ => {
