@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use fawn_kv::replica::store::{Append, MemStore, ReplicaStore, StoreError, StoredUpdate};
-use fawn_proto::native::OutcomeEntry;
+use fawn_proto::native::{OutcomeEntry, ReplEffect};
 use fawn_proto::op::Item;
 use fawn_ring::{key_id, Range};
 
@@ -94,17 +94,18 @@ impl DiskStore {
         DiskStore { mem, synced, outcomes: self.outcomes.clone(), ..self.clone_settings() }
     }
 
-    /// The datastore a merge makes of `parts` (each holding only its own range's keys): their
-    /// records in seq order, durable (the back-end makes a merge durable before the merged
-    /// replica serves), with their kept outcomes. `Err(seq)` if two parts hold a record of the
-    /// same seq, which one log cannot.
+    /// The datastore a merge makes of `parts` (each holding only its own range's keys): each
+    /// key's latest record in seq order (FAWN-DS's merge rewrites the live entries), durable
+    /// (the back-end makes a merge durable before the merged replica serves), with their kept
+    /// outcomes. `Err(seq)` if two parts' latest records have the same seq (two ranges ordered
+    /// an update in the same microsecond), which one log of seqs cannot hold.
     pub fn merged(parts: &[&DiskStore]) -> Result<DiskStore, u64> {
-        let mut records: Vec<StoredUpdate> =
-            parts.iter().flat_map(|p| p.mem.updates_after(0).unwrap_or_default()).collect();
-        records.sort_by_key(|u| u.seq);
+        let mut records: Vec<(u64, &Vec<u8>, &ReplEffect)> =
+            parts.iter().flat_map(|p| p.mem.contents().map(|(k, (seq, e))| (*seq, k, e))).collect();
+        records.sort_by_key(|(seq, _, _)| *seq);
         let mut mem = MemStore::default();
-        for u in &records {
-            mem.append(&Append::bare(&u.key, &u.effect, u.seq)).map_err(|_| u.seq)?;
+        for (seq, key, effect) in records {
+            mem.append(&Append::bare(key, effect, seq)).map_err(|_| seq)?;
         }
         let first = parts.first().map(|p| p.clone_settings()).unwrap_or_default();
         let outcomes = parts.iter().flat_map(|p| p.outcomes.iter().map(|(s, e)| (*s, e.clone()))).collect();
@@ -203,6 +204,28 @@ mod tests {
         let mut off = DiskStore::new(SyncPolicy::Always);
         off.append(&first).expect("append");
         assert!(off.after_crash(0).kept_outcomes().is_empty());
+    }
+
+    #[test]
+    fn a_split_cuts_the_log_by_key_and_a_merge_joins_the_latest_records() {
+        let mut d = DiskStore::new(SyncPolicy::Interval(100));
+        for (key, seq) in [("a", 5), ("b", 6), ("a", 7), ("c", 8)] {
+            d.append(&Append::bare(key.as_bytes(), &put(key), seq)).expect("append");
+        }
+        d.sync();
+        let id = |k: &str| key_id(k.as_bytes());
+        let lower = Range::new(fawn_ring::KeyId(id("a").0.wrapping_sub(1)), id("a"));
+        let upper = Range::new(id("a"), fawn_ring::KeyId(id("a").0.wrapping_sub(1)));
+        let (l, u) = (d.part(&lower), d.part(&upper));
+        assert_eq!(l.mem().applied_after(0).collect::<Vec<_>>(), vec![5, 7]);
+        assert_eq!(u.mem().applied_after(0).collect::<Vec<_>>(), vec![6, 8]);
+        assert_eq!(l.after_crash(0).max_seq(), 7, "as durable as the parent");
+        let m = DiskStore::merged(&[&l, &u]).expect("distinct seqs");
+        assert_eq!(m.mem().applied_after(0).collect::<Vec<_>>(), vec![6, 7, 8]);
+        assert!(m.mem().contents().eq(d.mem().contents()));
+        let mut clash = DiskStore::new(SyncPolicy::Always);
+        clash.append(&Append::bare(b"b", &put("x"), 7)).expect("append");
+        assert_eq!(DiskStore::merged(&[&l, &clash]).err(), Some(7));
     }
 
     #[test]

@@ -53,11 +53,13 @@ pub enum Fault {
     /// without checking it stored everything up to the seq it names (appends failed: a full
     /// disk).
     IncompleteCopyAccepted,
+    /// A replica made by a split or merge does not take over its parent's recent requests.
+    HeirForgetsRequests,
 }
 
 impl Fault {
     /// Every fault, for tools that pick one by name.
-    pub const ALL: [Fault; 8] = [
+    pub const ALL: [Fault; 9] = [
         Fault::ForgetDedupOnPromotion,
         Fault::NoUnackedToNewSuccessor,
         Fault::TailReadsBeforeCaughtUp,
@@ -66,6 +68,7 @@ impl Fault {
         Fault::NoOutcomesWithResend,
         Fault::TailReadyBeforeCaughtUp,
         Fault::IncompleteCopyAccepted,
+        Fault::HeirForgetsRequests,
     ];
 }
 
@@ -292,7 +295,9 @@ impl<S: ReplicaStore> Replica<S> {
     /// update the parent ordered is answered, not applied twice), continues above its seqs and
     /// knows what it committed.
     pub fn inherit<P>(&mut self, parent: &mut Replica<P>) {
-        self.recent.inherit(parent.recent.share());
+        if !self.faulty(Fault::HeirForgetsRequests) {
+            self.recent.inherit(parent.recent.share());
+        }
         self.last_seq = self.last_seq.max(parent.last_seq);
         self.acked = self.acked.max(parent.acked);
     }
