@@ -31,13 +31,14 @@ struct Args {
     partitions: usize,
     /// Nodes joining under load per run, at most (each join splits the ranges its virtual id
     /// falls in).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 1)]
     joins: usize,
     /// Nodes leaving gracefully under load per run, at most (each leave merges ranges back).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 1)]
     leaves: usize,
-    /// Half the chain-only partitions drop one direction only.
-    #[arg(long)]
+    /// Half the chain-only partitions drop one direction only (`--one-way-partitions false`:
+    /// every partition cuts both ways).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     one_way_partitions: bool,
     /// Nodes learn configurations only from the manager's pushes, not by catching up when a
     /// chain message of a newer epoch arrives.

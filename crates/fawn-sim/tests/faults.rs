@@ -86,6 +86,13 @@ fn a_copy_taken_though_its_appends_failed_is_found() {
     found_with(Fault::IncompleteCopyAccepted, cfg);
 }
 
+#[test]
+fn a_split_or_merge_heir_that_forgets_its_parents_requests_is_found() {
+    // Needs a split or merge (a join or a leave) between an update's ordering and its retry.
+    let cfg = Config { crashes_max: 1, joins_max: 1, leaves_max: 1, ..Config::default() };
+    found_with(Fault::HeirForgetsRequests, cfg);
+}
+
 /// A front-end cache fault, in runs through the cached front-end with one crash at most.
 fn cache_fault_found(fault: CacheFault) {
     let clean = Config { crashes_max: 1, frontend_cache: true, ..Config::default() };

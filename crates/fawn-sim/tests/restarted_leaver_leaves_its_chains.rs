@@ -8,7 +8,7 @@ use fawn_sim::{run_seed, Config};
 
 #[test]
 fn a_restarted_leaver_serves_nothing_it_lost() {
-    let cfg = Config { joins_max: 1, leaves_max: 1, ..Config::default() };
+    let cfg = Config { joins_max: 1, leaves_max: 1, ..Config::fixed_members() };
     let seed = 3941;
     let r = run_seed(seed, &cfg);
     assert!(r.violations.is_empty(), "seed {seed}: {}", r.violations.join("; "));
