@@ -4,8 +4,9 @@
 use std::collections::BTreeMap;
 
 use fawn_kv::replica::store::{Append, MemStore, ReplicaStore, StoreError, StoredUpdate};
-use fawn_proto::native::OutcomeEntry;
+use fawn_proto::native::{OutcomeEntry, ReplEffect};
 use fawn_proto::op::Item;
+use fawn_ring::{key_id, Range};
 
 /// When appended records become durable (as `fawn_ds::SyncPolicy`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -77,6 +78,47 @@ impl DiskStore {
             full: false,
             keeps_outcomes: self.keeps_outcomes,
             outcomes,
+        }
+    }
+
+    /// The datastore of `part` that a split cuts out of this one: the records of `part`'s
+    /// keys, each as durable as here, and every kept outcome (as the back-end's split hands a
+    /// part its parent's recent tags: a superset of its own, which is harmless).
+    pub fn part(&self, part: &Range) -> DiskStore {
+        let mut mem = MemStore::default();
+        let records = self.mem.updates_after(0).unwrap_or_default();
+        for u in records.into_iter().filter(|u| part.contains(key_id(&u.key))) {
+            mem.append(&Append::bare(&u.key, &u.effect, u.seq)).expect("records in seq order");
+        }
+        let synced = mem.applied_after(0).take_while(|s| *s <= self.synced).last().unwrap_or(0);
+        DiskStore { mem, synced, outcomes: self.outcomes.clone(), ..self.clone_settings() }
+    }
+
+    /// The datastore a merge makes of `parts` (each holding only its own range's keys): each
+    /// key's latest record in seq order (FAWN-DS's merge rewrites the live entries), durable
+    /// (the back-end makes a merge durable before the merged replica serves), with their kept
+    /// outcomes. `Err(seq)` if two parts' latest records have the same seq (two ranges ordered
+    /// an update in the same microsecond), which one log of seqs cannot hold.
+    pub fn merged(parts: &[&DiskStore]) -> Result<DiskStore, u64> {
+        let mut records: Vec<(u64, &Vec<u8>, &ReplEffect)> =
+            parts.iter().flat_map(|p| p.mem.contents().map(|(k, (seq, e))| (*seq, k, e))).collect();
+        records.sort_by_key(|(seq, _, _)| *seq);
+        let mut mem = MemStore::default();
+        for (seq, key, effect) in records {
+            mem.append(&Append::bare(key, effect, seq)).map_err(|_| seq)?;
+        }
+        let first = parts.first().map(|p| p.clone_settings()).unwrap_or_default();
+        let outcomes = parts.iter().flat_map(|p| p.outcomes.iter().map(|(s, e)| (*s, e.clone()))).collect();
+        Ok(DiskStore { synced: mem.max_seq(), mem, outcomes, ..first })
+    }
+
+    /// An empty store with this one's settings (sync policy, outcomes kept, full disk).
+    fn clone_settings(&self) -> DiskStore {
+        DiskStore {
+            always: self.always,
+            full: self.full,
+            keeps_outcomes: self.keeps_outcomes,
+            ..DiskStore::default()
         }
     }
 
@@ -162,6 +204,28 @@ mod tests {
         let mut off = DiskStore::new(SyncPolicy::Always);
         off.append(&first).expect("append");
         assert!(off.after_crash(0).kept_outcomes().is_empty());
+    }
+
+    #[test]
+    fn a_split_cuts_the_log_by_key_and_a_merge_joins_the_latest_records() {
+        let mut d = DiskStore::new(SyncPolicy::Interval(100));
+        for (key, seq) in [("a", 5), ("b", 6), ("a", 7), ("c", 8)] {
+            d.append(&Append::bare(key.as_bytes(), &put(key), seq)).expect("append");
+        }
+        d.sync();
+        let id = |k: &str| key_id(k.as_bytes());
+        let lower = Range::new(fawn_ring::KeyId(id("a").0.wrapping_sub(1)), id("a"));
+        let upper = Range::new(id("a"), fawn_ring::KeyId(id("a").0.wrapping_sub(1)));
+        let (l, u) = (d.part(&lower), d.part(&upper));
+        assert_eq!(l.mem().applied_after(0).collect::<Vec<_>>(), vec![5, 7]);
+        assert_eq!(u.mem().applied_after(0).collect::<Vec<_>>(), vec![6, 8]);
+        assert_eq!(l.after_crash(0).max_seq(), 7, "as durable as the parent");
+        let m = DiskStore::merged(&[&l, &u]).expect("distinct seqs");
+        assert_eq!(m.mem().applied_after(0).collect::<Vec<_>>(), vec![6, 7, 8]);
+        assert!(m.mem().contents().eq(d.mem().contents()));
+        let mut clash = DiskStore::new(SyncPolicy::Always);
+        clash.append(&Append::bare(b"b", &put("x"), 7)).expect("append");
+        assert_eq!(DiskStore::merged(&[&l, &clash]).err(), Some(7));
     }
 
     #[test]

@@ -34,6 +34,15 @@ pub struct Config {
     pub crashes_max: usize,
     /// Network partitions per run, at most (`world::partition`).
     pub partitions_max: usize,
+    /// Nodes that join the running cluster under load, at most (`world::membership`): the
+    /// ranges their virtual ids fall in are split once their chains are whole.
+    pub joins_max: usize,
+    /// Nodes that leave gracefully under load, at most (`world::membership`): replaced by
+    /// syncs first, then the ranges around their virtual ids are merged.
+    pub leaves_max: usize,
+    /// Half the chain-only partitions cut one direction only: what the cut-off nodes send
+    /// over chain links is lost, what they receive arrives (`world::partition`).
+    pub one_way_partitions: bool,
     /// Crashes of three kinds (process: nothing lost; host: what was not synced lost from a
     /// random point on; disk: everything lost), a node that kept its logs registering as the
     /// back-end does. Off (the default until a restarted replica keeps its request outcomes:
@@ -49,6 +58,13 @@ pub struct Config {
     /// With `disks`: now and then a node's disk is full for up to a second and refuses
     /// appends (a replica whose append failed asks for a resend each tick).
     pub full_disks: bool,
+    /// A node that gets an update or a `Resend` of a newer configuration than it installed
+    /// fetches and installs the current one first, and asks the update's sender to resend (the
+    /// back-end's `check_chain_epoch`). Off: nodes learn configurations only from the
+    /// manager's pushes, for the test of a fault this masks (`NoUnackedToNewSuccessor`); runs
+    /// with joins and leaves need it (an update of a just split range may otherwise wait for a
+    /// client's retry).
+    pub catch_up: bool,
     /// Clients reach the chains through one front-end with the real query cache
     /// (`world::frontend`); off: clients send to heads and tails themselves.
     pub frontend_cache: bool,
@@ -72,6 +88,10 @@ impl Default for Config {
             keys: 4,
             crashes_max: 3,
             partitions_max: 2,
+            joins_max: 1,
+            leaves_max: 1,
+            one_way_partitions: true,
+            catch_up: true,
             disks: false,
             full_disks: false,
             persistent_outcomes: false,
@@ -83,6 +103,14 @@ impl Default for Config {
             #[cfg(feature = "faults")]
             cache_fault: None,
         }
+    }
+}
+
+impl Config {
+    /// The default shape without joins, leaves and one-way partitions: the shape the earlier
+    /// regression seeds were found in, which they replay.
+    pub fn fixed_members() -> Config {
+        Config { joins_max: 0, leaves_max: 0, one_way_partitions: false, ..Config::default() }
     }
 }
 

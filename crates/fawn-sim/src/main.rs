@@ -29,6 +29,21 @@ struct Args {
     /// Network partitions per run, at most.
     #[arg(long, default_value_t = 2)]
     partitions: usize,
+    /// Nodes joining under load per run, at most (each join splits the ranges its virtual id
+    /// falls in).
+    #[arg(long, default_value_t = 1)]
+    joins: usize,
+    /// Nodes leaving gracefully under load per run, at most (each leave merges ranges back).
+    #[arg(long, default_value_t = 1)]
+    leaves: usize,
+    /// Half the chain-only partitions drop one direction only (`--one-way-partitions false`:
+    /// every partition cuts both ways).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    one_way_partitions: bool,
+    /// Nodes learn configurations only from the manager's pushes, not by catching up when a
+    /// chain message of a newer epoch arrives.
+    #[arg(long)]
+    no_catch_up: bool,
     /// Crashes of three kinds, process, host and disk, over datastores synced every 100 ms
     /// (default: every crash loses the node's data).
     #[arg(long)]
@@ -71,8 +86,12 @@ fn main() {
         trace: args.trace,
         crashes_max: args.crashes,
         partitions_max: args.partitions,
+        joins_max: args.joins,
+        leaves_max: args.leaves,
+        one_way_partitions: args.one_way_partitions,
         disks: args.disks,
         full_disks: args.full_disks,
+        catch_up: !args.no_catch_up,
         persistent_outcomes: args.persistent_outcomes,
         frontend_cache: args.frontend_cache,
         ..Default::default()

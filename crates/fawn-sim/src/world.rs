@@ -24,6 +24,7 @@ mod checks;
 mod clients;
 mod frontend;
 mod manager;
+mod membership;
 mod partition;
 
 /// Simulated time, in microseconds.
@@ -49,13 +50,15 @@ const SETTLE: Micros = 5_000 * MS;
 const DISK_STREAM: u64 = 0x2545_f491_4f6c_dd1d;
 /// Longest gap between two disks filling up (`Config::full_disks`).
 const DISK_FULL_GAP_MAX: Micros = 3_000 * MS;
+/// Mixed into the seed for the joins' and leaves' random stream.
+const MEMBERSHIP_STREAM: u64 = 0x94d0_49bb_1331_11eb;
 /// Mixed into the seed for the partitions' random stream.
 const PARTITION_STREAM: u64 = 0x9e37_79b9_7f4a_7c15;
 /// Longest gap between two chances of a partition.
 const PARTITION_GAP_MAX: Micros = 2_000 * MS;
 
-/// A range by its index in the formed configuration (the simulator neither splits nor
-/// merges, so the ranges stay those the cluster formed with).
+/// A range by its index among every range a configuration ever had (`World::ranges`): a
+/// split or merge adds ranges, and a range gone keeps its index.
 type RangeIx = usize;
 
 /// Something that happens at a point in simulated time.
@@ -75,6 +78,9 @@ enum Ev {
         client: u32,
         tag: u64,
         req: Req,
+        /// Through the front-end, with its `reply_to` (an update's answer is the tail's
+        /// `Committed` notice).
+        notice: bool,
     },
     /// A node's answer arrives at a client; `tag` names the operation (an update's request
     /// seq, a get's history index).
@@ -149,6 +155,14 @@ enum Ev {
         range: RangeIx,
     },
     Fault,
+    /// A chance of a join or a leave (`world::membership`).
+    Membership,
+    /// The drained head of a range marked for a split (or a `merge`) reports it.
+    Drained {
+        node: NodeId,
+        range: RangeIx,
+        merge: bool,
+    },
     /// A tail's `Committed` notice arrives at the front-end (`Config::frontend_cache`).
     Committed {
         req: ReqId,
@@ -176,6 +190,8 @@ struct Node {
     /// The epoch this life registered at: older configurations still in flight to it are
     /// ignored (the real back-end installs the configuration its registration returns).
     registered: u64,
+    /// The newest epoch installed.
+    installed: u64,
     replicas: BTreeMap<RangeIx, Replica<DiskStore>>,
     /// What a crash left on the node's disks, by range, until a replica opens it.
     kept: BTreeMap<RangeIx, DiskStore>,
@@ -204,9 +220,22 @@ struct Link {
     down: Option<Vec<ChainMsg>>,
 }
 
+/// What a head did with a client update in the step it arrived in (`World::on_request`).
+struct Capture {
+    node: NodeId,
+    req: ReqId,
+    /// Its answer in that step.
+    answer: Option<Result<Outcome, WireError>>,
+    /// Forwarded with the front-end's `reply_to`.
+    forwarded: bool,
+}
+
 struct Client {
     /// The op in progress: its index in the history, request, its range and attempt.
     current: Option<(usize, Req, RangeIx, u32)>,
+    /// Through the front-end: the op's `Committed` notice was waited for in vain, so its
+    /// attempts go to the head without `reply_to` (the head answers them).
+    notice_missed: bool,
     ops_left: usize,
     writes: u32,
     next_req: u64,
@@ -232,6 +261,12 @@ pub struct Stats {
     pub partitions: usize,
     pub epochs: u64,
     pub ranges: usize,
+    pub joins: usize,
+    pub leaves: usize,
+    pub splits: usize,
+    pub merges: usize,
+    /// Updates the front-end asked the head for after no `Committed` notice came.
+    pub notice_fallbacks: usize,
     pub sim_ms: u64,
     /// The longest an operation waited for its answer, and operations never answered.
     pub max_wait_ms: u64,
@@ -260,7 +295,21 @@ pub struct World {
     prng: SmallRng,
     /// The crash kinds' random stream (`Config::disks`).
     drng: SmallRng,
-    /// The ranges the cluster formed with, by index.
+    /// The joins' and leaves' random stream, and how many so far.
+    mrng: SmallRng,
+    joins: usize,
+    leaves: usize,
+    splits: usize,
+    merges: usize,
+    /// Drained heads that reported it, by node, range and epoch (`world::membership`).
+    drain_reported: HashSet<(NodeId, RangeIx, u64)>,
+    /// Updates a head forwarded with the front-end's `reply_to`: it does not answer them (the
+    /// tail's `Committed` does) until an attempt without `reply_to` arrives.
+    silenced: HashSet<(NodeId, ReqId)>,
+    /// What the head did with a client update in the step it arrived in.
+    capture: Option<Capture>,
+    notice_fallbacks: usize,
+    /// Every range a configuration ever had, by index (see `RangeIx`).
     ranges: Vec<Range>,
     /// Manager -> node is one connection per node: installs arrive in epoch order.
     install_arrival: HashMap<NodeId, Micros>,
@@ -314,6 +363,15 @@ impl World {
             partitions: 0,
             prng: SmallRng::seed_from_u64(seed ^ PARTITION_STREAM),
             drng: SmallRng::seed_from_u64(seed ^ DISK_STREAM),
+            mrng: SmallRng::seed_from_u64(seed ^ MEMBERSHIP_STREAM),
+            joins: 0,
+            leaves: 0,
+            splits: 0,
+            merges: 0,
+            drain_reported: HashSet::new(),
+            silenced: HashSet::new(),
+            capture: None,
+            notice_fallbacks: 0,
             ranges: Vec::new(),
             install_arrival: HashMap::new(),
             clients: Vec::new(),
@@ -342,6 +400,7 @@ impl World {
                     life: 0,
                     alive: true,
                     registered: epoch,
+                    installed: 0,
                     replicas: BTreeMap::new(),
                     kept: BTreeMap::new(),
                     disk_full: false,
@@ -365,6 +424,10 @@ impl World {
         if w.cfg.partitions_max > 0 {
             let first = w.prng.gen_range(100 * MS..PARTITION_GAP_MAX);
             w.at(first, Ev::PartitionStart);
+        }
+        if w.cfg.joins_max + w.cfg.leaves_max > 0 {
+            let first = w.mrng.gen_range(100 * MS..membership::MEMBERSHIP_GAP_MAX);
+            w.at(first, Ev::Membership);
         }
         w
     }
@@ -409,20 +472,35 @@ impl World {
         self.configs.values().next_back().expect("a configuration")
     }
 
-    /// The current configuration of range `ix`.
-    fn range_config(&self, ix: RangeIx) -> &RangeConfig {
+    /// The current configuration of range `ix`, unless it was split or merged away.
+    fn range_config(&self, ix: RangeIx) -> Option<&RangeConfig> {
         let range = self.ranges[ix];
-        self.config().ranges.iter().find(|rc| rc.range == range).expect("the simulator's ranges stay")
+        self.config().ranges.iter().find(|rc| rc.range == range)
     }
 
     fn range_ix(&self, range: &Range) -> Option<RangeIx> {
         self.ranges.iter().position(|r| r == range)
     }
 
-    /// The range that holds `key`.
+    /// The index of `range`, a new one if no configuration had it before.
+    fn note_range(&mut self, range: Range) -> RangeIx {
+        self.range_ix(&range).unwrap_or_else(|| {
+            self.ranges.push(range);
+            self.ranges.len() - 1
+        })
+    }
+
+    /// The range of the current configuration that holds `key`.
     fn range_of_key(&self, key: u32) -> RangeIx {
         let id = key_id(&key_bytes(key));
-        self.ranges.iter().position(|r| r.contains(id)).expect("the ranges cover the ring")
+        let rc =
+            self.config().ranges.iter().find(|rc| rc.range.contains(id)).expect("the ranges cover the ring");
+        self.range_ix(&rc.range).expect("every configuration's ranges are noted")
+    }
+
+    /// The ranges `node` holds a replica of, in index order.
+    fn held(&self, node: NodeId) -> Vec<RangeIx> {
+        self.nodes.get(&node).map(|n| n.replicas.keys().copied().collect()).unwrap_or_default()
     }
 
     /// Runs to the end; returns what the checks found.
@@ -457,7 +535,12 @@ impl World {
             cuts: self.cuts_made,
             partitions: self.partitions,
             epochs: self.config().epoch,
-            ranges: self.ranges.len(),
+            ranges: self.config().ranges.len(),
+            joins: self.joins,
+            leaves: self.leaves,
+            splits: self.splits,
+            merges: self.merges,
+            notice_fallbacks: self.notice_fallbacks,
             sim_ms: self.now / MS,
             max_wait_ms: self.history.iter().filter_map(|o| Some(o.ret?.0 - o.call)).max().unwrap_or(0) / MS,
             unanswered: self.history.iter().filter(|o| o.ret.is_none()).count(),
@@ -471,11 +554,24 @@ impl World {
             Ev::Deliver { from, to, conn, msg } => {
                 if self.links.get(&(from, to)).is_some_and(|l| l.conn == conn) {
                     if let Some(ix) = chain_msg_range(&msg).and_then(|r| self.range_ix(&r)) {
+                        // A `Resend` is handled once caught up, an update by the older
+                        // configuration first (as the back-end does).
+                        let ahead = self.catch_up_needed(to, &msg);
+                        let resend = matches!(msg, ChainMsg::Resend { .. });
+                        if ahead && resend {
+                            let epoch = self.config().epoch;
+                            self.install_now(to, epoch);
+                        }
                         self.step(to, ix, Event::Chain { from, msg });
+                        if ahead && !resend {
+                            self.catch_up(to, from, ix);
+                        }
                     }
                 }
             }
-            Ev::Request { node, range, client, tag, req } => self.on_request(node, range, client, tag, req),
+            Ev::Request { node, range, client, tag, req, notice } => {
+                self.on_request(node, range, client, tag, req, notice)
+            }
             Ev::Answer { client, tag, answer } => self.on_answer(client, tag, answer),
             Ev::Committed { req, outcome, key } => self.frontend_committed(req, outcome, key),
             Ev::ClientSend { client } => self.send_request(client),
@@ -484,9 +580,10 @@ impl World {
             Ev::Connected { from, to, conn } => self.on_connected(from, to, conn),
             Ev::Tick { node, life } => {
                 if self.nodes.get(&node).is_some_and(|n| n.alive && n.life == life) {
-                    for ix in 0..self.ranges.len() {
+                    for ix in self.held(node) {
                         self.step(node, ix, Event::Tick);
                         self.report_tail_ready(node, ix);
+                        self.report_drained(node, ix, true);
                     }
                     self.at(TICK_INTERVAL, Ev::Tick { node, life });
                 }
@@ -504,7 +601,7 @@ impl World {
             Ev::ClientTimeout { client, attempt } => {
                 let c = &self.clients[client as usize];
                 if c.current.as_ref().is_some_and(|(_, _, _, a)| *a == attempt) {
-                    self.retry(client, 0);
+                    self.on_timeout(client);
                 }
             }
             Ev::Failed { node, life } => {
@@ -531,6 +628,9 @@ impl World {
             Ev::PartitionNoticed { id } => self.partition_noticed(id),
             Ev::Heal { id } => self.heal(id),
             Ev::Fault => self.fault(),
+            Ev::Membership => self.membership_change(),
+            Ev::Drained { node, .. } if self.isolated(node) => {}
+            Ev::Drained { node, range, merge } => self.manager_drained(node, range, merge),
         }
     }
 
@@ -552,8 +652,12 @@ impl World {
             self.violations.push(msg);
         }
         *high = (max_seq, acked);
+        let reshaping = replica.route().rc.is_reshaping();
         for a in actions {
             self.act(node, ix, a);
+        }
+        if reshaping {
+            self.report_drained(node, ix, false);
         }
     }
 
@@ -562,10 +666,24 @@ impl World {
             Action::Send { to, msg } => {
                 if let ChainMsg::Replicate { seq, origin: Some(o), .. } = &msg {
                     self.note_ordered(o.req, ix, *seq, &o.outcome);
+                    if let Some(c) = self.capture.as_mut() {
+                        if (c.node, c.req) == (node, o.req) && o.reply_to.is_some() {
+                            c.forwarded = true;
+                        }
+                    }
                 }
                 self.send(node, to, msg)
             }
             Action::Reply { .. } | Action::GetReply { .. } if self.isolated(node) => {}
+            Action::Reply { req, result }
+                if self.capture.as_ref().is_some_and(|c| (c.node, c.req) == (node, req)) =>
+            {
+                if let Some(c) = self.capture.as_mut() {
+                    c.answer.get_or_insert(result);
+                }
+            }
+            // A head does not answer an update it forwarded with `reply_to`.
+            Action::Reply { req, .. } if self.silenced.contains(&(node, req)) => {}
             Action::Reply { req, result } => {
                 if let Ok(outcome) = &result {
                     self.note_answered(req, outcome);
@@ -643,7 +761,7 @@ impl World {
         let Some(link) = self.links.get_mut(&(from, to)).filter(|l| l.conn == conn) else { return };
         let waiting = link.down.take().unwrap_or_default();
         link.last_arrival = self.now;
-        for ix in 0..self.ranges.len() {
+        for ix in self.held(from) {
             self.step(from, ix, Event::Connected { peer: to });
         }
         for msg in waiting {
@@ -660,10 +778,52 @@ impl World {
         }
     }
 
+    /// Whether `msg` is of an epoch newer than `node` installed and makes it catch up: an
+    /// update (`Replicate`) or a `Resend` (as the back-end's `check_chain_epoch`).
+    fn catch_up_needed(&self, node: NodeId, msg: &ChainMsg) -> bool {
+        let epoch = match msg {
+            ChainMsg::Replicate { epoch, .. } | ChainMsg::Resend { epoch, .. } => *epoch,
+            _ => return false,
+        };
+        let behind = self.nodes.get(&node).is_some_and(|n| n.alive && epoch > n.installed);
+        self.cfg.catch_up && behind && !self.isolated(node)
+    }
+
+    /// `node` got an update of a newer configuration than it installed, handled (dropped) by
+    /// the older one: it fetches and installs the current configuration, then asks the
+    /// sender for everything after what its replica holds (`Backend::resend_after_catch_up`:
+    /// nothing else would send the update again if no other follows it).
+    fn catch_up(&mut self, node: NodeId, from: NodeId, ix: RangeIx) {
+        let epoch = self.config().epoch;
+        self.install_now(node, epoch);
+        self.step(node, ix, Event::AskResend { from });
+    }
+
     /// `node` installs the configuration of `epoch`: each of its replicas takes its range's
     /// new route, and a range whose path it joined gets an empty replica.
     fn install_now(&mut self, node: NodeId, epoch: u64) {
-        let Some(config) = self.configs.get(&epoch) else { return };
+        let Some(config) = self.configs.get(&epoch).cloned() else { return };
+        // An older configuration still in flight to a node that caught up (`catch_up`).
+        if self.nodes.get(&node).is_none_or(|n| n.installed > epoch) {
+            return;
+        }
+        if self.nodes.get(&node).is_some_and(|n| n.installed < epoch) {
+            self.reshape(node, &config);
+            // Replicas of ranges gone from the configuration (split or merged without this
+            // node, or while it was down).
+            let gone: Vec<RangeIx> = self
+                .held(node)
+                .into_iter()
+                .filter(|ix| !config.ranges.iter().any(|rc| rc.range == self.ranges[*ix]))
+                .collect();
+            if let Some(n) = self.nodes.get_mut(&node) {
+                n.installed = epoch;
+                for ix in gone {
+                    n.replicas.remove(&ix);
+                    self.high.remove(&(node, ix, n.life));
+                }
+            }
+        }
         let routes: Vec<(RangeIx, Route)> = config
             .ranges
             .iter()
@@ -689,7 +849,7 @@ impl World {
                 None if route.rc.path().any(|m| m == node) => {
                     // Opened on what a crash left of its datastore; a syncing replica keeps it
                     // only if the source grants the suffix after it.
-                    let kept = self.nodes.get_mut(&node).and_then(|n| n.kept.remove(&ix));
+                    let kept = self.take_kept(node, &route.rc.range);
                     let kept = kept.filter(|k| !route.is_syncing() || self.suffix_provable(ix, k, &route));
                     let replica = self.open_replica(kept.unwrap_or_else(|| self.empty_store()), route);
                     if let Some(n) = self.nodes.get_mut(&node) {
@@ -725,6 +885,10 @@ impl World {
     /// The manager pushes a new configuration to every node, each over its own connection.
     fn publish(&mut self, config: ClusterConfig) {
         let epoch = config.epoch;
+        for rc in &config.ranges {
+            self.note_range(rc.range);
+        }
+        self.stop_departed(&config);
         if self.cfg.trace {
             for rc in &config.ranges {
                 let (chain, syncing, unproven) = (&rc.chain, &rc.syncing, rc.unproven_tail);
@@ -817,6 +981,8 @@ impl World {
         let n = self.nodes.get_mut(&node).expect("node");
         n.kept = kept;
         n.disk_full = false;
+        // The new process has installed nothing yet.
+        n.installed = 0;
         if self.cfg.trace {
             eprintln!("{:>9} crash {node}: {kind:?}", self.now);
         }
@@ -874,7 +1040,8 @@ impl World {
     /// its logs), and installs the configuration that returns, opening its replicas on what
     /// its disks kept.
     fn node_back(&mut self, node: NodeId) {
-        let n = self.nodes.get_mut(&node).expect("node");
+        // Not if it left meanwhile (a crashed leaver the manager let go: `stop_departed`).
+        let Some(n) = self.nodes.get_mut(&node) else { return };
         n.alive = true;
         let life = n.life;
         self.manager_registered(node);

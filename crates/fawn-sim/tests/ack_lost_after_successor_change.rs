@@ -8,7 +8,7 @@ use fawn_sim::{run_seed, Config};
 
 #[test]
 fn a_middle_replica_resends_an_ack_its_former_successor_sent() {
-    let cfg = Config { crashes_max: 1, partitions_max: 0, ..Config::default() };
+    let cfg = Config { crashes_max: 1, partitions_max: 0, ..Config::fixed_members() };
     let r = run_seed(3980, &cfg);
     assert!(r.violations.is_empty(), "seed 3980: {}", r.violations.join("; "));
     assert!(r.stats.answered > 0 && r.stats.crashes > 0, "seed 3980 did little: {:?}", r.stats);

@@ -9,7 +9,7 @@ use fawn_sim::{run_seed, Config};
 
 #[test]
 fn a_replica_that_could_not_store_its_copy_is_not_promoted() {
-    let cfg = Config { disks: true, full_disks: true, ..Config::default() };
+    let cfg = Config { disks: true, full_disks: true, ..Config::fixed_members() };
     let r = run_seed(5, &cfg);
     assert!(r.violations.is_empty(), "seed 5: {}", r.violations.join("; "));
     assert!(r.stats.answered > 0 && r.stats.epochs > 10, "seed 5 did little: {:?}", r.stats);

@@ -15,7 +15,7 @@ fn an_update_the_lone_node_acknowledged_outlives_its_removal() {
         crashes_max: 3,
         ops_per_client: 80,
         partitions_max: 0,
-        ..Config::default()
+        ..Config::fixed_members()
     };
     let seed = 1010;
     let r = run_seed(seed, &cfg);

@@ -10,7 +10,7 @@ use fawn_sim::{run_seed, Config};
 
 #[test]
 fn a_head_restarted_with_its_logs_answers_a_retry_it_ordered_before() {
-    let cfg = Config { disks: true, ..Config::default() };
+    let cfg = Config { disks: true, ..Config::fixed_members() };
     let r = run_seed(4554, &cfg);
     assert!(r.violations.is_empty(), "seed 4554: {}", r.violations.join("; "));
     assert!(r.stats.answered > 0 && r.stats.crashes > 0, "seed 4554 did little: {:?}", r.stats);

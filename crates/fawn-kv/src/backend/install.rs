@@ -2,6 +2,7 @@
 //! node holds in it.
 
 use super::*;
+use crate::replica::reshape;
 
 impl Backend {
     /// Installs a newer configuration: opens, re-wires or drops this node's replicas.
@@ -76,20 +77,8 @@ impl Backend {
         let me = self.options.node;
         let held: Vec<Arc<RangeReplica>> = self.replicas.read().values().cloned().collect();
         for old in held {
-            if config.ranges.iter().any(|rc| rc.range == old.range) || old.route().await.is_syncing() {
-                continue;
-            }
-            let parts: Vec<RangeConfig> = config
-                .ranges
-                .iter()
-                .filter(|rc| rc.chain.contains(&me))
-                .filter_map(|rc| {
-                    let piece = overlap(&rc.range, &old.range)?;
-                    Some(RangeConfig { range: piece, ..rc.clone() })
-                })
-                .collect();
-            // Inside a single range of `config`: a merge, not a split.
-            if parts.is_empty() || parts.iter().any(|p| p.range == old.range) {
+            let parts = reshape::split_parts(config, me, &old.range);
+            if parts.is_empty() || old.route().await.is_syncing() {
                 continue;
             }
             old.retire().await;

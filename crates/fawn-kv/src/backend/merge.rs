@@ -33,7 +33,8 @@ use tracing::{debug, info, warn};
 
 use super::presplit::end_bulk_copy;
 use super::range::{blocking, RangeReplica, Route};
-use super::{marked_range, parse_ranges, range_filter, ranges_text, within, Backend};
+use super::{marked_range, parse_ranges, range_filter, ranges_text, Backend};
+use crate::replica::reshape::{self, tiles, within};
 
 /// A file in the directory of a range being merged into another: `<merged start> <merged
 /// end> <part start> <part end>` (hex key ids). See the module comment.
@@ -143,9 +144,10 @@ impl Backend {
             if parts.is_empty() {
                 continue;
             }
-            let target = parts.iter().find(|r| r.range.end_inclusive == rc.range.end_inclusive).cloned();
             let ranges: Vec<Range> = parts.iter().map(|p| p.range).collect();
-            let (Some(target), true) = (target, tiles(&ranges, &rc.range)) else {
+            let target = reshape::merge_target(&ranges, &rc.range)
+                .and_then(|t| parts.iter().find(|p| p.range == t).cloned());
+            let Some(target) = target else {
                 warn!(range = %rc.range.id_string(), parts = parts.len(),
                     "the held parts of a merged range do not cover it; not merging them");
                 continue;
@@ -314,19 +316,6 @@ impl Backend {
         self.finish_merge(&target, merged, parts)?;
         target.close().map_err(|e| anyhow::anyhow!("closing {merged}: {e}"))
     }
-}
-
-/// Whether `parts` cover `whole` exactly, end to end.
-fn tiles(parts: &[Range], whole: &Range) -> bool {
-    let mut at = whole.start_exclusive;
-    for _ in 0..parts.len() {
-        let Some(next) = parts.iter().find(|p| p.start_exclusive == at) else { return false };
-        at = next.end_inclusive;
-        if at == whole.end_inclusive {
-            return true;
-        }
-    }
-    false
 }
 
 fn write_marker(dir: &Path, merged: Range, part: Range) -> std::io::Result<()> {

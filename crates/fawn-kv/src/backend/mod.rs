@@ -567,39 +567,6 @@ impl Backend {
     }
 }
 
-/// Whether `part` lies inside `whole` (a part of it after a split, or all of it).
-fn within(part: &Range, whole: &Range) -> bool {
-    whole.is_full()
-        || (whole.contains(part.end_inclusive)
-            && (part.start_exclusive == whole.start_exclusive || whole.contains(part.start_exclusive)))
-}
-
-/// Where two ranges overlap, when that is one range (`None` when they do not overlap; two
-/// ranges that each wrap past the other's end overlap twice, which ranges tiling the ring
-/// never do with one of each other's tiles but for a ring of one or two ids).
-fn overlap(a: &Range, b: &Range) -> Option<Range> {
-    if a.is_full() {
-        return Some(*b);
-    }
-    if b.is_full() {
-        return Some(*a);
-    }
-    let end = if a.contains(b.end_inclusive) {
-        b.end_inclusive
-    } else if b.contains(a.end_inclusive) {
-        a.end_inclusive
-    } else {
-        return None;
-    };
-    let start = if b.contains(a.start_exclusive) && a.start_exclusive != end {
-        a.start_exclusive
-    } else {
-        b.start_exclusive
-    };
-    let piece = Range::new(start, end);
-    (within(&piece, a) && within(&piece, b)).then_some(piece)
-}
-
 /// Ranges as a line of hex key ids, `<start> <end>` per range.
 fn ranges_text(ranges: &[Range]) -> String {
     let ids: Vec<String> = ranges
@@ -855,37 +822,6 @@ mod tests {
         assert_eq!(apportion_expected_keys(10, &skewed), vec![0, 10]);
         assert_eq!(apportion_expected_keys(5, &[Range::full()]), vec![5]);
         assert!(apportion_expected_keys(5, &[]).is_empty());
-    }
-}
-
-/// Guards `overlap`, which cuts a held range where the configuration's boundaries fall inside
-/// it (a split, or a merge after a split this node had not installed yet).
-#[cfg(test)]
-mod overlap_tests {
-    use super::overlap;
-    use fawn_ring::{KeyId, Range};
-
-    fn r(s: u128, e: u128) -> Range {
-        Range::new(KeyId(s), KeyId(e))
-    }
-
-    #[test]
-    fn overlaps_are_the_common_piece_in_either_order() {
-        let cases = [
-            (r(0, 10), r(5, 20), Some(r(5, 10))),
-            (r(0, 20), r(5, 10), Some(r(5, 10))),
-            (r(0, 10), r(0, 10), Some(r(0, 10))),
-            (r(0, 10), r(10, 20), None),
-            (r(0, 10), r(20, 30), None),
-            // Wrapping past the top of the id space.
-            (r(100, 5), r(3, 50), Some(r(3, 5))),
-            (r(100, 5), r(90, 110), Some(r(100, 110))),
-            (r(100, 5), Range::full(), Some(r(100, 5))),
-        ];
-        for (a, b, want) in cases {
-            assert_eq!(super::overlap(&a, &b), want, "{a} ∩ {b}");
-            assert_eq!(overlap(&b, &a), want, "{b} ∩ {a}");
-        }
     }
 }
 

@@ -118,8 +118,9 @@ fn add_backend(
 /// (as head it would order a retry of an update it had already ordered a second time): it is
 /// failed first, so that registering adds it back as a syncing replica of its ranges, which
 /// asks the tail for the suffix after its last record and serves only once it caught up. A
-/// node in no chain, leaving, or the last proven replica of a range ([`last_proven`])
-/// registers as usual.
+/// *leaving* node's new process is failed out of its chains the same way, and goes on leaving
+/// (its replacements sync from the other replicas). A node in no chain, or the last proven
+/// replica of a range ([`last_proven`]), registers as usual.
 pub fn register_backend(
     config: &ClusterConfig,
     expected_backends: usize,
@@ -127,11 +128,26 @@ pub fn register_backend(
     addr: &str,
     cuts: &LinkCuts,
 ) -> Result<Option<ClusterConfig>, Refused> {
-    let alive = config.backends.iter().any(|b| b.node == node && b.state == NodeState::Alive);
+    let state = config.backends.iter().find(|b| b.node == node).map(|b| b.state);
     let in_a_chain = config.ranges.iter().any(|rc| rc.chain.contains(&node) && !last_proven(rc, node));
+    if state == Some(NodeState::Leaving) && in_a_chain {
+        return Ok(fail_node(config, node, cuts)?.map(|next| still_leaving(next, node, addr, cuts)));
+    }
+    let alive = state == Some(NodeState::Alive);
     let failed = if alive && in_a_chain { fail_node(config, node, cuts)? } else { None };
     let base = failed.as_ref().unwrap_or(config);
     Ok(add_backend(base, expected_backends, node, addr, cuts)?.or(failed))
+}
+
+/// `next`, where the leaving `node` was just failed out of its chains: it is leaving again
+/// (at `addr`), and has left if it holds no range any more.
+fn still_leaving(mut next: ClusterConfig, node: NodeId, addr: &str, cuts: &LinkCuts) -> ClusterConfig {
+    if let Some(b) = next.backends.iter_mut().find(|b| b.node == node) {
+        b.state = NodeState::Leaving;
+        b.addr = addr.to_string();
+    }
+    rebalance(&mut next, cuts);
+    next
 }
 
 /// Fixes the ranges and their chains from the ring of the registered back-ends.

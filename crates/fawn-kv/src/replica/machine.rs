@@ -53,11 +53,13 @@ pub enum Fault {
     /// without checking it stored everything up to the seq it names (appends failed: a full
     /// disk).
     IncompleteCopyAccepted,
+    /// A replica made by a split or merge does not take over its parent's recent requests.
+    HeirForgetsRequests,
 }
 
 impl Fault {
     /// Every fault, for tools that pick one by name.
-    pub const ALL: [Fault; 8] = [
+    pub const ALL: [Fault; 9] = [
         Fault::ForgetDedupOnPromotion,
         Fault::NoUnackedToNewSuccessor,
         Fault::TailReadsBeforeCaughtUp,
@@ -66,6 +68,7 @@ impl Fault {
         Fault::NoOutcomesWithResend,
         Fault::TailReadyBeforeCaughtUp,
         Fault::IncompleteCopyAccepted,
+        Fault::HeirForgetsRequests,
     ];
 }
 
@@ -295,7 +298,9 @@ impl<S: ReplicaStore> Replica<S> {
     /// update the parent ordered is answered, not applied twice), continues above its seqs and
     /// knows what it committed.
     pub fn inherit<P>(&mut self, parent: &mut Replica<P>) {
-        self.recent.inherit(parent.recent.share());
+        if !self.faulty(Fault::HeirForgetsRequests) {
+            self.recent.inherit(parent.recent.share());
+        }
         self.last_seq = self.last_seq.max(parent.last_seq);
         self.acked = self.acked.max(parent.acked);
     }
@@ -990,6 +995,15 @@ impl<S: ReplicaStore> Replica<S> {
         if (self.route.predecessor() != old.predecessor() || promoted_from_syncing) && !syncs_in_shell {
             self.ask_resend(out);
         }
+        // A middle with a new predecessor tells it what the tail acknowledged: an update this
+        // replica acked to its old predecessor (a node since removed) may be unacknowledged at
+        // the new one, whose re-send of it arrived before this install and was dropped; no
+        // later ack would come without a later update (and a drained head is what a split or
+        // merge waits for).
+        let middle = !self.route.is_tail() && !self.route.is_syncing();
+        if middle && self.route.predecessor() != old.predecessor() && self.acked > 0 {
+            self.ack_upstream(self.acked, out);
+        }
         if (self.route.successor() != old.successor() || self.route.is_tail())
             && !self.faulty(Fault::NoUnackedToNewSuccessor)
         {
@@ -1210,6 +1224,27 @@ mod tests {
         });
         assert_eq!(resent(head.step(resend(0))), want);
         assert_eq!(reads.get(), 1, "a gap below what is acknowledged must be read from the log");
+    }
+
+    #[test]
+    fn a_middle_with_a_new_predecessor_acks_what_the_tail_acknowledged() {
+        let mut c = Chain::new(&[1, 2, 3]);
+        let head = c.0.get_mut(&1).expect("head").step(update(1, set("k", "v")));
+        let [Action::Send { to: 2, msg }] = head.as_slice() else { panic!("{head:?}") };
+        c.run(2, Event::Chain { from: 1, msg: msg.clone() });
+        let acked = c.0[&2].acked();
+        assert!(acked > 0);
+        // Node 1 left the chain; node 5, whose re-send of that update this middle dropped
+        // before it installed the new route, heads it now.
+        let out = c.0.get_mut(&2).expect("middle").step(Event::Install(route(2, 2, &[5, 2, 3])));
+        let acks: Vec<u64> = out
+            .iter()
+            .filter_map(|a| match a {
+                Action::Send { to: 5, msg: ChainMsg::Ack { seq, .. } } => Some(*seq),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(acks, vec![acked], "{out:?}");
     }
 
     #[test]

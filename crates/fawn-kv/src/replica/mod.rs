@@ -7,6 +7,7 @@
 
 pub mod dedup;
 pub mod machine;
+pub mod reshape;
 pub mod route;
 pub mod store;
 pub mod tag;

@@ -4,15 +4,15 @@
 
 use std::collections::HashMap;
 
-use fawn_kv::replica::machine::{ClientUpdate, Event};
-use fawn_proto::native::ReqId;
+use fawn_kv::replica::machine::{Action, ClientUpdate, Event};
+use fawn_proto::native::{ReqId, WireError};
 use fawn_proto::op::{Mutation, Outcome, Update};
 use fawn_ring::NodeId;
 use rand::Rng;
 
 use super::frontend::FRONTEND_ADDR;
 use super::{
-    key_bytes, Answer, Client, Ev, Micros, RangeIx, Req, World, CLIENT_ATTEMPTS_MAX, CLIENT_BACKOFF,
+    key_bytes, Answer, Capture, Client, Ev, Micros, RangeIx, Req, World, CLIENT_ATTEMPTS_MAX, CLIENT_BACKOFF,
     CLIENT_TIMEOUT, MS,
 };
 use crate::check::{Op, OpKind, OpResult, Value};
@@ -29,7 +29,14 @@ pub(super) fn parse_value(bytes: &[u8]) -> Option<Value> {
 
 impl Client {
     pub(super) fn new(ops: usize) -> Client {
-        Client { current: None, ops_left: ops, writes: 0, next_req: 1, seen: HashMap::new() }
+        Client {
+            current: None,
+            notice_missed: false,
+            ops_left: ops,
+            writes: 0,
+            next_req: 1,
+            seen: HashMap::new(),
+        }
     }
 }
 
@@ -67,7 +74,9 @@ impl World {
         let index = self.history.len();
         self.history.push(Op { client, key, kind, call: self.now, ret: None });
         let range = self.range_of_key(key);
-        self.clients[client as usize].current = Some((index, req.clone(), range, 0));
+        let c = &mut self.clients[client as usize];
+        c.current = Some((index, req.clone(), range, 0));
+        c.notice_missed = false;
         match req {
             Req::Update { req, update } => self.frontend_update_starts(req, &update.key),
             Req::Get { key } => {
@@ -81,17 +90,23 @@ impl World {
     }
 
     pub(super) fn send_request(&mut self, client: u32) {
-        let Some((index, req, range, attempt)) = self.clients[client as usize].current.clone() else {
+        let Some((index, req, _, attempt)) = self.clients[client as usize].current.clone() else {
             return;
         };
-        let rc = self.range_config(range);
+        // Routed by the current configuration (its range may have been split or merged).
+        let range = self.range_of_key(self.history[index].key);
+        if let Some(current) = self.clients[client as usize].current.as_mut() {
+            current.2 = range;
+        }
+        let Some(rc) = self.range_config(range) else { return };
         let node = match req {
             Req::Update { .. } => rc.head(),
             Req::Get { .. } => rc.tail(),
         };
         let Some(node) = node else { return };
+        let notice = self.frontend.is_some() && !self.clients[client as usize].notice_missed;
         let d = self.delay();
-        self.at(d, Ev::Request { node, range, client, tag: index as u64, req });
+        self.at(d, Ev::Request { node, range, client, tag: index as u64, req, notice });
         self.at(CLIENT_TIMEOUT, Ev::ClientTimeout { client, attempt });
     }
 
@@ -117,13 +132,53 @@ impl World {
         }
     }
 
-    pub(super) fn on_request(&mut self, node: NodeId, range: RangeIx, client: u32, tag: u64, req: Req) {
+    /// The client's op got no answer in time. Through the front-end an update's answer is
+    /// the tail's `Committed` notice: the front-end stops waiting for it and asks the head
+    /// without `reply_to`, which the head answers (`COMMIT_NOTICE_WAIT_MAX`).
+    pub(super) fn on_timeout(&mut self, client: u32) {
+        let c = &mut self.clients[client as usize];
+        let update = matches!(c.current, Some((_, Req::Update { .. }, _, _)));
+        if self.frontend.is_some() && update && !c.notice_missed {
+            c.notice_missed = true;
+            self.notice_fallbacks += 1;
+        }
+        self.retry(client, 0);
+    }
+
+    pub(super) fn on_request(
+        &mut self,
+        node: NodeId,
+        range: RangeIx,
+        client: u32,
+        tag: u64,
+        req: Req,
+        notice: bool,
+    ) {
+        if self.isolated(node) || !self.nodes.get(&node).is_some_and(|n| n.alive) {
+            return;
+        }
+        if !self.nodes[&node].replicas.contains_key(&range) {
+            // No such range here (split or merged away, or not yet installed): the back-end
+            // tells the sender to refresh its configuration.
+            let current = self.nodes[&node].installed;
+            let err = Err(WireError::StaleEpoch { current });
+            let answer = match req {
+                Req::Update { .. } => Answer::Update(err),
+                Req::Get { .. } => Answer::Get(Err(WireError::StaleEpoch { current })),
+            };
+            let d = self.delay();
+            return self.at(d, Ev::Answer { client, tag, answer });
+        }
         let now = (self.now / 1_000_000) as u32;
+        let mut update_req = None;
         let event = match req {
             Req::Update { req, update } => Event::Update(ClientUpdate {
-                req,
+                req: {
+                    update_req = Some(req);
+                    req
+                },
                 update,
-                reply_to: self.frontend.is_some().then(|| FRONTEND_ADDR.to_string()),
+                reply_to: notice.then(|| FRONTEND_ADDR.to_string()),
                 now,
                 now_micros: self.now,
                 flush_at: 0,
@@ -132,8 +187,23 @@ impl World {
             }),
             Req::Get { key } => Event::Get { token: ((client as u64) << 32) | tag, key, now },
         };
-        if !self.isolated(node) {
-            self.step(node, range, event);
+        let Some(req) = update_req else { return self.step(node, range, event) };
+        // The head answers in this step (a refusal, a remembered outcome, a failed
+        // condition), or forwards the update with `reply_to` and stays silent (the tail's
+        // `Committed` answers), or keeps a waiter that its ack answers.
+        self.capture = Some(Capture { node, req, answer: None, forwarded: false });
+        self.step(node, range, event);
+        match self.capture.take() {
+            Some(Capture { answer: Some(result), .. }) => {
+                self.silenced.remove(&(node, req));
+                self.act(node, range, Action::Reply { req, result })
+            }
+            Some(Capture { forwarded: true, .. }) => {
+                self.silenced.insert((node, req));
+            }
+            _ => {
+                self.silenced.remove(&(node, req));
+            }
         }
     }
 

@@ -1,10 +1,17 @@
 //! The front-end between the clients and the chains (`Config::frontend_cache`): one front-end
 //! serving every key, with the real query cache of `fawn_kv::frontend::cache` on the
 //! simulated clock. As the real front-end: an update holds its key's slot from its first
-//! attempt until its outcome is known (the head's answer or the tail's `Committed`, whichever
-//! comes first) or it is given up (unsettled); a get answers from the cache or reads the tail
-//! and fills with the generation it saw before the read; a `Committed` for an update no
-//! longer waited for invalidates the key.
+//! attempt until its outcome is known or it is given up (unsettled); a get answers from the
+//! cache or reads the tail and fills with the generation it saw before the read; a `Committed`
+//! for an update no longer waited for invalidates the key.
+//!
+//! An update's outcome is the tail's `Committed` notice: the update goes to the head with the
+//! front-end's `reply_to`, and a head that forwards it so does not answer it (the back-end's
+//! `Ordered::Notified`; `World::on_request`). The head still answers what it decides in the
+//! same step (a refusal, a remembered outcome, a failed condition). A notice can be lost (a
+//! cut connection, an update resent from a log without `reply_to`): after the client's
+//! time-out without one (the front-end's `COMMIT_NOTICE_WAIT_MAX`) the update is sent again
+//! without `reply_to`, and the head answers that attempt (`World::on_timeout`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};

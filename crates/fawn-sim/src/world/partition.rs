@@ -12,7 +12,11 @@
 //! whose process kept running, registers again with its datastores (as the back-end's
 //! configuration poll does).
 //!
-//! Partitions are both ways: a chain connection needs both directions. Drawn from their own
+//! A partition cuts both ways, but for a *one-way* chain partition
+//! (`Config::one_way_partitions`): only what the cut-off nodes send over chain links to the
+//! rest is lost, while the rest's messages to them still arrive (a link that drops one
+//! direction: a half-broken route, a full send queue on one side). The nodes' link probes are
+//! round trips, so they notice it as a cut all the same and report it. Drawn from their own
 //! random stream, so that a run without them replays as before.
 
 use fawn_proto::native::NodeState;
@@ -31,6 +35,8 @@ pub(super) struct Partition {
     pub side: Vec<NodeId>,
     /// Only the chain connections are cut; the manager and clients reach every node.
     pub chain_only: bool,
+    /// Only the chain connections from `side` to the rest are cut (with `chain_only`).
+    pub one_way: bool,
 }
 
 /// The longest a partition lasts.
@@ -47,9 +53,12 @@ impl World {
         self.partition.as_ref().is_some_and(|p| p.side.contains(&node))
     }
 
-    /// Whether the chain connection between `a` and `b` is cut now.
+    /// Whether the chain connection from `a` to `b` is cut now.
     pub(super) fn partitioned(&self, a: NodeId, b: NodeId) -> bool {
-        self.partition.as_ref().is_some_and(|p| p.side.contains(&a) != p.side.contains(&b))
+        self.partition.as_ref().is_some_and(|p| {
+            let across = p.side.contains(&a) != p.side.contains(&b);
+            across && (!p.one_way || p.side.contains(&a))
+        })
     }
 
     /// Starts a partition (none is in force): a random proper subset of the nodes, for a
@@ -67,15 +76,22 @@ impl World {
         let mut side = nodes[..size].to_vec();
         side.sort_unstable();
         let chain_only = self.prng.gen_bool(0.5);
+        let one_way = chain_only && self.cfg.one_way_partitions && self.prng.gen_bool(0.5);
         self.partitions += 1;
         let id = self.partitions as u64;
         if self.cfg.trace {
-            eprintln!("{:>9} partition {id}: {side:?} cut off (chain links only: {chain_only})", self.now);
+            eprintln!(
+                "{:>9} partition {id}: {side:?} cut off (chain links only: {chain_only}, one way: {one_way})",
+                self.now
+            );
         }
-        self.partition = Some(Partition { id, side: side.clone(), chain_only });
+        let p = Partition { id, side: side.clone(), chain_only, one_way };
+        self.partition = Some(p);
         // What is in flight across the cut is lost.
-        for (&(from, to), link) in self.links.iter_mut() {
-            if side.contains(&from) != side.contains(&to) {
+        let cut: Vec<(NodeId, NodeId)> =
+            self.links.keys().copied().filter(|(a, b)| self.partitioned(*a, *b)).collect();
+        for key in cut {
+            if let Some(link) = self.links.get_mut(&key) {
                 link.conn += 1;
                 link.down = None;
             }
@@ -134,6 +150,7 @@ impl World {
             .iter()
             .flat_map(|a| nodes.iter().map(move |b| (*a, *b)))
             .filter(|(from, to)| p.side.contains(from) != p.side.contains(to))
+            .filter(|(from, _)| !p.one_way || p.side.contains(from))
             .collect();
         for (from, to) in across {
             let link = self.links.entry((from, to)).or_default();

@@ -71,6 +71,22 @@ fn a_restarted_node_resyncs_before_serving() {
     assert_ranges_are_the_rings(&converge(next));
 }
 
+/// Found by the simulator with joins and leaves (seed 3941): a leaver restarted on an empty
+/// disk kept its chain positions and was the sync source of its replacement.
+#[test]
+fn a_restarted_leaver_leaves_its_chains_at_once_and_goes_on_leaving() {
+    let c = leave(&formed(4), 1, &none()).unwrap().unwrap();
+    assert!(c.ranges.iter().any(|r| r.chain.contains(&1)));
+    let next = register_backend(&c, 4, 1, "a:1", &none()).unwrap().unwrap();
+    assert!(next.epoch > c.epoch);
+    assert!(next.ranges.iter().all(|r| !r.chain.contains(&1) && !r.syncing.contains(&1)), "{next:?}");
+    let state = next.backends.iter().find(|b| b.node == 1).map(|b| b.state);
+    assert!(matches!(state, Some(NodeState::Leaving | NodeState::Left)), "{state:?}");
+    let done = converge(next);
+    assert!(done.ranges.iter().all(|r| !r.chain.contains(&1)));
+    assert_eq!(done.backends.iter().find(|b| b.node == 1).map(|b| b.state), Some(NodeState::Left));
+}
+
 #[test]
 fn a_leave_merges_the_ranges_back_into_the_rings() {
     let c = converge(register_backend(&formed(4), 4, 4, "a:4", &none()).unwrap().unwrap());
