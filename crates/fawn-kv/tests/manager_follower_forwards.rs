@@ -16,13 +16,18 @@ use fawn_proto::native::{ClusterConfig, NodeState, Request, Response, WireError}
 
 const BACKENDS: u32 = 3;
 
-/// Sends `request` to the manager at `addr` alone, retrying for a while only on time-outs and
-/// "no configuration yet" (a new group commits its first one just after electing).
+/// Sends `request` to the manager at `addr` alone, retrying for a while only on time-outs,
+/// "no configuration yet" (a new group commits its first one just after electing) and "no
+/// leader known" (a follower learns of a new leader from its first message, which may not
+/// have arrived yet).
 async fn ask(pool: &Pool, addr: &str, request: Request) -> Response {
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         match pool.call(addr, request.clone(), Duration::from_secs(2)).await {
-            Ok(Response::Error(WireError::Unavailable(_))) | Err(_) if Instant::now() < deadline => {
+            Ok(Response::Error(WireError::Unavailable(_) | WireError::NotLeader { leader: None }))
+            | Err(_)
+                if Instant::now() < deadline =>
+            {
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
             Ok(answer) => return answer,
