@@ -59,8 +59,18 @@ fn state_of(manager: &Manager, node: NodeId) -> NodeState {
     c.backends.iter().find(|b| b.node == node).map(|b| b.state).expect("node registered")
 }
 
-async fn wait_for_state(manager: &Manager, node: NodeId, want: NodeState, within: Duration) -> Duration {
-    let start = Instant::now();
+/// Waits until `node` is in state `want` and returns how long after `from` (when its silence
+/// began) that was first seen. Measured from the caller's instant, not from this call: the
+/// manager counts the silence from `from`, and a measurement that started later would make an
+/// on-time decision look early.
+async fn wait_for_state(
+    manager: &Manager,
+    node: NodeId,
+    want: NodeState,
+    from: Instant,
+    within: Duration,
+) -> Duration {
+    let start = from;
     while state_of(manager, node) != want {
         assert!(
             start.elapsed() < within,
@@ -151,15 +161,17 @@ async fn frontends_report_and_the_manager_decides() {
     assert_eq!(state_of(&manager, 0), NodeState::Alive, "a one-sided silence removed a healthy back-end");
 
     // 3. The front-end reports node 1 silent: the manager cannot reach it either.
-    *silences.lock() = Some(vec![(0, None), (1, Some(Instant::now())), (2, None)]);
-    let took = wait_for_state(&manager, 1, NodeState::Failed, LIMIT * 2).await;
+    let since = Instant::now();
+    *silences.lock() = Some(vec![(0, None), (1, Some(since)), (2, None)]);
+    let took = wait_for_state(&manager, 1, NodeState::Failed, since, LIMIT * 2).await;
     eprintln!("declared failed {took:?} after the front-end last heard it");
     assert!(took >= LIMIT, "declared failed after {took:?}, before a full threshold of silence");
 
     // 4. No front-end reports any more, and node 2 stops answering.
     *silences.lock() = None;
+    let since = Instant::now();
     stop_node2.send_replace(true);
-    let took = wait_for_state(&manager, 2, NodeState::Failed, LIMIT * 6).await;
+    let took = wait_for_state(&manager, 2, NodeState::Failed, since, LIMIT * 6).await;
     eprintln!("the manager's own heartbeats found the dead back-end in {took:?}");
     assert!(took >= LIMIT, "declared failed after {took:?}, before a full threshold of silence");
 }
