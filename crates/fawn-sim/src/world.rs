@@ -941,8 +941,9 @@ impl World {
     }
 
     /// Crashes `node` if every range keeps a live proven replica without it (one known to
-    /// hold every acknowledged update: not an unproven tail): the simulator's crashes lose the
-    /// node's data, which no chain survives for its last copy.
+    /// hold every acknowledged update: not an unproven tail), or if the crash keeps its log
+    /// and the configuration has no other proven member in the ranges where it is the last
+    /// live one (the range waits for it).
     fn crash(&mut self, node: NodeId) {
         let kind = if !self.cfg.disks {
             Crash::Disk
@@ -953,11 +954,22 @@ impl World {
         let config = self.config();
         // A proven replica cut off by a partition counts for none: the failure detector may
         // drop it from the chain, leaving this node the last (see `world::partition`).
-        let alone = config.ranges.iter().any(|rc| {
-            rc.chain.contains(&node)
-                && !proven(rc).any(|m| m != node && self.nodes[&m].alive && !self.partitioned_off(m))
+        // Chain replication with R replicas promises every acknowledged update only while a
+        // range keeps a live proven replica: at most R-1 of its members may fail before
+        // re-replication proves new copies, and every crash counts, since a restarted process
+        // is failed out of its chains and rejoins as a syncing replica. The one exception is the
+        // range's last proven member by the manager's configuration, which stays in the chain
+        // however it fails: its crash is survived if it keeps its log. A member that is the
+        // last live one while others the manager still counts on are down (not yet detected)
+        // would be dropped when its own failure is detected, leaving the range to a replica
+        // that lost its data: a schedule beyond the promise, never drawn.
+        let beyond = config.ranges.iter().any(|rc| {
+            let last_live =
+                !proven(rc).any(|m| m != node && self.nodes[&m].alive && !self.partitioned_off(m));
+            let kept_by_manager = proven(rc).all(|m| m == node);
+            rc.chain.contains(&node) && last_live && (loses || !kept_by_manager)
         });
-        if !self.nodes[&node].alive || (alone && loses) || self.partition.is_some() {
+        if !self.nodes[&node].alive || beyond || self.partition.is_some() {
             return;
         }
         self.crashes += 1;

@@ -253,6 +253,11 @@ pub struct Replica<S> {
     /// resend from what is held. Not at once: the resend would most likely fail the same way,
     /// and each costs the predecessor a scan of its log.
     append_failed: bool,
+    /// The highest seq the predecessor sent that this replica could not apply (its append
+    /// failed, or it came after a gap): until the store holds it, each `Tick` asks for a resend
+    /// again. The ask may be lost with its connection, and nothing else would send the update
+    /// again when no later update follows it to show the gap.
+    missing: u64,
     #[cfg(feature = "faults")]
     fault: Option<Fault>,
 }
@@ -283,6 +288,7 @@ impl<S: ReplicaStore> Replica<S> {
             ack_dropped: false,
             gap_asked: None,
             append_failed: false,
+            missing: 0,
             #[cfg(feature = "faults")]
             fault: None,
         }
@@ -826,11 +832,15 @@ impl<S: ReplicaStore> Replica<S> {
                     self.ack_upstream(self.acked_by_successor, out)
                 }
                 Incoming::Duplicate => {}
-                Incoming::Gap => self.ask_resend_for_gap(have, out),
+                Incoming::Gap => {
+                    self.missing = self.missing.max(replicate_seq(&msg));
+                    self.ask_resend_for_gap(have, out)
+                }
                 Incoming::Next if appended => self.applied(msg, out),
                 Incoming::Next => {
                     // Nothing after a failed append applies (each would find a gap).
                     self.append_failed = true;
+                    self.missing = self.missing.max(replicate_seq(&msg));
                     return;
                 }
             }
@@ -992,6 +1002,10 @@ impl<S: ReplicaStore> Replica<S> {
             self.commit(have, out);
         }
         let syncs_in_shell = self.shell_sync && self.route.is_syncing();
+        if self.route.predecessor() != old.predecessor() {
+            // What the old predecessor sent is not owed by the new one, which is asked below.
+            self.missing = 0;
+        }
         if (self.route.predecessor() != old.predecessor() || promoted_from_syncing) && !syncs_in_shell {
             self.ask_resend(out);
         }
@@ -1080,7 +1094,8 @@ impl<S: ReplicaStore> Replica<S> {
         }
         let promoted = self.route.is_tail() && !self.readable;
         let syncing = self.route.is_syncing() && !self.synced && !self.shell_sync;
-        let failed = std::mem::take(&mut self.append_failed) && !(self.shell_sync && self.route.is_syncing());
+        let missing = std::mem::take(&mut self.append_failed) || self.missing > self.store.max_seq();
+        let failed = missing && !(self.shell_sync && self.route.is_syncing());
         if promoted || syncing || failed {
             self.ask_resend(out);
         }
@@ -1291,6 +1306,63 @@ mod tests {
             matches!(&again[..], [Action::Send { msg: ChainMsg::Resend { after_seq: 0, .. }, .. }]),
             "{again:?}"
         );
+    }
+
+    /// A store whose appends fail while `full` (a disk with no room).
+    #[derive(Default)]
+    struct Fillable {
+        mem: MemStore,
+        full: bool,
+    }
+
+    impl ReplicaStore for Fillable {
+        fn append(&mut self, u: &Append<'_>) -> Result<(), StoreError> {
+            if self.full {
+                return Err(StoreError::Failed("no space left on device".into()));
+            }
+            self.mem.append(u)
+        }
+        fn max_seq(&self) -> u64 {
+            self.mem.max_seq()
+        }
+        fn read(&self, key: &[u8]) -> Result<Option<Item>, StoreError> {
+            self.mem.read(key)
+        }
+        fn updates_after(&self, after: u64) -> Result<Vec<StoredUpdate>, StoreError> {
+            self.mem.updates_after(after)
+        }
+    }
+
+    #[test]
+    fn a_replica_that_could_not_append_an_update_asks_each_tick_until_it_holds_it() {
+        let full = Fillable { full: true, ..Fillable::default() };
+        let mut r = Replica::new(full, route(1, 2, &[1, 2]));
+        let msg = ChainMsg::Replicate {
+            epoch: 1,
+            range: Range::full(),
+            seq: 7,
+            prev_seq: 0,
+            key: b"k".to_vec(),
+            effect: ReplEffect::Delete,
+            origin: None,
+        };
+        assert_eq!(r.step(Event::Chain { from: 1, msg: msg.clone() }), vec![]);
+        let resend = |out: &[Action]| {
+            matches!(out, [Action::Send { to: 1, msg: ChainMsg::Resend { after_seq: 0, .. } }])
+        };
+        let first = r.step(Event::Tick);
+        assert!(resend(&first), "{first:?}");
+        // That ask was lost with its connection, and no later update shows the gap: the next
+        // tick asks again, and again, until the update is held.
+        r.store_mut().full = false;
+        let again = r.step(Event::Tick);
+        assert!(resend(&again), "{again:?}");
+        let applied = r.step(Event::Chain { from: 1, msg });
+        assert!(
+            matches!(&applied[..], [Action::Send { to: 1, msg: ChainMsg::Ack { seq: 7, .. } }]),
+            "{applied:?}"
+        );
+        assert_eq!(r.step(Event::Tick), vec![]);
     }
 
     #[test]

@@ -1,0 +1,16 @@
+//! Guards that a replica whose append failed keeps asking for the update until it holds it. A
+//! tail's disk was full when its head's update arrived; its one resend ask was lost to a
+//! one-way partition (what it sent was dropped, what it received arrived), no later update
+//! came to show the gap, and the head, whose link to it never broke, never sent the update
+//! again: it stayed unacknowledged for good and the replicas differed. Each tick now asks
+//! again while an update the predecessor sent is missing.
+
+use fawn_sim::{run_seed, Config};
+
+#[test]
+fn a_lost_resend_ask_after_a_failed_append_is_asked_again() {
+    let cfg = Config { disks: true, persistent_outcomes: true, full_disks: true, ..Config::default() };
+    let r = run_seed(2335, &cfg);
+    assert!(r.violations.is_empty(), "seed 2335: {}", r.violations.join("; "));
+    assert!(r.stats.answered > 0 && r.stats.partitions > 0, "seed 2335 did little: {:?}", r.stats);
+}
