@@ -437,11 +437,14 @@ async fn connection<H: Handler>(
     loop {
         let next = match held.take() {
             Some(frame) => frame.map(Some),
+            // In this order, without drawing a random one per frame: a shutdown or a writer
+            // that gave up is seen before the next frame.
             None => tokio::select! {
-                n = frames.next_within(limits.read) => n,
+                biased;
                 _ = shutdown.changed() => break,
                 // The writer gave up (the peer does not read): stop reading its requests.
                 _ = tx.closed() => break,
+                n = frames.next_within(limits.read) => n,
             },
         };
         match next {
@@ -459,9 +462,10 @@ async fn connection<H: Handler>(
                 // Back-pressure: no more of this peer's requests are read until its response
                 // has room.
                 let charged = tokio::select! {
-                    c = Charge::wait(&output, &budget, &req) => c,
+                    biased;
                     _ = shutdown.changed() => break,
                     _ = tx.closed() => break,
+                    c = Charge::wait(&output, &budget, &req) => c,
                 };
                 let Some(charged) = charged else { break };
                 if let Request::Update { .. } = req {

@@ -6,43 +6,61 @@
 //! head below the floor: the head answers it from its table if it still remembers it, and
 //! otherwise refuses it as stale (`Dedup::is_stale`), so it is never applied twice.
 
-use std::collections::BTreeSet;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 
+/// The seqs from the floor on: whether each is still in flight. Seqs are handed out in
+/// order, so the floor is the first of them and the next seq follows the last.
 #[derive(Debug)]
-struct State {
-    next: u64,
-    in_flight: BTreeSet<u64>,
+struct Window {
+    /// Seq of `open[0]`; the next seq once `open` is empty.
+    base: u64,
+    /// Still in flight, from `base` on; the front is always in flight.
+    open: VecDeque<bool>,
 }
 
 /// Hands out request seqs and knows the floor.
 #[derive(Debug)]
 pub struct ReqFloor {
-    state: Mutex<State>,
+    window: Mutex<Window>,
+    /// `window.base`, read without the lock (every update reads the floor).
+    floor: AtomicU64,
 }
 
 impl Default for ReqFloor {
     fn default() -> ReqFloor {
-        ReqFloor { state: Mutex::new(State { next: 1, in_flight: BTreeSet::new() }) }
+        ReqFloor { window: Mutex::new(Window { base: 1, open: VecDeque::new() }), floor: AtomicU64::new(1) }
     }
 }
 
 impl ReqFloor {
-    /// A new request's seq, counted until its `Live` is dropped. One lock hands it out and
-    /// counts it, so no floor computed meanwhile passes it.
+    /// A new request's seq, counted until its `Live` is dropped. It is counted as it is
+    /// handed out, and the floor never passes a seq still counted.
     pub fn start(&self) -> Live<'_> {
-        let mut s = self.state.lock();
-        let seq = s.next;
-        s.next += 1;
-        s.in_flight.insert(seq);
+        let mut w = self.window.lock();
+        let seq = w.base + w.open.len() as u64;
+        w.open.push_back(true);
         Live { floor: self, seq }
     }
 
     /// The lowest seq that may still be sent.
     pub fn floor(&self) -> u64 {
-        let s = self.state.lock();
-        s.in_flight.first().copied().unwrap_or(s.next)
+        self.floor.load(Ordering::Acquire)
+    }
+
+    fn end(&self, seq: u64) {
+        let mut w = self.window.lock();
+        let Some(at) = seq.checked_sub(w.base) else { return };
+        if let Some(open) = w.open.get_mut(at as usize) {
+            *open = false;
+        }
+        while w.open.front() == Some(&false) {
+            w.open.pop_front();
+            w.base += 1;
+        }
+        self.floor.store(w.base, Ordering::Release);
     }
 }
 
@@ -61,10 +79,9 @@ impl Live<'_> {
 
 impl Drop for Live<'_> {
     fn drop(&mut self) {
-        self.floor.state.lock().in_flight.remove(&self.seq);
+        self.floor.end(self.seq);
     }
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -83,5 +100,23 @@ mod tests {
         assert_eq!(f.floor(), 2);
         drop(b);
         assert_eq!(f.floor(), 4);
+    }
+
+    #[test]
+    fn one_slow_request_holds_the_floor_until_it_ends() {
+        let f = ReqFloor::default();
+        let slow = f.start();
+        for n in 0..1000 {
+            let live = f.start();
+            assert_eq!(live.seq(), 2 + n);
+            drop(live);
+            assert_eq!(f.floor(), 1);
+        }
+        let later: Vec<_> = (0..3).map(|_| f.start()).collect();
+        drop(slow);
+        assert_eq!(f.floor(), later[0].seq(), "the floor stops at the oldest still in flight");
+        drop(later);
+        assert_eq!(f.floor(), 1005);
+        assert_eq!(f.start().seq(), 1005);
     }
 }

@@ -363,16 +363,20 @@ impl Frontend {
             })
         };
         let notice_wait = COMMIT_NOTICE_WAIT_MAX.min(self.options.request_timeout / 2);
+        // Each select polls its branches in this order (`biased`: no random draw per
+        // update); either answer is the update's outcome.
         let result = tokio::select! {
-            r = self.call_with_retries(&head, with_reply_to(reply_to)) => outcome(r),
+            biased;
             o = &mut notice => Ok(o),
+            r = self.call_with_retries(&head, with_reply_to(reply_to)) => outcome(r),
             () = tokio::time::sleep(notice_wait) => {
                 self.counters.notice_timeouts.fetch_add(1, Ordering::Relaxed);
                 tokio::select! {
+                    biased;
+                    o = &mut notice => Ok(o),
                     // The head answers a retry once the update is committed, without applying
                     // it again (its outcome is remembered with the request id).
                     r = self.call_with_retries(&head, with_reply_to(None)) => outcome(r),
-                    o = &mut notice => Ok(o),
                 }
             }
         };

@@ -282,12 +282,14 @@ impl<S: KvService> Session<S> {
                 None => Some(read.await),
             }
         };
+        // In this order, without drawing a random one per read: a stop is seen first.
         tokio::select! {
+            biased;
+            _ = self.stop.changed() => Ok(false),
             result = timed => match result {
                 Some(result) => Ok(result? > 0),
                 None => Ok(false),
             },
-            _ = self.stop.changed() => Ok(false),
         }
     }
 }
