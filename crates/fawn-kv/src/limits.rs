@@ -1,6 +1,7 @@
 //! Process-wide bounds: the file-descriptor limit (`RLIMIT_NOFILE`), raised at start-up, and
 //! the connection caps derived from it, so that a full set of connections can never make a
-//! node fail to open a data file or a connection to a peer.
+//! node fail to open a data file or a connection to a peer; and the allocator's threshold for
+//! giving large blocks back ([`return_large_frees`]).
 
 use tracing::{info, warn};
 
@@ -27,6 +28,27 @@ pub fn raise_nofile(wanted: u64) -> std::io::Result<u64> {
         lim.rlim_cur = target;
     }
     Ok(lim.rlim_cur)
+}
+
+/// Blocks of at least this many bytes are mapped on their own and unmapped when freed.
+pub const MMAP_THRESHOLD_BYTES: usize = 128 << 10;
+
+/// Makes glibc's malloc give every block of at least [`MMAP_THRESHOLD_BYTES`] back to the
+/// system when it is freed. By default glibc raises that threshold to the size of each large
+/// block freed (up to 32 MiB): from then on blocks that size (a checkpoint's image, a range's
+/// ring of outcome tags, a sync batch) come from the heap, and once freed among live small
+/// blocks their pages stay resident, so a back-end's memory grows with every such buffer it
+/// ever used. A fixed threshold keeps it at what is live. True if set (glibc only).
+pub fn return_large_frees() -> bool {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallopt only sets a parameter of the allocator; it takes its own lock.
+        unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES as libc::c_int) == 1 }
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        false
+    }
 }
 
 /// The connection caps that fit in `nofile` descriptors beside [`FDS_RESERVED`]: the caps

@@ -151,6 +151,9 @@ pub async fn backend(
     shutdown: watch::Receiver<bool>,
 ) -> anyhow::Result<()> {
     let _lock = DirLock::acquire(&options.data_dir)?;
+    if !crate::limits::return_large_frees() {
+        info!("cannot fix the allocator's mmap threshold; freed large buffers may stay resident");
+    }
     // Listen before registering, so chain neighbours can connect as soon as the ring forms.
     let listener = bind(listen, "back-end").await?;
     info!(listen = %listener.local_addr()?, node = options.node, "back-end listening; registering");

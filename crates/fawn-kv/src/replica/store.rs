@@ -90,7 +90,9 @@ pub trait ReplicaStore {
         Vec::new()
     }
     /// The replica remembers no outcome kept with a record below `seq` any more: the store
-    /// need not keep those for `kept_outcomes`. The default keeps nothing anyway.
+    /// need not keep those for `kept_outcomes`. The default keeps nothing anyway; a store
+    /// that wraps one that keeps outcomes must pass this on, or the wrapped store holds the
+    /// most it keeps (`RECENT_TAGS_MAX` for FAWN-DS) whatever the replica forgot.
     fn forget_outcomes_below(&mut self, _seq: u64) {}
 }
 

@@ -93,6 +93,10 @@ impl ReplicaStore for ShellStore {
         ReplicaStore::kept_outcomes(&self.ds)
     }
 
+    fn forget_outcomes_below(&mut self, seq: u64) {
+        ReplicaStore::forget_outcomes_below(&mut self.ds, seq);
+    }
+
     fn max_seq(&self) -> u64 {
         self.ds.max_seq()
     }

@@ -646,3 +646,24 @@ fn process_cpu() -> Duration {
     let ticks: u64 = fields[11].parse::<u64>().expect("utime") + fields[12].parse::<u64>().expect("stime");
     Duration::from_millis(ticks * 10)
 }
+
+#[tokio::test]
+async fn the_datastore_forgets_the_outcomes_below_what_the_replica_remembers() {
+    // Guards the shell passing `forget_outcomes_below` on to FAWN-DS: without it the store
+    // keeps the tags of its latest `RECENT_TAGS_MAX` records (1.5 MB a range) for ever,
+    // although the client's floor let the replica forget all but the last outcome.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let wires = Wires::default();
+    let head = replica(dir.path(), route(5, 1, &[1], &[]));
+    for n in 1..=200u64 {
+        head.order_update(req(n), n, &set(n), None, 0, &wires).await.expect("order");
+    }
+    assert!(head.store.recent_tags().len() >= 200, "each record keeps its outcome until a tick");
+    head.tick(&wires).await;
+    let kept: Vec<u64> = head.store.recent_tags().iter().map(|(seq, _)| *seq).collect();
+    assert_eq!(
+        (kept.len(), kept.last()),
+        (1, Some(&head.store.max_seq())),
+        "only the outcome at the floor stays"
+    );
+}
