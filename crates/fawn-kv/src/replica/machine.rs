@@ -59,16 +59,11 @@ pub enum Fault {
     /// A sync source grants a suffix although compaction dropped a delete or expired item
     /// above the rejoiner's last record (`replica::sync::suffix_refusal`, point 3).
     SuffixPastDroppedRecord,
-    /// A syncing replica takes the batches and end of any stream from its source, not only
-    /// those of the stream it took (`SyncProgress`).
-    OlderStreamTaken,
-    /// A syncing replica takes a `SnapshotEnd` without checking it got every batch.
-    SnapshotEndUnchecked,
 }
 
 impl Fault {
     /// Every fault, for tools that pick one by name.
-    pub const ALL: [Fault; 12] = [
+    pub const ALL: [Fault; 10] = [
         Fault::ForgetDedupOnPromotion,
         Fault::NoUnackedToNewSuccessor,
         Fault::TailReadsBeforeCaughtUp,
@@ -79,8 +74,6 @@ impl Fault {
         Fault::IncompleteCopyAccepted,
         Fault::HeirForgetsRequests,
         Fault::SuffixPastDroppedRecord,
-        Fault::OlderStreamTaken,
-        Fault::SnapshotEndUnchecked,
     ];
 }
 

@@ -518,7 +518,6 @@ pub struct SyncProgress {
     /// replica started syncing: a source silent for long is probed and, if it does not answer
     /// either, reported to the manager as a cut link (`Backend::check_links`).
     heard_at: Duration,
-    fault: Option<Fault>,
 }
 
 impl SyncProgress {
@@ -543,19 +542,12 @@ impl SyncProgress {
             bytes: 0,
             outcomes: Vec::new(),
             heard_at: now,
-            fault: None,
         }
     }
 
     /// Buffers at most `bytes` of live updates (`SYNC_BUFFER_BYTES_MAX` by default).
     pub fn with_buffer_bytes_max(mut self, bytes: usize) -> SyncProgress {
         self.buffer_bytes_max = bytes;
-        self
-    }
-
-    /// Switches a fault on (the replica's, `Replica::fault`).
-    pub fn with_fault(mut self, fault: Option<Fault>) -> SyncProgress {
-        self.fault = fault;
         self
     }
 
@@ -694,8 +686,7 @@ impl SyncProgress {
     }
 
     fn taken(&self, from: NodeId, snapshot: u64) -> bool {
-        let any_stream = faulty(self.fault, Fault::OlderStreamTaken);
-        from == self.source && self.started && !self.done && (self.stream == snapshot || any_stream)
+        from == self.source && self.started && !self.done && self.stream == snapshot
     }
 
     /// A `SnapshotBatch` of stream `snapshot`, numbered `index`.
@@ -729,7 +720,7 @@ impl SyncProgress {
         if !self.taken(from, snapshot) {
             return EndVerdict::Ignore;
         }
-        if batches != self.next_batch && !faulty(self.fault, Fault::SnapshotEndUnchecked) {
+        if batches != self.next_batch {
             let got = self.next_batch;
             self.abandon();
             return EndVerdict::Incomplete { got };

@@ -321,9 +321,8 @@ impl World {
         };
         let source = route.predecessor().unwrap_or(node);
         let replica = self.open_replica(store, route);
-        let sync = SyncProgress::new(source, plan, self.sync_now())
-            .with_buffer_bytes_max(SIM_BUFFER_BYTES_MAX)
-            .with_fault(replica.fault());
+        let sync =
+            SyncProgress::new(source, plan, self.sync_now()).with_buffer_bytes_max(SIM_BUFFER_BYTES_MAX);
         let Some(n) = self.nodes.get_mut(&node) else { return };
         self.high.remove(&(node, ix, n.life));
         n.replicas.insert(ix, replica);
@@ -353,12 +352,10 @@ impl World {
             if !r.route().is_syncing() {
                 n.syncs.remove(&ix);
                 r.store_mut().set_whole(true);
-            } else if !n.syncs.contains_key(&ix) {
+            } else if let std::collections::btree_map::Entry::Vacant(slot) = n.syncs.entry(ix) {
                 let source = r.route().predecessor().unwrap_or(node);
-                let sync = SyncProgress::new(source, None, now)
-                    .with_buffer_bytes_max(SIM_BUFFER_BYTES_MAX)
-                    .with_fault(r.fault());
-                n.syncs.insert(ix, sync);
+                let sync = SyncProgress::new(source, None, now).with_buffer_bytes_max(SIM_BUFFER_BYTES_MAX);
+                slot.insert(sync);
             }
         }
         n.syncs.retain(|ix, _| n.replicas.contains_key(ix));
