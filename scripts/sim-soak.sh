@@ -3,13 +3,14 @@
 # time and keeps every failing seed, so that a rare interleaving found overnight can be replayed
 # exactly (`cargo run --release -p fawn-sim -- --seeds 1 --seed S --crashes C --trace`).
 #
-#   scripts/sim-soak.sh [--minutes M] [--crashes C] [--first-seed S] [--block N] [--out FILE] [--disks]
+#   scripts/sim-soak.sh [--minutes M] [--crashes C] [--first-seed S] [--block N] [--out FILE] [--no-disks]
 #                      [--frontend-cache]
 #
-# Defaults: 10 minutes, 3 crashes and 2 partitions per run (CI runs 1 crash), seeds from a
-# random start, blocks of 20 000 seeds; --disks: process, host and disk crashes;
-# --frontend-cache: clients through a front-end with the real query cache. Exits 1 if any
-# seed failed; the failing seeds are in FILE (default target/sim-soak/failures.txt) and stdout.
+# Defaults: 10 minutes, 3 crashes and 2 partitions per run (CI runs 1 crash), process, host and
+# disk crashes over disks that fill up, seeds from a random start, blocks of 20 000 seeds;
+# --no-disks: every crash loses the node's data; --frontend-cache: clients through a front-end
+# with the real query cache. Exits 1 if any seed failed; the failing seeds are in FILE (default
+# target/sim-soak/failures.txt) and stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,9 +27,9 @@ while [ $# -gt 0 ]; do
     --first-seed) first_seed=$2; shift 2 ;;
     --block) block=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    --disks) extra+=(--disks); shift ;;
+    --no-disks) extra+=(--no-disks --no-full-disks); shift ;;
     --frontend-cache) extra+=(--frontend-cache); shift ;;
-    -h|--help) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "sim-soak: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done

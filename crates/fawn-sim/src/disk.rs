@@ -27,7 +27,7 @@ pub struct DiskStore {
     always: bool,
     /// Appends refused (the disk is full).
     full: bool,
-    /// Request outcomes are kept with their records (`Config::persistent_outcomes`), by seq,
+    /// Request outcomes are kept with their records (unless `Config::volatile_outcomes`), by seq,
     /// as FAWN-DS keeps them in the record's tag: only those appended with their record.
     keeps_outcomes: bool,
     outcomes: BTreeMap<u64, OutcomeEntry>,

@@ -44,17 +44,18 @@ pub struct Config {
     /// over chain links is lost, what they receive arrives (`world::partition`).
     pub one_way_partitions: bool,
     /// Crashes of three kinds (process: nothing lost; host: what was not synced lost from a
-    /// random point on; disk: everything lost), a node that kept its logs registering as the
-    /// back-end does. Off (the default until a restarted replica keeps its request outcomes:
-    /// `tests/restarted_head_decides_a_retry_again.rs`): every crash loses the node's data.
+    /// random point on, the last write torn; disk: everything lost), a node that kept its logs
+    /// registering as the back-end does. Off: every crash loses the node's data.
     pub disks: bool,
     /// When appended records become durable.
     pub sync: disk::SyncPolicy,
-    /// With `disks`: each request's outcome appended with its record is kept with it, so a
-    /// replica reopened after a crash rebuilds its dedup table from what its log kept, as the
-    /// back-end's FAWN-DS does (record tags). Off by default: runs then model a back-end
-    /// without it, whose restarted range's last proven replica decides a retry again.
-    pub persistent_outcomes: bool,
+    /// With `disks`: request outcomes are not kept with their records, so a replica reopened
+    /// after a crash starts with an empty dedup table. Off by default: each request's outcome
+    /// appended with its record is kept with it, and a reopened replica rebuilds its table from
+    /// what its log kept, as the back-end's FAWN-DS does (record tags). On, runs model a
+    /// back-end without that, whose restarted range's last proven replica decides a retry
+    /// again (`tests/last_replica_restarted_keeps_its_outcomes.rs`).
+    pub volatile_outcomes: bool,
     /// With `disks`: now and then a node's disk is full for up to a second and refuses
     /// appends (a replica whose append failed asks for a resend each tick).
     pub full_disks: bool,
@@ -65,6 +66,15 @@ pub struct Config {
     /// with joins and leaves need it (an update of a just split range may otherwise wait for a
     /// client's retry).
     pub catch_up: bool,
+    /// Now and then a client's update attempt is slow and arrives after the client timed out
+    /// on it, mostly once its operation ended (answered or given up) and its client's floor
+    /// passed it (`world::clients`): the head must answer it from what it remembers or refuse
+    /// it as stale, never apply it again.
+    pub late_copies: bool,
+    /// How long replicas remember request outcomes, in microseconds of seq
+    /// (`Replica::with_dedup_window`; default `world::DEDUP_WINDOW`, seconds instead of the
+    /// back-end's minute, so that outcomes also go by the window in longer runs).
+    pub dedup_window: u64,
     /// Clients reach the chains through one front-end with the real query cache
     /// (`world::frontend`); off: clients send to heads and tails themselves.
     pub frontend_cache: bool,
@@ -92,11 +102,13 @@ impl Default for Config {
             leaves_max: 1,
             one_way_partitions: true,
             catch_up: true,
-            disks: false,
-            full_disks: false,
-            persistent_outcomes: false,
+            disks: true,
+            full_disks: true,
+            volatile_outcomes: false,
             sync: disk::SyncPolicy::Interval(100_000),
             frontend_cache: false,
+            late_copies: true,
+            dedup_window: world::DEDUP_WINDOW,
             trace: false,
             #[cfg(feature = "faults")]
             fault: None,
@@ -107,10 +119,22 @@ impl Default for Config {
 }
 
 impl Config {
-    /// The default shape without joins, leaves and one-way partitions: the shape the earlier
-    /// regression seeds were found in, which they replay.
+    /// Every crash loses the node's data: the default shape before disks (process, host and
+    /// disk crashes, full disks, outcomes kept with records) were.
+    pub fn memory_only() -> Config {
+        Config { disks: false, full_disks: false, volatile_outcomes: true, ..Config::default() }
+    }
+
+    /// The memory-only shape without joins, leaves, one-way partitions and late copies: the
+    /// shape the earlier regression seeds were found in, which they replay.
     pub fn fixed_members() -> Config {
-        Config { joins_max: 0, leaves_max: 0, one_way_partitions: false, ..Config::default() }
+        Config {
+            joins_max: 0,
+            leaves_max: 0,
+            one_way_partitions: false,
+            late_copies: false,
+            ..Config::memory_only()
+        }
     }
 }
 

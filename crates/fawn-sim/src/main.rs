@@ -40,21 +40,25 @@ struct Args {
     /// every partition cuts both ways).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     one_way_partitions: bool,
+    /// Now and then a client's update attempt is slow and arrives after the client timed out
+    /// on it, mostly below its client's floor by then (`--late-copies false`: never).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    late_copies: bool,
     /// Nodes learn configurations only from the manager's pushes, not by catching up when a
     /// chain message of a newer epoch arrives.
     #[arg(long)]
     no_catch_up: bool,
-    /// Crashes of three kinds, process, host and disk, over datastores synced every 100 ms
-    /// (default: every crash loses the node's data).
+    /// Every crash loses the node's data (default: crashes of three kinds, process, host and
+    /// disk, over datastores synced every 100 ms, a host crash losing what was not synced).
     #[arg(long)]
-    disks: bool,
-    /// With --disks: disks that fill up for a while and refuse appends.
+    no_disks: bool,
+    /// No disks that fill up for a while and refuse appends.
     #[arg(long)]
-    full_disks: bool,
-    /// With --disks: request outcomes kept with their records, rebuilt at a restart (as the
-    /// back-end's FAWN-DS keeps them in record tags).
+    no_full_disks: bool,
+    /// Request outcomes not kept with their records (default: kept and rebuilt at a restart,
+    /// as the back-end's FAWN-DS keeps them in record tags).
     #[arg(long)]
-    persistent_outcomes: bool,
+    volatile_outcomes: bool,
     /// Clients go through one front-end with the real query cache (gets served from it,
     /// updates and `Committed` notices invalidating it).
     #[arg(long)]
@@ -89,11 +93,12 @@ fn main() {
         joins_max: args.joins,
         leaves_max: args.leaves,
         one_way_partitions: args.one_way_partitions,
-        disks: args.disks,
-        full_disks: args.full_disks,
+        disks: !args.no_disks,
+        full_disks: !args.no_full_disks,
         catch_up: !args.no_catch_up,
-        persistent_outcomes: args.persistent_outcomes,
+        volatile_outcomes: args.volatile_outcomes,
         frontend_cache: args.frontend_cache,
+        late_copies: args.late_copies,
         ..Default::default()
     };
     #[cfg(feature = "faults")]

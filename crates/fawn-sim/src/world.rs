@@ -52,6 +52,17 @@ const DISK_STREAM: u64 = 0x2545_f491_4f6c_dd1d;
 const DISK_FULL_GAP_MAX: Micros = 3_000 * MS;
 /// Mixed into the seed for the joins' and leaves' random stream.
 const MEMBERSHIP_STREAM: u64 = 0x94d0_49bb_1331_11eb;
+/// Mixed into the seed for the late copies' random stream (`Config::late_copies`).
+const LATE_STREAM: u64 = 0xbf58_476d_1ce4_e5b9;
+/// Chance that a client's update attempt is slow (`Config::late_copies`).
+const LATE_COPY_P: f64 = 0.02;
+/// Longest a slow attempt arrives after the client's time-out on it.
+const LATE_COPY_DELAY_MAX: Micros = 1_000 * MS;
+/// The replicas' dedup window in the simulator (`Config::dedup_window`): longer than a client
+/// retries one request (every attempt timing out) plus the latest a slow attempt arrives
+/// after its time-out, as the real window is longer than any client retries.
+pub const DEDUP_WINDOW: u64 =
+    CLIENT_ATTEMPTS_MAX as Micros * (CLIENT_TIMEOUT + CLIENT_BACKOFF) + LATE_COPY_DELAY_MAX + 100 * MS;
 /// Mixed into the seed for the partitions' random stream.
 const PARTITION_STREAM: u64 = 0x9e37_79b9_7f4a_7c15;
 /// Longest gap between two chances of a partition.
@@ -81,6 +92,14 @@ enum Ev {
         /// Through the front-end, with its `reply_to` (an update's answer is the tail's
         /// `Committed` notice).
         notice: bool,
+        /// The client's floor when it sent this (`ReqId`).
+        floor: u64,
+    },
+    /// A slow update attempt arrives after the client timed out on it (`Config::late_copies`),
+    /// if the connection it was sent on, to the node's `life`, still stands.
+    LateCopy {
+        sent: Sent,
+        life: u32,
     },
     /// A node's answer arrives at a client; `tag` names the operation (an update's request
     /// seq, a get's history index).
@@ -169,6 +188,18 @@ enum Ev {
         outcome: Outcome,
         key: Vec<u8>,
     },
+}
+
+/// One attempt of a client's update as sent: where, with what floor.
+#[derive(Clone, Debug)]
+struct Sent {
+    node: NodeId,
+    range: RangeIx,
+    client: u32,
+    tag: u64,
+    req: Req,
+    notice: bool,
+    floor: u64,
 }
 
 #[derive(Clone, Debug)]
@@ -273,6 +304,10 @@ pub struct Stats {
     pub unanswered: usize,
     /// Gets the front-end's cache answered (`Config::frontend_cache`).
     pub cache_hits: usize,
+    /// Late copies of client attempts delivered, and those a head refused as stale (below
+    /// their client's floor, forgotten).
+    pub late_copies: usize,
+    pub stale_refusals: usize,
 }
 
 pub struct World {
@@ -295,6 +330,10 @@ pub struct World {
     prng: SmallRng,
     /// The crash kinds' random stream (`Config::disks`).
     drng: SmallRng,
+    /// The late copies' random stream (`Config::late_copies`), copies delivered and refused.
+    lrng: SmallRng,
+    late_copies: usize,
+    stale_refusals: usize,
     /// The joins' and leaves' random stream, and how many so far.
     mrng: SmallRng,
     joins: usize,
@@ -364,6 +403,9 @@ impl World {
             prng: SmallRng::seed_from_u64(seed ^ PARTITION_STREAM),
             drng: SmallRng::seed_from_u64(seed ^ DISK_STREAM),
             mrng: SmallRng::seed_from_u64(seed ^ MEMBERSHIP_STREAM),
+            lrng: SmallRng::seed_from_u64(seed ^ LATE_STREAM),
+            late_copies: 0,
+            stale_refusals: 0,
             joins: 0,
             leaves: 0,
             splits: 0,
@@ -437,11 +479,11 @@ impl World {
     }
 
     fn empty_store(&self) -> DiskStore {
-        DiskStore::new(self.cfg.sync).keeping_outcomes(self.cfg.persistent_outcomes)
+        DiskStore::new(self.cfg.sync).keeping_outcomes(!self.cfg.volatile_outcomes)
     }
 
     fn open_replica(&self, store: DiskStore, route: Route) -> Replica<DiskStore> {
-        let r = Replica::new(store, route);
+        let r = Replica::new(store, route).with_dedup_window(self.cfg.dedup_window);
         #[cfg(feature = "faults")]
         let r = r.with_fault(self.cfg.fault);
         r
@@ -545,6 +587,8 @@ impl World {
             max_wait_ms: self.history.iter().filter_map(|o| Some(o.ret?.0 - o.call)).max().unwrap_or(0) / MS,
             unanswered: self.history.iter().filter(|o| o.ret.is_none()).count(),
             cache_hits: self.frontend.as_ref().map_or(0, |fe| fe.hits),
+            late_copies: self.late_copies,
+            stale_refusals: self.stale_refusals,
         };
         RunReport { violations: self.violations, stats }
     }
@@ -569,9 +613,10 @@ impl World {
                     }
                 }
             }
-            Ev::Request { node, range, client, tag, req, notice } => {
-                self.on_request(node, range, client, tag, req, notice)
+            Ev::Request { node, range, client, tag, req, notice, floor } => {
+                self.on_request(Sent { node, range, client, tag, req, notice, floor });
             }
+            Ev::LateCopy { sent, life } => self.on_late_copy(sent, life),
             Ev::Answer { client, tag, answer } => self.on_answer(client, tag, answer),
             Ev::Committed { req, outcome, key } => self.frontend_committed(req, outcome, key),
             Ev::ClientSend { client } => self.send_request(client),

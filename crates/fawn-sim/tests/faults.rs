@@ -20,8 +20,9 @@ fn first_found(name: &str, faulty: &Config, clean: &Config) {
     }
 }
 
+/// In runs whose crashes all lose the node's data (the shape the faults were first sought in).
 fn found(fault: Fault) {
-    found_with(fault, Config { crashes_max: 1, ..Config::default() });
+    found_with(fault, Config { crashes_max: 1, ..Config::memory_only() });
 }
 
 /// As `found`, in runs shaped by `cfg` (some faults need two failures or more).
@@ -44,7 +45,7 @@ fn unacked_updates_not_resent_to_a_new_successor_are_found() {
     // manager's pushes.
     found_with(
         Fault::NoUnackedToNewSuccessor,
-        Config { crashes_max: 3, catch_up: false, ..Config::default() },
+        Config { crashes_max: 3, catch_up: false, ..Config::memory_only() },
     );
 }
 
@@ -67,7 +68,7 @@ fn an_old_tail_that_confirms_catch_up_before_stepping_down_is_found() {
 fn resent_updates_without_their_request_outcomes_are_found() {
     // A retry decided twice needs a replica that got the update by resend to become head
     // later: two failures or more.
-    found_with(Fault::NoOutcomesWithResend, Config { crashes_max: 3, ..Config::default() });
+    found_with(Fault::NoOutcomesWithResend, Config { crashes_max: 3, ..Config::memory_only() });
 }
 
 #[test]
@@ -75,27 +76,27 @@ fn a_new_tail_taken_for_a_copy_before_it_caught_up_is_found() {
     // An acknowledged write lost needs a chain shrunk to one node (no spare node to
     // re-replicate on: as many nodes as replicas), a restarted node synced behind it, and
     // that node's failure: two crashes or more, and enough writes to fall in the window.
-    let cfg = Config { nodes: 3, replicas: 3, crashes_max: 3, ops_per_client: 80, ..Config::default() };
+    let cfg = Config { nodes: 3, replicas: 3, crashes_max: 3, ops_per_client: 80, ..Config::memory_only() };
     found_with(Fault::TailReadyBeforeCaughtUp, cfg);
 }
 
 #[test]
 fn a_copy_taken_though_its_appends_failed_is_found() {
-    // Needs a disk that fills up while its node syncs a range.
-    let cfg = Config { disks: true, full_disks: true, ..Config::default() };
+    // Needs a disk that fills up while its node syncs a range (the default shape has them).
+    let cfg = Config::default();
     found_with(Fault::IncompleteCopyAccepted, cfg);
 }
 
 #[test]
 fn a_split_or_merge_heir_that_forgets_its_parents_requests_is_found() {
     // Needs a split or merge (a join or a leave) between an update's ordering and its retry.
-    let cfg = Config { crashes_max: 1, joins_max: 1, leaves_max: 1, ..Config::default() };
+    let cfg = Config { crashes_max: 1, joins_max: 1, leaves_max: 1, ..Config::memory_only() };
     found_with(Fault::HeirForgetsRequests, cfg);
 }
 
 /// A front-end cache fault, in runs through the cached front-end with one crash at most.
 fn cache_fault_found(fault: CacheFault) {
-    let clean = Config { crashes_max: 1, frontend_cache: true, ..Config::default() };
+    let clean = Config { crashes_max: 1, frontend_cache: true, ..Config::memory_only() };
     first_found(&format!("{fault:?}"), &Config { cache_fault: Some(fault), ..clean.clone() }, &clean);
 }
 
@@ -107,4 +108,11 @@ fn a_front_end_cache_that_keeps_an_item_across_an_update_is_found() {
 #[test]
 fn a_front_end_cache_filled_by_a_read_that_raced_an_update_is_found() {
     cache_fault_found(CacheFault::FillsDuringUpdates);
+}
+
+#[test]
+fn a_head_that_orders_a_stale_copy_again_is_found() {
+    // Needs a late copy of an attempt that timed out reaching its head after the client's
+    // next update there raised its floor past it (the head forgot its outcome).
+    found(Fault::StaleCopyOrdered);
 }

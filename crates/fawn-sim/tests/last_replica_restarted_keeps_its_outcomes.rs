@@ -1,16 +1,15 @@
-//! Guards the persistent-outcomes design (`Config::persistent_outcomes`): a range's last proven
+//! Guards the persistent-outcomes design (`Config::volatile_outcomes` off): a range's last proven
 //! replica killed (`kill -9`, its log intact) and restarted keeps its place, since nothing else
 //! can serve the range, and used to come back with an empty dedup table: a client's retry of a
 //! set it ordered before the crash was ordered again (committed at two seqs). With each
 //! request's outcome kept with its record, the reopened replica rebuilds its table from its log
-//! and answers the retry. The real FAWN-DS does not keep outcomes yet: without the flag this
-//! seed still fails.
+//! and answers the retry. With outcomes volatile this seed still fails.
 
 use fawn_sim::{run_seed, Config};
 
 #[test]
 fn a_last_replica_restarted_with_its_log_answers_a_retry_it_ordered_before() {
-    let cfg = Config { disks: true, persistent_outcomes: true, ..Config::fixed_members() };
+    let cfg = Config { disks: true, volatile_outcomes: false, ..Config::fixed_members() };
     let r = run_seed(944, &cfg);
     assert!(r.violations.is_empty(), "seed 944: {}", r.violations.join("; "));
     assert!(r.stats.answered > 0 && r.stats.crashes > 0, "seed 944 did little: {:?}", r.stats);

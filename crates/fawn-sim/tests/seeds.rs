@@ -1,5 +1,6 @@
-//! Guards the replica protocol: a bounded run of seeds (faults: connection cuts, one node crash
-//! and restart per seed) finds no violation, and a seed replays exactly.
+//! Guards the replica protocol: a bounded run of seeds (faults: connection cuts, partitions, one
+//! node crash and restart per seed, process, host or disk, disks that fill up, late copies of
+//! client attempts) finds no violation, and a seed replays exactly.
 
 use fawn_sim::{run_seed, Config};
 

@@ -155,13 +155,14 @@ impl OutcomeTable {
 }
 
 /// Outcomes of recently ordered requests, so that a retried update is applied once: the
-/// replica's own (first in, first out, for `DEDUP_WINDOW_MICROS` and at most
-/// `DEDUP_ENTRIES_MAX`) and, read-only and shared, those of the ranges it was split or merged
-/// from. Shared rather than copied: a copy would be made while the range's puts wait for the
-/// split or merge to finish.
-#[derive(Default)]
+/// replica's own (first in, first out, for its window, `DEDUP_WINDOW_MICROS` unless set, and
+/// at most `DEDUP_ENTRIES_MAX`) and, read-only and shared, those of the ranges it was split or
+/// merged from. Shared rather than copied: a copy would be made while the range's puts wait
+/// for the split or merge to finish.
 pub struct Dedup {
     own: OutcomeTable,
+    /// How long an outcome is remembered, in microseconds of seq.
+    window: u64,
     /// The highest seq remembered: the time of this table (no clock in the state machine).
     clock: u64,
     /// Tables of parent ranges, oldest first.
@@ -174,7 +175,27 @@ pub struct Dedup {
     floors: HashMap<u64, u64>,
 }
 
+impl Default for Dedup {
+    fn default() -> Dedup {
+        Dedup {
+            own: OutcomeTable::default(),
+            window: DEDUP_WINDOW_MICROS,
+            clock: 0,
+            inherited: Vec::new(),
+            since_inherited: 0,
+            floors: HashMap::new(),
+        }
+    }
+}
+
 impl Dedup {
+    /// Remembers outcomes for `micros` of seq instead of `DEDUP_WINDOW_MICROS`: a simulated
+    /// cluster, whose runs last seconds, sees outcomes go by the window too. It must stay
+    /// longer than any client retries one request, or a retry is decided again.
+    pub fn set_window(&mut self, micros: u64) {
+        self.window = micros;
+    }
+
     /// The seq and outcome remembered for `req`.
     pub fn get(&self, req: &ReqId) -> Option<(u64, Outcome)> {
         let found = self.own.get(req).or_else(|| self.inherited.iter().rev().find_map(|t| t.get(req)));
@@ -207,6 +228,23 @@ impl Dedup {
         self.own.shrink();
     }
 
+    /// Knows `other`'s floors too (a split or merge heir its parent's): each client's higher
+    /// one, within `FLOOR_CLIENTS_MAX`. A floor is the client's own, whatever range it was
+    /// learnt in.
+    pub fn take_floors(&mut self, other: &Dedup) {
+        let mut floors: Vec<(u64, u64)> = other.floors.iter().map(|(c, f)| (*c, *f)).collect();
+        // In client order: which floors fit is the same on every run.
+        floors.sort_unstable();
+        for (client, floor) in floors {
+            if self.floor_of(client) < floor
+                && (self.floors.len() < FLOOR_CLIENTS_MAX || self.floors.contains_key(&client))
+            {
+                self.floors.insert(client, floor);
+            }
+        }
+        self.forget_old();
+    }
+
     /// `req` is below its client's floor: the client no longer sends it, so this is a stale
     /// copy of an attempt it gave up on, whose outcome may be forgotten. Not to be decided
     /// again unless remembered (`get`).
@@ -217,7 +255,7 @@ impl Dedup {
     /// Drops entries from the front while one is over the count bound, older than the
     /// window, or below its client's floor.
     fn forget_old(&mut self) {
-        let expired = |at: u64| at.saturating_add(DEDUP_WINDOW_MICROS) < self.clock;
+        let expired = |at: u64| at.saturating_add(self.window) < self.clock;
         while let Some(front) = self.own.entries.front() {
             let below_floor = front.req.seq < self.floor_of(front.req.client);
             if self.own.len() < DEDUP_ENTRIES_MAX && !expired(front.at) && !below_floor {
@@ -361,6 +399,18 @@ mod tests {
     }
 
     #[test]
+    fn a_window_set_shorter_forgets_sooner() {
+        let mut d = Dedup::default();
+        d.set_window(1_000);
+        d.remember(req(1), 10_000, Outcome::Deleted);
+        d.remember(req(2), 11_000, Outcome::Deleted);
+        assert!(d.get(&req(1)).is_some(), "exactly a window old: kept");
+        d.remember(req(3), 11_001, Outcome::Deleted);
+        assert_eq!(d.get(&req(1)), None);
+        assert!(d.get(&req(2)).is_some());
+    }
+
+    #[test]
     fn a_full_table_keeps_its_size_while_old_entries_make_room_for_new_ones() {
         let mut d = Dedup::default();
         for n in 0..DEDUP_ENTRIES_MAX as u64 {
@@ -441,6 +491,29 @@ mod tests {
         // A retry of a forgotten request is, to the table, a new one.
         d.remember(req(12), 13, Outcome::NotStored);
         assert_eq!(d.get(&req(12)), Some((13, Outcome::NotStored)));
+    }
+
+    /// An heir of a split or merge must know its parent's floors: the parent forgot a
+    /// client's outcomes below its floor, and a stale copy of one of those requests reaching
+    /// the heir would otherwise be decided again.
+    #[test]
+    fn an_heir_takes_its_parent_s_floors_and_refuses_what_they_make_stale() {
+        let mut parent = Dedup::default();
+        parent.remember(req(1), 1, Outcome::Deleted);
+        parent.raise_floor(7, 2);
+        assert_eq!(parent.get(&req(1)), None);
+        let mut heir = Dedup::default();
+        heir.raise_floor(7, 1);
+        heir.raise_floor(9, 5);
+        heir.inherit(parent.share());
+        heir.take_floors(&parent);
+        assert!(heir.is_stale(&req(1)), "the parent's floor came with it");
+        assert_eq!((heir.floor_of(7), heir.floor_of(9)), (2, 5));
+        // A lower floor of the parent does not lower the heir's.
+        let mut other = Dedup::default();
+        other.raise_floor(9, 3);
+        heir.take_floors(&other);
+        assert_eq!(heir.floor_of(9), 5);
     }
 
     #[test]

@@ -55,11 +55,14 @@ pub enum Fault {
     IncompleteCopyAccepted,
     /// A replica made by a split or merge does not take over its parent's recent requests.
     HeirForgetsRequests,
+    /// A head orders a copy of a request below its client's floor that it no longer
+    /// remembers (a late copy of an attempt the client gave up on) as a new request.
+    StaleCopyOrdered,
 }
 
 impl Fault {
     /// Every fault, for tools that pick one by name.
-    pub const ALL: [Fault; 9] = [
+    pub const ALL: [Fault; 10] = [
         Fault::ForgetDedupOnPromotion,
         Fault::NoUnackedToNewSuccessor,
         Fault::TailReadsBeforeCaughtUp,
@@ -69,6 +72,7 @@ impl Fault {
         Fault::TailReadyBeforeCaughtUp,
         Fault::IncompleteCopyAccepted,
         Fault::HeirForgetsRequests,
+        Fault::StaleCopyOrdered,
     ];
 }
 
@@ -294,6 +298,13 @@ impl<S: ReplicaStore> Replica<S> {
         }
     }
 
+    /// Remembers request outcomes for `micros` of seq instead of `DEDUP_WINDOW_MICROS`
+    /// (`Dedup::set_window`; a simulated cluster's runs last seconds).
+    pub fn with_dedup_window(mut self, micros: u64) -> Replica<S> {
+        self.recent.set_window(micros);
+        self
+    }
+
     /// The caller syncs this replica by snapshot or suffix stream (see the module doc).
     pub fn with_shell_sync(mut self) -> Replica<S> {
         self.shell_sync = true;
@@ -301,12 +312,14 @@ impl<S: ReplicaStore> Replica<S> {
     }
 
     /// An heir of a split or merge takes over its parent's recent requests (a retry of an
-    /// update the parent ordered is answered, not applied twice), continues above its seqs and
-    /// knows what it committed.
+    /// update the parent ordered is answered, not applied twice) and its clients' floors (a
+    /// stale copy of a request the parent forgot is refused, not applied again), continues
+    /// above its seqs and knows what it committed.
     pub fn inherit<P>(&mut self, parent: &mut Replica<P>) {
         if !self.faulty(Fault::HeirForgetsRequests) {
             self.recent.inherit(parent.recent.share());
         }
+        self.recent.take_floors(&parent.recent);
         self.last_seq = self.last_seq.max(parent.last_seq);
         self.acked = self.acked.max(parent.acked);
     }
@@ -522,7 +535,7 @@ impl<S: ReplicaStore> Replica<S> {
         if let Some(remembered) = self.recent.get(&req) {
             return Ok(remembered);
         }
-        if self.recent.is_stale(&req) {
+        if self.recent.is_stale(&req) && !self.faulty(Fault::StaleCopyOrdered) {
             return Err(WireError::Invalid(format!(
                 "request {} of client {:x} is below the client's floor: a stale copy, not applied",
                 req.seq, req.client
@@ -1419,6 +1432,29 @@ mod tests {
         let both = c.run(2, Event::Updates(vec![again, next]));
         assert!(matches!(&both[0], Action::Reply { result: Err(WireError::Invalid(_)), .. }), "{both:?}");
         assert_eq!(c.0[&2].store().applied_after(held).count(), 1, "only the new request was applied");
+    }
+
+    /// A split or merge heir knows its parent's floors: a slow copy of a request its parent
+    /// forgot (the client's floor passed it), routed to the heir by its key, is refused, not
+    /// applied a second time.
+    #[test]
+    fn an_heir_refuses_a_stale_copy_its_parent_forgot() {
+        let mut parent = Replica::new(MemStore::default(), route(1, 1, &[1]));
+        let with_floor = |req, key, floor| {
+            let Event::Update(u) = update(req, set(key, "v")) else { unreachable!() };
+            Event::Update(ClientUpdate { floor, ..u })
+        };
+        parent.step(with_floor(1, "a", 1));
+        parent.step(with_floor(2, "b", 2));
+        assert_eq!(parent.recent.get(&ReqId { client: 1, seq: 1 }), None, "forgotten below the floor");
+        let mut heir = Replica::new(MemStore::default(), route(2, 1, &[1]));
+        heir.inherit(&mut parent);
+        let stale = heir.step(with_floor(1, "a", 1));
+        assert!(
+            matches!(&stale[..], [Action::Reply { result: Err(WireError::Invalid(_)), .. }]),
+            "{stale:?}"
+        );
+        assert_eq!(heir.store().max_seq(), 0, "the stale copy was not applied");
     }
 
     #[test]

@@ -1,21 +1,34 @@
 //! The clients: each runs one operation at a time on a few shared keys (sets, deletes, cas
 //! and gets), sends updates to its range's head and gets to its tail by the manager's
 //! current configuration, and retries on a refusal or a timeout, recording the history.
+//!
+//! Each update carries the client's floor as a front-end sends its own (`ReqFloor`): the
+//! lowest request seq it may still send, here the seq of the update in flight (one operation
+//! at a time), and retries keep it. Client 0 sends none, as the Rust client's updates reach
+//! heads (`NATIVE_CLIENT`): its outcomes go by the window, and hold back others' behind
+//! them. With `Config::late_copies`, now and then an update attempt is slow: it arrives after
+//! the client timed out on it, mostly once its operation ended (answered or given up) and the
+//! floor passed it. The head answers it if it still remembers it and refuses it as stale
+//! otherwise (`Dedup::is_stale`); it must never apply it again.
 
 use std::collections::HashMap;
 
 use fawn_kv::replica::machine::{Action, ClientUpdate, Event};
 use fawn_proto::native::{ReqId, WireError};
 use fawn_proto::op::{Mutation, Outcome, Update};
-use fawn_ring::NodeId;
+use fawn_ring::key_id;
 use rand::Rng;
 
 use super::frontend::FRONTEND_ADDR;
 use super::{
-    key_bytes, Answer, Capture, Client, Ev, Micros, RangeIx, Req, World, CLIENT_ATTEMPTS_MAX, CLIENT_BACKOFF,
-    CLIENT_TIMEOUT, MS,
+    key_bytes, Answer, Capture, Client, Ev, Micros, Req, Sent, World, CLIENT_ATTEMPTS_MAX, CLIENT_BACKOFF,
+    CLIENT_TIMEOUT, LATE_COPY_DELAY_MAX, LATE_COPY_P, MS,
 };
 use crate::check::{Op, OpKind, OpResult, Value};
+
+/// The client whose updates carry no floor, as a native client's (`fawn_client`) do: the
+/// front-end routes them for it and knows no floor of its.
+const NATIVE_CLIENT: u32 = 0;
 
 fn value_bytes(v: Value) -> Vec<u8> {
     format!("{}:{}", v.0, v.1).into_bytes()
@@ -36,6 +49,15 @@ impl Client {
             writes: 0,
             next_req: 1,
             seen: HashMap::new(),
+        }
+    }
+
+    /// The lowest request seq this client may still send: its update in flight, else the
+    /// next (as `ReqFloor::floor` with one request at a time).
+    fn floor(&self) -> u64 {
+        match &self.current {
+            Some((_, Req::Update { req, .. }, _, _)) => req.seq,
+            _ => self.next_req,
         }
     }
 }
@@ -104,10 +126,43 @@ impl World {
             Req::Get { .. } => rc.tail(),
         };
         let Some(node) = node else { return };
-        let notice = self.frontend.is_some() && !self.clients[client as usize].notice_missed;
+        let c = &self.clients[client as usize];
+        let notice = self.frontend.is_some() && !c.notice_missed;
+        let floor = if client == NATIVE_CLIENT { 0 } else { c.floor() };
         let d = self.delay();
-        self.at(d, Ev::Request { node, range, client, tag: index as u64, req, notice });
+        let tag = index as u64;
+        let update = matches!(req, Req::Update { .. });
+        if update && self.cfg.late_copies && self.lrng.gen_bool(LATE_COPY_P) {
+            // Slow: it arrives after the client's time-out, on the connection to the node's
+            // current process (none if the node is down).
+            let late = CLIENT_TIMEOUT + self.lrng.gen_range(0..LATE_COPY_DELAY_MAX);
+            if let Some(life) = self.nodes.get(&node).filter(|n| n.alive).map(|n| n.life) {
+                let sent = Sent { node, range, client, tag, req, notice, floor };
+                self.at(late, Ev::LateCopy { sent, life });
+            }
+        } else {
+            self.at(d, Ev::Request { node, range, client, tag, req, notice, floor });
+        }
         self.at(CLIENT_TIMEOUT, Ev::ClientTimeout { client, attempt });
+    }
+
+    /// A slow attempt reaches its node, unless the node restarted since it was sent (the
+    /// connection it came on closed). The node's newer configuration routes it by its key,
+    /// as the back-end serves a request of an older epoch (`Backend::view_for`).
+    pub(super) fn on_late_copy(&mut self, mut sent: Sent, life: u32) {
+        let Req::Update { update, .. } = &sent.req else { return };
+        let Some(n) = self.nodes.get(&sent.node).filter(|n| n.alive && n.life == life) else { return };
+        if !n.replicas.contains_key(&sent.range) {
+            let id = key_id(&update.key);
+            let Some(ix) = n.replicas.keys().copied().find(|ix| self.ranges[*ix].contains(id)) else {
+                return;
+            };
+            sent.range = ix;
+        }
+        self.late_copies += 1;
+        if self.on_request(sent) {
+            self.stale_refusals += 1;
+        }
     }
 
     pub(super) fn retry(&mut self, client: u32, backoff: Micros) {
@@ -145,17 +200,12 @@ impl World {
         self.retry(client, 0);
     }
 
-    pub(super) fn on_request(
-        &mut self,
-        node: NodeId,
-        range: RangeIx,
-        client: u32,
-        tag: u64,
-        req: Req,
-        notice: bool,
-    ) {
+    /// A client's request reaches its node. True if the head refused it as invalid in this
+    /// step (for an update below its client's floor: a stale copy).
+    pub(super) fn on_request(&mut self, sent: Sent) -> bool {
+        let Sent { node, range, client, tag, req, notice, floor } = sent;
         if self.isolated(node) || !self.nodes.get(&node).is_some_and(|n| n.alive) {
-            return;
+            return false;
         }
         if !self.nodes[&node].replicas.contains_key(&range) {
             // No such range here (split or merged away, or not yet installed): the back-end
@@ -167,7 +217,8 @@ impl World {
                 Req::Get { .. } => Answer::Get(Err(WireError::StaleEpoch { current })),
             };
             let d = self.delay();
-            return self.at(d, Ev::Answer { client, tag, answer });
+            self.at(d, Ev::Answer { client, tag, answer });
+            return false;
         }
         let now = (self.now / 1_000_000) as u32;
         let mut update_req = None;
@@ -183,11 +234,14 @@ impl World {
                 now_micros: self.now,
                 flush_at: 0,
                 bulk_copy_pending: false,
-                floor: 0,
+                floor,
             }),
             Req::Get { key } => Event::Get { token: ((client as u64) << 32) | tag, key, now },
         };
-        let Some(req) = update_req else { return self.step(node, range, event) };
+        let Some(req) = update_req else {
+            self.step(node, range, event);
+            return false;
+        };
         // The head answers in this step (a refusal, a remembered outcome, a failed
         // condition), or forwards the update with `reply_to` and stays silent (the tail's
         // `Committed` answers), or keeps a waiter that its ack answers.
@@ -196,13 +250,17 @@ impl World {
         match self.capture.take() {
             Some(Capture { answer: Some(result), .. }) => {
                 self.silenced.remove(&(node, req));
-                self.act(node, range, Action::Reply { req, result })
+                let invalid = matches!(result, Err(WireError::Invalid(_)));
+                self.act(node, range, Action::Reply { req, result });
+                invalid
             }
             Some(Capture { forwarded: true, .. }) => {
                 self.silenced.insert((node, req));
+                false
             }
             _ => {
                 self.silenced.remove(&(node, req));
+                false
             }
         }
     }
