@@ -98,9 +98,7 @@ impl Backend {
             };
             groups[at].items.push((i, epoch, (req, update, reply_to, floor)));
         }
-        // Each peer's messages of every group go out in one write, once all are ordered.
-        let links = self.batch_linker();
-        let mut ordered = Vec::with_capacity(groups.len());
+        let links = self.linker();
         for UpdateGroup { replica, view, items } in groups {
             let (slots, updates): (Vec<_>, Vec<_>) =
                 items.into_iter().map(|(i, e, u)| ((i, e, u.0), u)).unzip();
@@ -108,10 +106,6 @@ impl Backend {
             // an update naming any other address is answered here.
             let reaches = |to: &str| view.config.lists_frontend(to);
             let results = replica.order_updates(updates, view.config.flush_at_micros, &links, reaches).await;
-            ordered.push((replica, view, slots, results));
-        }
-        drop(links);
-        for (replica, view, slots, results) in ordered {
             for ((i, epoch, req), result) in slots.into_iter().zip(results) {
                 let answer = match result {
                     Err(WireError::Unavailable(why)) if replica.route().await.rc.is_reshaping() => {
@@ -254,9 +248,7 @@ impl Backend {
     /// handled as one step each: a range's updates with one append and their sends queued
     /// together, its acks as the highest one (acks are cumulative). Any other message first
     /// has everything before it handled.
-    /// What the batch sends to a peer goes out in one write when it ends.
     pub(super) async fn on_chain_batch(&self, from: NodeId, msgs: Vec<ChainMsg>) {
-        let links = self.batch_linker();
         let mut runs: Vec<(Range, Run)> = Vec::new();
         for msg in msgs {
             let Some(range) = chain_range(&msg) else { continue };
@@ -271,7 +263,7 @@ impl Backend {
                         )
                     });
                     if !same_kind {
-                        self.run_chain(from, std::mem::take(&mut runs), &links).await;
+                        self.run_chain(from, std::mem::take(&mut runs)).await;
                     }
                     self.check_chain_epoch(from, range, &msg).await;
                     if let ChainMsg::Ack { .. } = msg {
@@ -294,28 +286,29 @@ impl Backend {
                     }
                 }
                 other => {
-                    self.run_chain(from, std::mem::take(&mut runs), &links).await;
-                    if let Err(e) = self.on_chain(from, other, &links).await {
+                    self.run_chain(from, std::mem::take(&mut runs)).await;
+                    if let Err(e) = self.on_chain(from, other).await {
                         error!(from, error = %e, "chain message failed");
                     }
                 }
             }
         }
-        self.run_chain(from, runs, &links).await
+        self.run_chain(from, runs).await
     }
 
     /// Hands each range's gathered updates or ack to its replica.
-    async fn run_chain(&self, from: NodeId, runs: Vec<(Range, Run)>, links: &Linker) {
+    async fn run_chain(&self, from: NodeId, runs: Vec<(Range, Run)>) {
+        let links = self.linker();
         for (range, run) in runs {
             let Some(replica) = self.replica(&range) else { continue };
             match run {
                 Run::Replicates(msgs) => {
                     self.counters.replicated.fetch_add(msgs.len() as u64, Ordering::Relaxed);
-                    if let Err(e) = replica.on_replicates(from, msgs, links).await {
+                    if let Err(e) = replica.on_replicates(from, msgs, &links).await {
                         error!(from, error = %e, "chain message failed");
                     }
                 }
-                Run::Ack(seq) => replica.on_ack(from, seq, links).await,
+                Run::Ack(seq) => replica.on_ack(from, seq, &links).await,
             }
         }
     }
@@ -337,36 +330,32 @@ impl Backend {
         }
     }
 
-    pub(super) async fn on_chain(
-        &self,
-        from: NodeId,
-        msg: ChainMsg,
-        links: &Linker,
-    ) -> Result<(), WireError> {
+    pub(super) async fn on_chain(&self, from: NodeId, msg: ChainMsg) -> Result<(), WireError> {
+        let links = self.linker();
         let Some(range) = chain_range(&msg) else { return Ok(()) };
         self.check_chain_epoch(from, range, &msg).await;
         let Some(replica) = self.replica(&range) else { return Ok(()) };
         match msg {
             m @ ChainMsg::Replicate { .. } => {
                 self.counters.replicated.fetch_add(1, Ordering::Relaxed);
-                replica.on_replicates(from, vec![m], links).await?;
+                replica.on_replicates(from, vec![m], &links).await?;
             }
             ChainMsg::Ack { seq, .. } => {
                 self.counters.acks.fetch_add(1, Ordering::Relaxed);
-                replica.on_ack(from, seq, links).await;
+                replica.on_ack(from, seq, &links).await;
             }
             m @ (ChainMsg::Resend { .. } | ChainMsg::CaughtUp { .. } | ChainMsg::Outcomes { .. }) => {
-                replica.on_chain(from, m, links).await
+                replica.on_chain(from, m, &links).await
             }
             ChainMsg::SyncRequest { .. } => {
                 let rate = copy_rate_for(&self.current().config, &range, &self.options);
-                replica.on_sync_request(from, links, rate).await
+                replica.on_sync_request(from, &links, rate).await
             }
             ChainMsg::SnapshotBegin { snapshot, .. } => replica.on_snapshot_begin(from, snapshot).await?,
             ChainMsg::SuffixSyncRequest { have_seq, top, .. } => {
                 let rate = copy_rate_for(&self.current().config, &range, &self.options);
                 let refusals = &self.counters.suffix_refusals;
-                replica.on_suffix_sync_request(from, have_seq, &top, links, rate, refusals).await;
+                replica.on_suffix_sync_request(from, have_seq, &top, &links, rate, refusals).await;
             }
             ChainMsg::SuffixBegin { snapshot, after_seq, .. } => {
                 if replica.on_suffix_begin(from, snapshot, after_seq).await {
@@ -392,7 +381,7 @@ impl Backend {
                 replica.on_snapshot_batch(from, snapshot, index, &records).await?
             }
             ChainMsg::SnapshotEnd { snapshot, batches, upto_seq, .. } => {
-                let followups = replica.on_snapshot_end(from, snapshot, batches, upto_seq, links).await?;
+                let followups = replica.on_snapshot_end(from, snapshot, batches, upto_seq, &links).await?;
                 if followups.sync_done {
                     // The copy is whole: mark it before the manager makes it a replica.
                     self.mark_complete(&range, &replica.store);
@@ -519,7 +508,7 @@ impl Handler for Backend {
     }
 
     async fn chain(self: Arc<Self>, from: NodeId, msg: ChainMsg) {
-        if let Err(e) = self.on_chain(from, msg, &self.batch_linker()).await {
+        if let Err(e) = self.on_chain(from, msg).await {
             error!(from, error = %e, "chain message failed");
         }
     }

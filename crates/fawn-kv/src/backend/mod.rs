@@ -40,8 +40,8 @@ use crate::metrics::Histogram;
 use crate::server::{self, Handler};
 use crate::view::View;
 use health::LinkProbe;
-use link::{LinkOwner, Links, Outbox};
-use range::{blocking, suffix_plan, LinkSender, LinkTo, Ordered, RangeReplica, Route};
+use link::{LinkOwner, Links};
+use range::{blocking, suffix_plan, LinkTo, Ordered, RangeReplica, Route};
 
 /// How often a back-end polls the manager for a newer configuration (and renews its lease).
 pub const CONFIG_POLL_INTERVAL: Duration = Duration::from_millis(250);
@@ -360,15 +360,8 @@ impl Backend {
         matches!(self.options.sync, SyncPolicy::Always)
     }
 
-    /// Links for one send at a time: each wakes its link's task.
     fn linker(&self) -> Linker {
-        Linker { backend: self.me.upgrade(), cork: None }
-    }
-
-    /// Links for the steps of one batch of incoming frames: what they send to a peer is
-    /// written once, when the batch ends (the `Linker` drops).
-    fn batch_linker(&self) -> Linker {
-        Linker { backend: self.me.upgrade(), cork: Some(parking_lot::Mutex::new(Vec::new())) }
+        Linker(self.me.upgrade())
     }
 
     /// The view to serve a request of `epoch` by: this node's own configuration, after fetching
@@ -612,38 +605,19 @@ fn range_filter(range: Range) -> fawn_ds::KeyFilter {
 }
 
 /// Hands replicas the links of their back-end.
-struct Linker {
-    /// `None`: the back-end is shutting down.
-    backend: Option<Arc<Backend>>,
-    /// In a batch: the outboxes its sends went into, flushed when it drops.
-    cork: Option<parking_lot::Mutex<Vec<Arc<Outbox>>>>,
-}
-
-impl Drop for Linker {
-    fn drop(&mut self) {
-        if let Some(cork) = &self.cork {
-            cork.lock().drain(..).for_each(|outbox| outbox.flush());
-        }
-    }
-}
+struct Linker(Option<Arc<Backend>>);
 
 impl LinkTo for Linker {
-    fn link(&self, peer: NodeId) -> LinkSender {
-        let Some(b) = &self.backend else {
+    fn link(&self, peer: NodeId) -> mpsc::Sender<ChainMsg> {
+        match &self.0 {
+            Some(b) => b.links.to(b, peer),
             // The back-end is shutting down: a closed queue drops the message.
-            return LinkSender::Queue(mpsc::channel(1).0);
-        };
-        let outbox = b.links.to(b, peer);
-        let Some(cork) = &self.cork else { return outbox.into() };
-        let mut corked = cork.lock();
-        if !corked.iter().any(|o| Arc::ptr_eq(o, &outbox)) {
-            corked.push(outbox.clone());
+            None => mpsc::channel(1).0,
         }
-        LinkSender::Outbox { outbox, corked: true }
     }
 
     fn committed(&self, reply_to: &str, notices: Vec<CommittedNotice>) {
-        let Some(b) = self.backend.clone() else { return };
+        let Some(b) = self.0.clone() else { return };
         // Only to a front-end of the configuration: an update's `reply_to` must not make this
         // node connect to any address a client names.
         if !b.current().config.lists_frontend(reply_to) {

@@ -37,10 +37,9 @@ use fawn_proto::op::{Item, Outcome, Update};
 use fawn_ring::{NodeId, Range};
 use parking_lot::Mutex;
 use tokio::sync::mpsc::error::TrySendError;
-use tokio::sync::oneshot;
+use tokio::sync::{mpsc, oneshot};
 use tracing::{info, warn};
 
-pub use super::link::LinkSender;
 use crate::clock::{flushed, unix_micros, unix_now};
 
 use crate::replica::machine::{Action, ClientUpdate, Event, Replica};
@@ -52,7 +51,7 @@ pub use source::suffix_plan;
 
 /// Where a link to a peer back-end can be had.
 pub trait LinkTo: Send + Sync {
-    fn link(&self, peer: NodeId) -> LinkSender;
+    fn link(&self, peer: NodeId) -> mpsc::Sender<ChainMsg>;
     /// Tell the front-end at `reply_to` that these updates of it committed (fire and forget).
     fn committed(&self, reply_to: &str, notices: Vec<CommittedNotice>);
 }
@@ -502,7 +501,7 @@ impl RangeReplica {
                 }
             }
             actions = match st.machine.route().successor() {
-                Some(succ) if st.machine.held_back().is_some() && links.link(succ).has_room() => {
+                Some(succ) if st.machine.held_back().is_some() && links.link(succ).capacity() > 0 => {
                     st.machine.step(Event::Room { peer: succ })
                 }
                 _ => break,

@@ -11,9 +11,10 @@ use std::time::{Duration, Instant};
 use fawn_ds::{DataStore, Meta, RecordKind};
 use fawn_proto::native::{ChainMsg, Epoch, RecordMark, ReplEffect, SnapshotItem};
 use fawn_ring::{key_id, NodeId, Range};
+use tokio::sync::mpsc;
 use tracing::{info, warn};
 
-use super::{blocking, queue, LinkSender, LinkTo, RangeReplica, SuffixPlan};
+use super::{blocking, queue, LinkTo, RangeReplica, SuffixPlan};
 
 impl RangeReplica {
     /// The last in-sync replica starts a snapshot for its syncing successor. The cut is taken
@@ -251,7 +252,7 @@ struct SuffixCut {
 async fn stream_records(
     range: Range,
     epoch: Epoch,
-    link: LinkSender,
+    link: mpsc::Sender<ChainMsg>,
     records: fawn_ds::Iter,
     suffix: Option<SuffixCut>,
     upto_seq: u64,

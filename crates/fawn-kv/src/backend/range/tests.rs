@@ -5,7 +5,6 @@ use std::time::Instant;
 use fawn_ds::Meta;
 use fawn_proto::native::{Epoch, Origin, RangeConfig, ReplEffect, SnapshotItem};
 use fawn_proto::op::Mutation;
-use tokio::sync::mpsc;
 
 use crate::replica::machine::UNACKED_UPDATES_MAX;
 
@@ -17,8 +16,8 @@ type Wire = (mpsc::Sender<ChainMsg>, mpsc::Receiver<ChainMsg>);
 struct Wires(Mutex<HashMap<NodeId, Wire>>, Mutex<Vec<(String, Vec<ReqId>)>>);
 
 impl LinkTo for Wires {
-    fn link(&self, peer: NodeId) -> LinkSender {
-        LinkSender::Queue(self.0.lock().entry(peer).or_insert_with(|| mpsc::channel(1024)).0.clone())
+    fn link(&self, peer: NodeId) -> mpsc::Sender<ChainMsg> {
+        self.0.lock().entry(peer).or_insert_with(|| mpsc::channel(1024)).0.clone()
     }
     fn committed(&self, reply_to: &str, notices: Vec<CommittedNotice>) {
         self.1.lock().push((reply_to.to_string(), notices.iter().map(|n| n.req).collect()));
@@ -101,10 +100,10 @@ impl crate::backend::link::LinkOwner for RealLinks {
 }
 
 impl LinkTo for RealLinks {
-    fn link(&self, peer: NodeId) -> LinkSender {
+    fn link(&self, peer: NodeId) -> mpsc::Sender<ChainMsg> {
         match self.me.upgrade() {
-            Some(me) => self.links.to(&me, peer).into(),
-            None => LinkSender::Queue(mpsc::channel(1).0),
+            Some(me) => self.links.to(&me, peer),
+            None => mpsc::channel(1).0,
         }
     }
     fn committed(&self, _: &str, _: Vec<CommittedNotice>) {}
