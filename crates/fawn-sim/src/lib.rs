@@ -65,6 +65,11 @@ pub struct Config {
     /// with joins and leaves need it (an update of a just split range may otherwise wait for a
     /// client's retry).
     pub catch_up: bool,
+    /// Each interval sync of a datastore compacts it (`MemStore::compact`): superseded
+    /// records and deletes at or below the replica's acknowledged seq are dropped, raising the
+    /// drop floor a suffix sync is judged by. Off by default: runs with it still find
+    /// violations (open work).
+    pub compaction: bool,
     /// Clients reach the chains through one front-end with the real query cache
     /// (`world::frontend`); off: clients send to heads and tails themselves.
     pub frontend_cache: bool,
@@ -97,6 +102,7 @@ impl Default for Config {
             persistent_outcomes: false,
             sync: disk::SyncPolicy::Interval(100_000),
             frontend_cache: false,
+            compaction: false,
             trace: false,
             #[cfg(feature = "faults")]
             fault: None,

@@ -55,6 +55,10 @@ struct Args {
     /// back-end's FAWN-DS keeps them in record tags).
     #[arg(long)]
     persistent_outcomes: bool,
+    /// Each interval sync compacts the datastores: superseded records and old deletes
+    /// dropped, which a suffix sync must notice.
+    #[arg(long)]
+    compaction: bool,
     /// Clients go through one front-end with the real query cache (gets served from it,
     /// updates and `Committed` notices invalidating it).
     #[arg(long)]
@@ -94,6 +98,7 @@ fn main() {
         catch_up: !args.no_catch_up,
         persistent_outcomes: args.persistent_outcomes,
         frontend_cache: args.frontend_cache,
+        compaction: args.compaction,
         ..Default::default()
     };
     #[cfg(feature = "faults")]

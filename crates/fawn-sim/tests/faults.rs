@@ -108,3 +108,11 @@ fn a_front_end_cache_that_keeps_an_item_across_an_update_is_found() {
 fn a_front_end_cache_filled_by_a_read_that_raced_an_update_is_found() {
     cache_fault_found(CacheFault::FillsDuringUpdates);
 }
+
+#[test]
+fn a_suffix_granted_past_a_dropped_record_is_found() {
+    // Needs a replica rejoining by a suffix while its source's compaction dropped a delete
+    // above the rejoiner's last record.
+    let cfg = Config { compaction: true, ..Config::default() };
+    found_with(Fault::SuffixPastDroppedRecord, cfg);
+}

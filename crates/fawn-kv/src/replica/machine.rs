@@ -4,12 +4,13 @@
 //! and duplicate detection by `prev_seq`), acks from the tail back up, resends (asked for on a
 //! gap, a new predecessor or a promotion; unacknowledged updates re-sent on a new connection
 //! or to a new successor), gets at the tail, and a syncing replica catching up. The datastore
-//! is written through [`ReplicaStore`] inside `step`, so append order is seq order. Snapshot
-//! and suffix streams, splits and merges stay in the async back-end (`backend::range`), which
-//! runs this machine with `with_shell_sync`: it buffers a syncing replica's updates while a
-//! snapshot streams in and feeds them here afterwards. Without it (the simulator) a syncing
-//! replica catches up by asking its source to resend its log (`Resend` after 0), and a
-//! `SnapshotEnd` after the resent updates ends its sync.
+//! is written through [`ReplicaStore`] inside `step`, so append order is seq order. A syncing
+//! replica's copy is a snapshot or suffix stream whose decisions are `replica::sync`'s; the
+//! back-end's shell (`backend::range`) and the simulator run them, and this machine with
+//! `with_shell_sync`: the caller buffers a syncing replica's updates while its copy streams
+//! in and feeds them here afterwards (`sync::replay`), then `SnapshotEnd` ends the sync.
+//! Without `with_shell_sync` (unit tests) a syncing replica catches up by asking its source to
+//! resend its log (`Resend` after 0), and a `SnapshotEnd` after the resent updates ends it.
 //!
 //! Sends are executed by the caller in order per peer; one that does not fit its link is
 //! reported back (`Event::Dropped`) together with everything after it to the same peer, and
@@ -55,11 +56,14 @@ pub enum Fault {
     IncompleteCopyAccepted,
     /// A replica made by a split or merge does not take over its parent's recent requests.
     HeirForgetsRequests,
+    /// A sync source grants a suffix although compaction dropped a delete or expired item
+    /// above the rejoiner's last record (`replica::sync::suffix_refusal`, point 3).
+    SuffixPastDroppedRecord,
 }
 
 impl Fault {
     /// Every fault, for tools that pick one by name.
-    pub const ALL: [Fault; 9] = [
+    pub const ALL: [Fault; 10] = [
         Fault::ForgetDedupOnPromotion,
         Fault::NoUnackedToNewSuccessor,
         Fault::TailReadsBeforeCaughtUp,
@@ -69,6 +73,7 @@ impl Fault {
         Fault::TailReadyBeforeCaughtUp,
         Fault::IncompleteCopyAccepted,
         Fault::HeirForgetsRequests,
+        Fault::SuffixPastDroppedRecord,
     ];
 }
 
@@ -225,6 +230,8 @@ pub struct Replica<S> {
     last_seq: u64,
     /// Everything up to here is committed (stored at the tail).
     acked: u64,
+    /// Compaction may drop deletes up to here (`tombstone_watermark`).
+    watermark: u64,
     /// The highest ack a successor sent in this replica's life (what it may pass upstream
     /// again): every ack starts at a tail, so it stays true when the successor changes. Not
     /// `acked`, which a replica opened on its datastore takes from the seqs it holds.
@@ -278,6 +285,7 @@ impl<S: ReplicaStore> Replica<S> {
             store,
             last_seq: last,
             acked: last,
+            watermark: 0,
             acked_by_successor: 0,
             recent,
             unacked: BTreeMap::new(),
@@ -352,6 +360,17 @@ impl<S: ReplicaStore> Replica<S> {
     pub fn with_fault(mut self, fault: Option<Fault>) -> Replica<S> {
         self.fault = fault;
         self
+    }
+
+    /// The fault switched on, if any (the sync code takes it too: `replica::sync`).
+    #[cfg(feature = "faults")]
+    pub fn fault(&self) -> Option<Fault> {
+        self.fault
+    }
+
+    #[cfg(not(feature = "faults"))]
+    pub fn fault(&self) -> Option<Fault> {
+        None
     }
 
     #[cfg(feature = "faults")]
@@ -442,7 +461,20 @@ impl<S: ReplicaStore> Replica<S> {
                 }
             }
         }
+        if self.route.rc.syncing.is_empty() && self.route.rc.unproven_tail.is_none() {
+            self.watermark = self.acked;
+        }
         out
+    }
+
+    /// The seq up to which the datastore's compaction may drop deletes (FAWN-DS's tombstone
+    /// watermark): what the tail acknowledged, as every chain member holds it — but held
+    /// where it was while the range has a syncing replica or an unproven tail. Those may
+    /// still ask for updates after their copy's cut or their last one (a live update lost,
+    /// a promotion), and a resend read from a log that dropped a delete above that point
+    /// would leave them an older put of its key: a deleted item would come back.
+    pub fn tombstone_watermark(&self) -> u64 {
+        self.watermark
     }
 
     /// A send did not fit its link: an update to the successor waits in `unacked` (sent again
@@ -760,6 +792,17 @@ impl<S: ReplicaStore> Replica<S> {
         for e in entries.into_iter().filter(|e| e.seq <= have) {
             self.remember(e.req, e.seq, e.outcome);
         }
+    }
+
+    /// A syncing replica's copy is complete: it holds the range's state as of `upto_seq`
+    /// (each key's latest record up to it, or none where the source's compaction dropped a
+    /// delete), so it remembers the copied updates' `outcomes` up to it, and as a later head
+    /// orders above it.
+    pub fn copied(&mut self, upto_seq: u64, outcomes: Vec<OutcomeEntry>) {
+        for e in outcomes.into_iter().filter(|e| e.seq <= upto_seq) {
+            self.remember(e.req, e.seq, e.outcome);
+        }
+        self.last_seq = self.last_seq.max(upto_seq);
     }
 
     /// Remembers a request's outcome in the dedup table. (One whose update this replica
