@@ -82,6 +82,8 @@ enum Ev {
         /// Through the front-end, with its `reply_to` (an update's answer is the tail's
         /// `Committed` notice).
         notice: bool,
+        /// The client's attempt this request is.
+        attempt: u32,
     },
     /// A node's answer arrives at a client; `tag` names the operation (an update's request
     /// seq, a get's history index).
@@ -89,6 +91,8 @@ enum Ev {
         client: u32,
         tag: u64,
         answer: Answer,
+        /// The attempt of the update it answers (`None`: whichever is current).
+        attempt: Option<u32>,
     },
     /// A client sends its current request again after a back-off.
     ClientSend {
@@ -341,9 +345,12 @@ pub struct World {
     /// The highest seq of a delete any replica applied, by key: a key without any record is
     /// one deleted, whose tombstone compaction dropped.
     applied_deletes: HashMap<Vec<u8>, u64>,
-    /// The (range, seq) each client request was ordered at, and its first answer.
+    /// The (range, seq) each client request was ordered at, and the answer its client took.
     ordered: HashMap<ReqId, Vec<(RangeIx, u64, Outcome)>>,
     answered: HashMap<ReqId, Outcome>,
+    /// The latest attempt of each update request that reached each node: a node's answer
+    /// answers that attempt.
+    attempt_at: HashMap<(NodeId, ReqId), u32>,
     /// (range, seq) stored at the tail of their time.
     committed: HashSet<(RangeIx, u64)>,
     /// The front-end with its query cache, if the run has one (`Config::frontend_cache`).
@@ -402,6 +409,7 @@ impl World {
             steps: 0,
             ordered: HashMap::new(),
             answered: HashMap::new(),
+            attempt_at: HashMap::new(),
             committed: HashSet::new(),
             snapshots: 0,
             applied_deletes: HashMap::new(),
@@ -586,10 +594,10 @@ impl World {
                     }
                 }
             }
-            Ev::Request { node, range, client, tag, req, notice } => {
-                self.on_request(node, range, client, tag, req, notice)
+            Ev::Request { node, range, client, tag, req, notice, attempt } => {
+                self.on_request(node, range, client, tag, req, notice, attempt)
             }
-            Ev::Answer { client, tag, answer } => self.on_answer(client, tag, answer),
+            Ev::Answer { client, tag, answer, attempt } => self.on_answer(client, tag, answer, attempt),
             Ev::Committed { req, outcome, key } => self.frontend_committed(req, outcome, key),
             Ev::ClientSend { client } => self.send_request(client),
             Ev::NodeBack { node } => self.node_back(node),
@@ -717,19 +725,15 @@ impl World {
             // A head does not answer an update it forwarded with `reply_to`.
             Action::Reply { req, .. } if self.silenced.contains(&(node, req)) => {}
             Action::Reply { req, result } => {
-                if let Ok(outcome) = &result {
-                    self.note_answered(req, outcome);
-                }
+                let attempt = self.attempt_at.get(&(node, req)).copied();
+                let (client, tag, answer) = (req.client as u32, req.seq, Answer::Update(result));
                 let d = self.delay();
-                self.at(
-                    d,
-                    Ev::Answer { client: req.client as u32, tag: req.seq, answer: Answer::Update(result) },
-                );
+                self.at(d, Ev::Answer { client, tag, answer, attempt });
             }
             Action::GetReply { token, result } => {
                 let (client, tag) = ((token >> 32) as u32, token & u32::MAX as u64);
                 let d = self.delay();
-                self.at(d, Ev::Answer { client, tag, answer: Answer::Get(result) });
+                self.at(d, Ev::Answer { client, tag, answer: Answer::Get(result), attempt: None });
             }
             Action::Committed { req, outcome, key, .. } => {
                 if !self.isolated(node) {
@@ -752,7 +756,7 @@ impl World {
         }
     }
 
-    /// Every answer to one request must be the same.
+    /// Every answer a client takes for one request must be the same.
     fn note_answered(&mut self, req: ReqId, outcome: &Outcome) {
         let first = self.answered.entry(req).or_insert_with(|| outcome.clone()).clone();
         if first != *outcome {

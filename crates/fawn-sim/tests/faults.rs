@@ -60,7 +60,13 @@ fn applying_across_a_gap_is_found() {
 
 #[test]
 fn an_old_tail_that_confirms_catch_up_before_stepping_down_is_found() {
-    found(Fault::CaughtUpFromOldTail);
+    // The promoted tail asks its predecessor for a resend in the epoch that promoted it, and
+    // the back-end's catch-up makes the old tail install that epoch, and step down, before it
+    // answers: the fault is masked. (A syncing replica once caught up by such resends, whose
+    // `CaughtUp` could arrive after its promotion; it now syncs by a snapshot stream.) So
+    // the fault is sought with nodes that learn configurations only from the manager's
+    // pushes.
+    found_with(Fault::CaughtUpFromOldTail, Config { crashes_max: 1, catch_up: false, ..Config::default() });
 }
 
 #[test]

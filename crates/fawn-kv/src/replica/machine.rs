@@ -1648,6 +1648,78 @@ mod tests {
     }
 
     #[test]
+    fn a_copy_remembers_its_outcomes_up_to_its_cut_and_a_later_head_orders_above_it() {
+        // The source's compaction dropped the delete at the top of its log (seq 9): the copy's
+        // highest record is 5, yet the delete's outcome is part of the copy.
+        let syncing = Route {
+            epoch: 1,
+            me: 2,
+            rc: RangeConfig { syncing: vec![2], ..RangeConfig::new(Range::full(), vec![1]) },
+        };
+        let mut r = Replica::new(MemStore::default(), syncing).with_shell_sync();
+        let put = ReplEffect::Put { value: b"v".to_vec(), flags: 0, expiry: 0, state: 0 };
+        r.store_mut().write_copied(5, b"k", &put);
+        let (stored, deleted, after_cut) =
+            (ReqId { client: 1, seq: 1 }, ReqId { client: 1, seq: 2 }, ReqId { client: 1, seq: 3 });
+        r.copied(
+            9,
+            vec![
+                OutcomeEntry { req: stored, seq: 5, outcome: Outcome::Stored { cas: 5 } },
+                OutcomeEntry { req: deleted, seq: 9, outcome: Outcome::Deleted },
+                OutcomeEntry { req: after_cut, seq: 12, outcome: Outcome::Stored { cas: 12 } },
+            ],
+        );
+        r.step(Event::Install(route(2, 2, &[2])));
+        let delete = Update { mutation: Mutation::Delete, ..set("j", "") };
+        // The retry is answered from the copy's outcome (once seq 9 counts as committed),
+        // not decided again.
+        assert!(r.step(update(2, delete)).is_empty());
+        assert_eq!(r.store().max_seq(), 5, "the retried delete was ordered again");
+        // An outcome above the cut is not the copy's: that request is new here, and is
+        // ordered above the cut.
+        let new = r.step(update(3, set("k", "w")));
+        let replies = vec![
+            Action::Reply { req: deleted, result: Ok(Outcome::Deleted) },
+            Action::Reply { req: after_cut, result: Ok(Outcome::Stored { cas: 10 }) },
+        ];
+        assert_eq!(new, replies);
+    }
+
+    #[test]
+    fn the_tombstone_watermark_holds_while_a_replica_syncs_or_a_new_tail_is_unproven() {
+        let mut c = Chain::new(&[1, 2]);
+        c.run(1, update(1, set("a", "1")));
+        let before = c.0[&2].acked();
+        assert!(before > 0);
+        let marks = |c: &Chain| c.0.values().map(|r| r.tombstone_watermark()).collect::<Vec<_>>();
+        assert_eq!(marks(&c), vec![before, before]);
+        let install = |c: &mut Chain, epoch: u64, rc: RangeConfig| {
+            let nodes: Vec<NodeId> = c.0.keys().copied().collect();
+            for n in nodes {
+                c.run(n, Event::Install(Route { epoch, me: n, rc: rc.clone() }));
+            }
+        };
+        // Node 3 syncs behind the tail, then joins as the unproven tail: a resend to it from
+        // a log compacted up to `acked` could lack a delete it needs.
+        let syncing = RangeConfig { syncing: vec![3], ..RangeConfig::new(Range::full(), vec![1, 2]) };
+        c.0.insert(3, Replica::new(MemStore::default(), Route { epoch: 2, me: 3, rc: syncing.clone() }));
+        install(&mut c, 2, syncing);
+        c.run(1, update(2, set("a", "2")));
+        assert!(c.0[&2].acked() > before);
+        assert_eq!(marks(&c)[..2], [before, before], "the watermark passed a syncing replica");
+        let unproven =
+            RangeConfig { unproven_tail: Some(3), ..RangeConfig::new(Range::full(), vec![1, 2, 3]) };
+        install(&mut c, 3, unproven);
+        c.run(1, update(3, set("a", "3")));
+        assert_eq!(marks(&c)[..2], [before, before], "the watermark passed an unproven tail");
+        // Proven: it follows what the tail acknowledged again.
+        install(&mut c, 4, RangeConfig::new(Range::full(), vec![1, 2, 3]));
+        c.run(1, update(4, set("a", "4")));
+        let acked = c.0[&3].acked();
+        assert_eq!(marks(&c), vec![acked; 3]);
+    }
+
+    #[test]
     fn incoming_tells_duplicates_gaps_and_the_next_update_apart() {
         assert_eq!(incoming(5, 3, 5), Incoming::Duplicate);
         assert_eq!(incoming(6, 5, 5), Incoming::Next);
