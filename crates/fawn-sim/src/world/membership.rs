@@ -72,6 +72,8 @@ impl World {
             replicas: Default::default(),
             kept: Default::default(),
             disk_full: false,
+            syncs: Default::default(),
+            sending: Default::default(),
         };
         self.nodes.insert(node, node_state);
         self.manager_registered(node);
