@@ -158,16 +158,19 @@ impl Inner {
     /// Also returns the byte length of the record it points at and whether it is in the
     /// cold log (live-bytes accounting).
     pub fn find_existing(&self, kh: KeyHash, key: &[u8]) -> Result<Option<Existing>, Error> {
-        self.find_existing_ahead(kh, key, None)
+        self.find_existing_ahead(kh, key, None, |_| None)
     }
 
     /// `find_existing`, also prefetching the index buckets of `ahead` (a later record of a
-    /// batch) while the index lock is held.
-    pub(super) fn find_existing_ahead(
+    /// batch) while the index lock is held. `known` gives the key and record length at a
+    /// position when the caller holds them (a record earlier in the same batch): such a
+    /// candidate is compared without reading the log.
+    pub(super) fn find_existing_ahead<'k>(
         &self,
         kh: KeyHash,
         key: &[u8],
         ahead: Option<KeyHash>,
+        known: impl Fn(u32) -> Option<(&'k [u8], u64)>,
     ) -> Result<Option<Existing>, Error> {
         let candidates = {
             let mut out = CANDIDATES.try_with(|c| std::mem::take(&mut *c.borrow_mut())).unwrap_or_default();
@@ -180,6 +183,12 @@ impl Inner {
             Candidates(out)
         };
         for c in candidates {
+            if let Some((stored, len)) = known(c.units) {
+                if stored == key {
+                    return Ok(Some((c.loc, len, c.units & COLD_UNITS_BIT != 0)));
+                }
+                continue;
+            }
             let mut buf = [0u8; KEY_READ_BYTES];
             match self.read_key_buf(c.units, &mut buf) {
                 Ok((header, stored)) => {

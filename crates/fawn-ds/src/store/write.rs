@@ -17,6 +17,23 @@ use crate::types::{Meta, RecordKind};
 /// many enough that the lock's own cost is shared by many records.
 const APPLY_RUN_RECORDS: usize = 64;
 
+/// The key and length of the op among `ops` (applied at `offsets`, ascending, in the cold
+/// log with `cold`) whose record is at `units`, if one is: the record there holds its key.
+fn earlier_op<'a, R: AppliedRecord>(
+    ops: &'a [R],
+    offsets: &[u64],
+    cold: bool,
+    units: u32,
+) -> Option<(&'a [u8], u64)> {
+    if (units & COLD_UNITS_BIT != 0) != cold {
+        return None;
+    }
+    let offset = (units & !COLD_UNITS_BIT) as u64 * OFFSET_UNIT;
+    let j = offsets.binary_search(&offset).ok()?;
+    let op = ops.get(j)?;
+    Some((op.key(), op.len()))
+}
+
 impl Inner {
     /// Append one record and update the index; returns the new log end.
     pub fn write(&self, kind: RecordKind, key: &[u8], value: &[u8], meta: Meta) -> Result<u64, Error> {
@@ -188,10 +205,12 @@ impl Inner {
                 }
             }
             if matched {
-                // After the append: an earlier op of this batch on the same key is found too.
+                // After the append: an earlier op of this batch on the same key is found too,
+                // and compared with the op's key instead of read back.
                 let op = &ops[i];
                 let ahead = hashes.get(i + PREFETCH_AHEAD).copied();
-                let existing = self.find_existing_ahead(hashes[i], op.key(), ahead)?;
+                let earlier = |units: u32| earlier_op(ops, &offsets[..i], cold, units);
+                let existing = self.find_existing_ahead(hashes[i], op.key(), ahead, earlier)?;
                 let units = (offsets[i] / OFFSET_UNIT) as u32 | cold_bit;
                 let g = self.apply(op.kind(), op.meta(), hashes[i], existing, units, op.len());
                 growth = Growth { started: growth.started || g.started, behind: g.behind };
