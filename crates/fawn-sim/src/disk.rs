@@ -94,11 +94,6 @@ impl DiskStore {
         Ok(())
     }
 
-    /// A complete copy's drop floor (`replica::sync::floor_after_copy`).
-    pub fn raise_dropped_seq_max(&mut self, seq: u64) {
-        self.mem.raise_dropped_seq_max(seq);
-    }
-
     /// Compaction (`MemStore::compact`) of the durable records: deletes at or below
     /// `watermark` are dropped.
     pub fn compact(&mut self, watermark: u64) {

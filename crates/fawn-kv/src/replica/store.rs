@@ -153,12 +153,6 @@ impl MemStore {
         self.max_seq = self.max_seq.max(seq);
     }
 
-    /// Raises the drop floor to at least `seq` without raising the highest seq held, as
-    /// FAWN-DS's `raise_dropped_seq_max` (a complete copy: `replica::sync::floor_after_copy`).
-    pub fn raise_dropped_seq_max(&mut self, seq: u64) {
-        self.dropped_seq_max = self.dropped_seq_max.max(seq);
-    }
-
     /// Writes a record copied from another replica's log (a snapshot or suffix stream), as
     /// FAWN-DS's `write_batch` does: its seq need not be above those held (a suffix asked
     /// for again rewrites records an abandoned stream wrote), and a key's latest record is the

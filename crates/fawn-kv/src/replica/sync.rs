@@ -481,18 +481,6 @@ pub enum EndVerdict {
     },
 }
 
-/// The drop floor a syncing replica's store must take once its copy up to `upto_seq` is
-/// complete (`report`), if any. A full copy holds each key's latest record up to the cut but
-/// no delete the source's compaction had dropped, which may lie anywhere below the cut (the
-/// source's own floor, which the stream does not carry): as a later source, the replica may
-/// grant a suffix only to a rejoiner whose last record is at or above the cut
-/// ([`suffix_refusal`], point 3), or the rejoiner would keep a put the range deleted. A
-/// suffix needs none: its source refused it past any delete it had dropped, so the store's
-/// own floor stays true.
-pub fn floor_after_copy(report: &SyncReport, upto_seq: u64) -> Option<u64> {
-    (!report.suffix).then_some(upto_seq)
-}
-
 /// Progress of a syncing replica.
 #[derive(Debug)]
 pub struct SyncProgress {
@@ -916,42 +904,6 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(sink.done && !sink.buffers());
-    }
-
-    #[test]
-    fn a_full_copy_from_a_compacted_source_grants_no_suffix_below_its_cut() {
-        // The rejoiner held b@5 and a@7; the range then deleted b (9) and wrote c (10), and
-        // the source's compaction dropped the delete.
-        let mut source =
-            store(&[("b", Some("1"), 5), ("a", Some("2"), 7), ("b", None, 9), ("c", Some("3"), 10)]);
-        source.compact(10, 9);
-        let t = Duration::ZERO;
-        let mut sink = SyncProgress::new(1, None, t);
-        let mut copy = MemStore::default();
-        assert!(sink.snapshot_begins(1, 42).0);
-        sink.take_snapshot(42, t);
-        for msg in drain(Stream::new(Range::full(), 1, 42, 10, source.cut(), None, Vec::new(), 1 << 20)) {
-            match msg {
-                ChainMsg::SnapshotBatch { index, records, .. } => {
-                    assert_eq!(sink.batch(1, 42, index), BatchVerdict::Write);
-                    records.iter().for_each(|r| copy.write_copied(r.seq, &r.key, &r.effect));
-                    sink.batch_written(records.len() as u64, 0, t);
-                }
-                ChainMsg::SnapshotEnd { batches, upto_seq, .. } => match sink.end(1, 42, batches) {
-                    EndVerdict::Complete { report, .. } => {
-                        floor_after_copy(&report, upto_seq).map(|f| copy.raise_dropped_seq_max(f));
-                    }
-                    other => panic!("{other:?}"),
-                },
-                _ => {}
-            }
-        }
-        assert!(copy.latest_record(b"b").is_none() && copy.max_seq() == 10);
-        let top = mark_of(&copy.latest_record(b"a").expect("a"));
-        let verdict = judge_suffix(&copy, &Range::full(), 7, &top, None);
-        assert!(matches!(verdict, SuffixVerdict::Refuse(_)), "b's delete is not in the copy: {verdict:?}");
-        let plan = suffix_plan(copy.max_seq(), copy.cut()).expect("plan").expect("some");
-        assert_eq!(judge_suffix(&copy, &Range::full(), 10, &plan.top, None), SuffixVerdict::Grant);
     }
 
     #[test]

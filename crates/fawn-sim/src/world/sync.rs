@@ -12,8 +12,8 @@ use fawn_kv::replica::machine::Event;
 use fawn_kv::replica::route::Route;
 use fawn_kv::replica::store::ReplicaStore;
 use fawn_kv::replica::sync::{
-    floor_after_copy, judge_suffix, log_holds, replay, replay_failed, serves_sync, suffix_plan, BatchVerdict,
-    EndVerdict, Selection, Stream, SuffixVerdict, SyncProgress, SyncStore, NOT_IN_LOG,
+    judge_suffix, log_holds, replay, replay_failed, serves_sync, suffix_plan, BatchVerdict, EndVerdict,
+    Selection, Stream, SuffixVerdict, SyncProgress, SyncStore, NOT_IN_LOG,
 };
 use fawn_proto::native::ChainMsg;
 use fawn_ring::NodeId;
@@ -268,15 +268,11 @@ impl World {
     ) {
         let Some(n) = self.nodes.get_mut(&node) else { return };
         let Some(sync) = n.syncs.get_mut(&ix) else { return };
-        let EndVerdict::Complete { outcomes, buffered, overflowed, report } =
-            sync.end(from, snapshot, batches)
+        let EndVerdict::Complete { outcomes, buffered, overflowed, .. } = sync.end(from, snapshot, batches)
         else {
             return;
         };
         let Some(r) = n.replicas.get_mut(&ix) else { return };
-        if let Some(floor) = floor_after_copy(&report, upto_seq) {
-            r.store_mut().raise_dropped_seq_max(floor);
-        }
         r.copied(upto_seq, outcomes);
         let Some(pred) = r.route().predecessor() else { return };
         for event in replay(pred, buffered, upto_seq) {

@@ -12,7 +12,7 @@ use tracing::{info, warn};
 
 use super::{blocking, queue, storage, warn_full, LinkTo, RangeReplica, WriteState};
 use crate::replica::sync::{
-    effect_bytes, floor_after_copy, replay, replay_failed, BatchVerdict, EndVerdict, SNAPSHOT_SILENCE_MAX,
+    effect_bytes, replay, replay_failed, BatchVerdict, EndVerdict, SNAPSHOT_SILENCE_MAX,
 };
 pub use crate::replica::sync::{SuffixPlan, SyncReport};
 
@@ -192,14 +192,6 @@ impl RangeReplica {
                 return Ok(Followups::default());
             }
             EndVerdict::Complete { outcomes, buffered, overflowed, report } => {
-                if let Some(floor) = floor_after_copy(&report, upto_seq) {
-                    if let Err(e) = blocking(self.writes_block, || self.store.raise_dropped_seq_max(floor)) {
-                        warn!(range = %self.range.id_string(), snapshot, upto_seq, error = %e,
-                            "recording the copy's drop floor failed; asking for a new copy");
-                        sync.replay_failed();
-                        return Ok(Followups::default());
-                    }
-                }
                 st.machine.copied(upto_seq, outcomes);
                 (buffered, overflowed, report)
             }
