@@ -404,6 +404,16 @@ impl<S: ReplicaStore> Replica<S> {
         &self.store
     }
 
+    /// The seq a copy served from this replica is cut at, with the request outcomes up to it:
+    /// its store's highest seq, or its own last seq where that is higher. A replica made by a
+    /// full copy holds the range's state as of the copy's cut, which lies above its highest
+    /// record when the source's compaction had dropped deletes at the top of its log; cut at
+    /// its highest record, a copy from it would leave out those deletes' outcomes, and a later
+    /// head holding that copy would decide a retry of such a delete again.
+    pub fn copy_cut_seq(&self) -> u64 {
+        self.store.max_seq().max(self.last_seq)
+    }
+
     /// The datastore itself, for what happens to it outside the write path (a simulated
     /// disk's sync or fill-up).
     pub fn store_mut(&mut self) -> &mut S {
@@ -1719,6 +1729,32 @@ mod tests {
             Action::Reply { req: after_cut, result: Ok(Outcome::Stored { cas: 10 }) },
         ];
         assert_eq!(new, replies);
+    }
+
+    #[test]
+    fn a_copy_served_by_a_copy_is_cut_at_the_first_copy_s_cut_with_its_outcomes() {
+        // This replica's own copy was cut at 9 above its highest record (5): the source had
+        // dropped the delete at 9. A copy served from it must carry that delete's outcome.
+        let syncing = Route {
+            epoch: 1,
+            me: 2,
+            rc: RangeConfig { syncing: vec![2], ..RangeConfig::new(Range::full(), vec![1]) },
+        };
+        let mut r = Replica::new(MemStore::default(), syncing).with_shell_sync();
+        let put = ReplEffect::Put { value: b"v".to_vec(), flags: 0, expiry: 0, state: 0 };
+        r.store_mut().write_copied(5, b"k", &put);
+        let deleted = ReqId { client: 1, seq: 2 };
+        r.copied(9, vec![OutcomeEntry { req: deleted, seq: 9, outcome: Outcome::Deleted }]);
+        assert_eq!(r.copy_cut_seq(), 9, "cut at the highest record, below the copy's own cut");
+        let carried = r.outcomes_after(0, r.copy_cut_seq());
+        let entries: Vec<_> = carried
+            .iter()
+            .flat_map(|m| match m {
+                ChainMsg::Outcomes { entries, .. } => entries.clone(),
+                _ => Vec::new(),
+            })
+            .collect();
+        assert_eq!(entries, vec![OutcomeEntry { req: deleted, seq: 9, outcome: Outcome::Deleted }]);
     }
 
     #[test]

@@ -137,7 +137,7 @@ impl World {
             return;
         }
         let (epoch, range) = (r.route().epoch, r.route().rc.range);
-        let upto_seq = r.store().sync_max_seq();
+        let upto_seq = r.copy_cut_seq();
         let outcomes = r.outcomes_after(0, upto_seq);
         let stream =
             Stream::new(range, epoch, snapshot, upto_seq, r.store().cut(), None, outcomes, SIM_BATCH_BYTES);
@@ -180,7 +180,7 @@ impl World {
             self.send(node, to, ChainMsg::SuffixRefused { epoch, range, reason });
             return;
         }
-        let upto_seq = r.store().sync_max_seq();
+        let upto_seq = r.copy_cut_seq();
         let outcomes = r.outcomes_after(0, upto_seq);
         let Ok(selection) = Selection::read(have_seq, r.store().cut()) else { return };
         let mut stream =

@@ -39,7 +39,7 @@ impl RangeReplica {
         if !queue(links, from, ChainMsg::SnapshotBegin { epoch, range: self.range, snapshot }) {
             return;
         }
-        let upto_seq = self.store.sync_max_seq();
+        let upto_seq = st.machine.copy_cut_seq();
         let records = self.store.cut();
         let link = links.link(from);
         let outcomes = st.machine.outcomes_after(0, upto_seq);
@@ -88,7 +88,7 @@ impl RangeReplica {
             queue(links, from, refuse(reason));
             return;
         }
-        let upto_seq = self.store.sync_max_seq();
+        let upto_seq = st.machine.copy_cut_seq();
         let records = self.store.cut();
         let latest = self.store.cut();
         // Every remembered outcome, not only the suffix's: the rejoiner kept its records but,
