@@ -930,7 +930,7 @@ impl World {
                 None if route.rc.path().any(|m| m == node) => {
                     // Opened on what a crash left of its datastore; a syncing replica keeps it
                     // to ask for the suffix after it, if it is a whole replica's.
-                    let kept = self.take_kept(node, &route.rc.range);
+                    let kept = self.take_kept(node, &route.rc.range, route.is_syncing());
                     if route.is_syncing() {
                         self.start_sync(node, ix, route, kept);
                         continue;

@@ -171,6 +171,15 @@ pub struct SuffixPlan {
     pub top: RecordMark,
 }
 
+/// Whether a datastore kept as a whole replica of `held` may rejoin `range` by a suffix: only
+/// when `range` lies inside `held`. A whole replica's records are a prefix of the history of
+/// every key it held, so of any range inside it; a range reaching past `held` (a merge of it
+/// with others) has keys whose records below the datastore's highest seq it never held, and a
+/// suffix after that seq would leave them out.
+pub fn suffix_covers(held: &Range, range: &Range) -> bool {
+    super::reshape::within(range, held)
+}
+
 /// The suffix plan of a datastore kept from before a failure, whose highest seq is `max_seq`
 /// and whose records are `records`: `None` (copy the range in full) when the record of
 /// `max_seq` is gone (compaction dropped it) or the store is empty.
@@ -855,6 +864,21 @@ mod tests {
         deleted.delete = true;
         assert_eq!(judge_suffix(&s, &range, 10, &deleted, None), SuffixVerdict::ScanLog);
         assert!(!log_holds(s.cut(), &deleted).expect("scan"));
+    }
+
+    #[test]
+    fn a_whole_replica_rejoins_by_suffix_its_range_or_a_part_never_a_merge() {
+        use fawn_ring::KeyId;
+        let (low, high) = (Range::new(KeyId(100), KeyId(200)), Range::new(KeyId(200), KeyId(300)));
+        let merged = Range::new(KeyId(100), KeyId(300));
+        assert!(suffix_covers(&high, &high));
+        assert!(suffix_covers(&merged, &high), "a part split from it");
+        assert!(suffix_covers(&merged, &low));
+        // The merged range's directory is named by its end, as `high`'s: held alone, `high`
+        // has none of `low`'s records below its highest seq.
+        assert!(!suffix_covers(&high, &merged));
+        assert!(!suffix_covers(&low, &merged));
+        assert!(suffix_covers(&Range::full(), &merged));
     }
 
     fn replicate(seq: u64) -> ChainMsg {
