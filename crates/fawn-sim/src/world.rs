@@ -83,18 +83,7 @@ enum Ev {
         msg: ChainMsg,
     },
     /// A client's request arrives at a node.
-    Request {
-        node: NodeId,
-        range: RangeIx,
-        client: u32,
-        tag: u64,
-        req: Req,
-        /// Through the front-end, with its `reply_to` (an update's answer is the tail's
-        /// `Committed` notice).
-        notice: bool,
-        /// The client's floor when it sent this (`ReqId`).
-        floor: u64,
-    },
+    Request(Sent),
     /// A slow update attempt arrives after the client timed out on it (`Config::late_copies`),
     /// if the connection it was sent on, to the node's `life`, still stands.
     LateCopy {
@@ -190,7 +179,7 @@ enum Ev {
     },
 }
 
-/// One attempt of a client's update as sent: where, with what floor.
+/// One attempt of a client's request as sent: where, with what floor.
 #[derive(Clone, Debug)]
 struct Sent {
     node: NodeId,
@@ -198,7 +187,10 @@ struct Sent {
     client: u32,
     tag: u64,
     req: Req,
+    /// Through the front-end, with its `reply_to` (an update's answer is the tail's
+    /// `Committed` notice).
     notice: bool,
+    /// The client's floor when it sent this (`ReqId`).
     floor: u64,
 }
 
@@ -613,8 +605,8 @@ impl World {
                     }
                 }
             }
-            Ev::Request { node, range, client, tag, req, notice, floor } => {
-                self.on_request(Sent { node, range, client, tag, req, notice, floor });
+            Ev::Request(sent) => {
+                self.on_request(sent);
             }
             Ev::LateCopy { sent, life } => self.on_late_copy(sent, life),
             Ev::Answer { client, tag, answer } => self.on_answer(client, tag, answer),

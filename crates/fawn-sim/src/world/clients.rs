@@ -141,7 +141,7 @@ impl World {
                 self.at(late, Ev::LateCopy { sent, life });
             }
         } else {
-            self.at(d, Ev::Request { node, range, client, tag, req, notice, floor });
+            self.at(d, Ev::Request(Sent { node, range, client, tag, req, notice, floor }));
         }
         self.at(CLIENT_TIMEOUT, Ev::ClientTimeout { client, attempt });
     }
