@@ -192,9 +192,14 @@ impl Manager {
         tokio::time::timeout(timeout, leading).await.is_ok_and(|r| r.is_ok())
     }
 
+    /// The address of the manager this replica believes leads the group, if it knows of one.
+    pub fn known_leader(&self) -> Option<String> {
+        raft::leader(&self.raft).map(|(_, addr)| addr)
+    }
+
     /// The answer of a replica that does not lead: who does, as far as it knows.
     fn not_leader(&self) -> Response {
-        Response::Error(WireError::NotLeader { leader: raft::leader(&self.raft).map(|(_, addr)| addr) })
+        Response::Error(WireError::NotLeader { leader: self.known_leader() })
     }
 
     /// Serves the native protocol and, while leading, runs the failure detector and pushes

@@ -51,11 +51,15 @@ pub async fn start(expected_backends: usize, heartbeat: Duration, fd_threshold: 
 }
 
 impl Group {
-    /// The index of the manager that leads, once one does (at most 30 s).
+    /// The index of the manager that leads, once one does and every manager knows it (at
+    /// most 30 s). One that believes it leads is not enough: a leader deposed by an election
+    /// it has not heard of yet still believes it does.
     pub async fn leader(&self) -> usize {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
-            if let Some(i) = self.managers.iter().position(|m| m.is_leader()) {
+            let agreed =
+                |i: &usize| self.managers.iter().all(|m| m.known_leader().as_ref() == Some(&self.addrs[*i]));
+            if let Some(i) = (0..self.managers.len()).filter(|i| self.managers[*i].is_leader()).find(agreed) {
                 return i;
             }
             assert!(std::time::Instant::now() < deadline, "no manager leads");
