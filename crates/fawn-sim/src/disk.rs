@@ -4,7 +4,8 @@
 use std::collections::BTreeMap;
 
 use fawn_kv::replica::store::{Append, MemStore, ReplicaStore, StoreError, StoredUpdate};
-use fawn_proto::native::{OutcomeEntry, ReplEffect};
+use fawn_kv::replica::sync::SyncStore;
+use fawn_proto::native::{OutcomeEntry, RecordMark, ReplEffect, SnapshotItem};
 use fawn_proto::op::Item;
 use fawn_ring::{key_id, Range};
 
@@ -31,6 +32,10 @@ pub struct DiskStore {
     /// as FAWN-DS keeps them in the record's tag: only those appended with their record.
     keeps_outcomes: bool,
     outcomes: BTreeMap<u64, OutcomeEntry>,
+    /// A whole replica's store (the back-end's `REPLICA` marker): an in-sync replica's, or a
+    /// finished copy. A syncing replica's copy is not, nor a store taking a suffix: a node
+    /// back from a crash rejoins with it only if whole.
+    whole: bool,
 }
 
 impl DiskStore {
@@ -57,6 +62,44 @@ impl DiskStore {
         self.full = full;
     }
 
+    pub fn whole(&self) -> bool {
+        self.whole
+    }
+
+    pub fn set_whole(&mut self, whole: bool) {
+        self.whole = whole;
+    }
+
+    /// An empty store with this one's settings, not whole, holding seqs up to this one's:
+    /// a new copy's over an abandoned one (the back-end shadows every record it held).
+    pub fn emptied(&self) -> DiskStore {
+        let mut empty = self.clone_settings();
+        empty.mem.raise_max_seq(self.mem.max_seq());
+        empty.synced = self.synced.min(empty.mem.max_seq());
+        empty
+    }
+
+    /// Writes records copied from another replica (`MemStore::write_copied`) with one write,
+    /// all or none: refused on a full disk.
+    pub fn write_copied(&mut self, records: &[SnapshotItem]) -> Result<(), StoreError> {
+        if self.full {
+            return Err(StoreError::Failed("no space left on device".into()));
+        }
+        for r in records {
+            self.mem.write_copied(r.seq, &r.key, &r.effect);
+        }
+        if self.always {
+            self.synced = self.mem.max_seq();
+        }
+        Ok(())
+    }
+
+    /// Compaction (`MemStore::compact`) of the durable records: deletes at or below
+    /// `watermark` are dropped.
+    pub fn compact(&mut self, watermark: u64) {
+        self.mem.compact(self.synced, watermark);
+    }
+
     /// What a crash of the host leaves: every synced record, then the unsynced ones up to
     /// `survive` (the page cache wrote back some of them; the first lost one may be torn,
     /// which the datastore cuts at open): the log's prefix up to `survive` or `synced`,
@@ -69,6 +112,7 @@ impl DiskStore {
             mem.append(&Append::bare(&u.key, &u.effect, u.seq)).expect("records in seq order");
         }
         let synced = mem.max_seq();
+        mem.raise_drop_floor(self.mem.dropped_seq_max().min(keep));
         // An outcome is in the record it belongs to.
         let outcomes = self.outcomes.range(..=synced).map(|(s, e)| (*s, e.clone())).collect();
         DiskStore {
@@ -78,6 +122,7 @@ impl DiskStore {
             full: false,
             keeps_outcomes: self.keeps_outcomes,
             outcomes,
+            whole: self.whole,
         }
     }
 
@@ -91,7 +136,8 @@ impl DiskStore {
             mem.append(&Append::bare(&u.key, &u.effect, u.seq)).expect("records in seq order");
         }
         let synced = mem.applied_after(0).take_while(|s| *s <= self.synced).last().unwrap_or(0);
-        DiskStore { mem, synced, outcomes: self.outcomes.clone(), ..self.clone_settings() }
+        mem.raise_drop_floor(self.mem.dropped_seq_max());
+        DiskStore { mem, synced, outcomes: self.outcomes.clone(), whole: self.whole, ..self.clone_settings() }
     }
 
     /// The datastore a merge makes of `parts` (each holding only its own range's keys): each
@@ -109,7 +155,9 @@ impl DiskStore {
         }
         let first = parts.first().map(|p| p.clone_settings()).unwrap_or_default();
         let outcomes = parts.iter().flat_map(|p| p.outcomes.iter().map(|(s, e)| (*s, e.clone()))).collect();
-        Ok(DiskStore { synced: mem.max_seq(), mem, outcomes, ..first })
+        let whole = parts.iter().all(|p| p.whole);
+        mem.raise_drop_floor(parts.iter().map(|p| p.mem.dropped_seq_max()).max().unwrap_or(0));
+        Ok(DiskStore { synced: mem.max_seq(), mem, outcomes, whole, ..first })
     }
 
     /// An empty store with this one's settings (sync policy, outcomes kept, full disk).
@@ -126,6 +174,26 @@ impl DiskStore {
     pub fn record(&self, seq: u64) -> Option<StoredUpdate> {
         let updates = self.mem.updates_after(seq.checked_sub(1)?).ok()?;
         updates.into_iter().next().filter(|u| u.seq == seq)
+    }
+}
+
+impl SyncStore for DiskStore {
+    type Cut = <MemStore as SyncStore>::Cut;
+
+    fn cut(&self) -> Self::Cut {
+        self.mem.cut()
+    }
+
+    fn sync_max_seq(&self) -> u64 {
+        self.mem.max_seq()
+    }
+
+    fn dropped_seq_max(&self) -> u64 {
+        self.mem.dropped_seq_max()
+    }
+
+    fn current_put(&self, key: &[u8]) -> Result<Option<RecordMark>, StoreError> {
+        self.mem.current_put(key)
     }
 }
 

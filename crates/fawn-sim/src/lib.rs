@@ -75,6 +75,11 @@ pub struct Config {
     /// (`Replica::with_dedup_window`; default `world::DEDUP_WINDOW`, seconds instead of the
     /// back-end's minute, so that outcomes also go by the window in longer runs).
     pub dedup_window: u64,
+    /// Each interval sync of a datastore compacts it (`MemStore::compact`): superseded
+    /// records and deletes at or below the replica's acknowledged seq are dropped, raising the
+    /// drop floor a suffix sync is judged by. Off by default: runs with it still find
+    /// violations (open work).
+    pub compaction: bool,
     /// Clients reach the chains through one front-end with the real query cache
     /// (`world::frontend`); off: clients send to heads and tails themselves.
     pub frontend_cache: bool,
@@ -109,6 +114,7 @@ impl Default for Config {
             frontend_cache: false,
             late_copies: true,
             dedup_window: world::DEDUP_WINDOW,
+            compaction: false,
             trace: false,
             #[cfg(feature = "faults")]
             fault: None,

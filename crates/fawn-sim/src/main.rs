@@ -59,6 +59,10 @@ struct Args {
     /// as the back-end's FAWN-DS keeps them in record tags).
     #[arg(long)]
     volatile_outcomes: bool,
+    /// Each interval sync compacts the datastores: superseded records and old deletes
+    /// dropped, which a suffix sync must notice.
+    #[arg(long)]
+    compaction: bool,
     /// Clients go through one front-end with the real query cache (gets served from it,
     /// updates and `Committed` notices invalidating it).
     #[arg(long)]
@@ -99,6 +103,7 @@ fn main() {
         volatile_outcomes: args.volatile_outcomes,
         frontend_cache: args.frontend_cache,
         late_copies: args.late_copies,
+        compaction: args.compaction,
         ..Default::default()
     };
     #[cfg(feature = "faults")]

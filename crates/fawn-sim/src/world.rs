@@ -10,7 +10,7 @@ use fawn_kv::manager::state::LinkCuts;
 use fawn_kv::replica::machine::{Action, Event, Replica};
 use fawn_kv::replica::route::Route;
 use fawn_kv::replica::store::ReplicaStore;
-use fawn_proto::native::{ChainMsg, ClusterConfig, RangeConfig, ReqId, WireError};
+use fawn_proto::native::{ChainMsg, ClusterConfig, RangeConfig, ReplEffect, ReqId, WireError};
 use fawn_proto::op::{Item, Outcome, Update};
 use fawn_ring::{key_id, NodeId, Range};
 use rand::rngs::SmallRng;
@@ -26,6 +26,7 @@ mod frontend;
 mod manager;
 mod membership;
 mod partition;
+mod sync;
 
 /// Simulated time, in microseconds.
 type Micros = u64;
@@ -96,6 +97,8 @@ enum Ev {
         client: u32,
         tag: u64,
         answer: Answer,
+        /// The attempt of the update it answers (`None`: whichever is current).
+        attempt: Option<u32>,
     },
     /// A client sends its current request again after a back-off.
     ClientSend {
@@ -120,6 +123,13 @@ enum Ev {
     Tick {
         node: NodeId,
         life: u32,
+    },
+    /// The next message of a node's outgoing snapshot or suffix stream of a range.
+    StreamNext {
+        node: NodeId,
+        life: u32,
+        range: RangeIx,
+        snapshot: u64,
     },
     /// A node's disk fills up (`full`), or has room again (`Config::full_disks`).
     DiskFull {
@@ -179,7 +189,7 @@ enum Ev {
     },
 }
 
-/// One attempt of a client's request as sent: where, with what floor.
+/// One attempt of a client's update as sent: where, with what floor, which attempt.
 #[derive(Clone, Debug)]
 struct Sent {
     node: NodeId,
@@ -192,6 +202,8 @@ struct Sent {
     notice: bool,
     /// The client's floor when it sent this (`ReqId`).
     floor: u64,
+    /// The client's attempt this is: its answer is taken only while the client waits for it.
+    attempt: u32,
 }
 
 #[derive(Clone, Debug)]
@@ -220,6 +232,10 @@ struct Node {
     kept: BTreeMap<RangeIx, DiskStore>,
     /// The disk refuses appends (new replicas' too).
     disk_full: bool,
+    /// Its syncing replicas' progress (`world::sync`), by range.
+    syncs: BTreeMap<RangeIx, fawn_kv::replica::sync::SyncProgress>,
+    /// The snapshot or suffix stream it sends, per range (the newest request's).
+    sending: BTreeMap<RangeIx, sync::Outgoing>,
 }
 
 /// What a crash takes.
@@ -355,9 +371,17 @@ pub struct World {
     high: HashMap<(NodeId, RangeIx, u32), (u64, u64)>,
     violations: Vec<String>,
     steps: u64,
-    /// The (range, seq) each client request was ordered at, and its first answer.
+    /// Snapshot and suffix streams started (their ids).
+    snapshots: u64,
+    /// The highest seq of a delete any replica applied, by key: a key without any record is
+    /// one deleted, whose tombstone compaction dropped.
+    applied_deletes: HashMap<Vec<u8>, u64>,
+    /// The (range, seq) each client request was ordered at, and the answer its client took.
     ordered: HashMap<ReqId, Vec<(RangeIx, u64, Outcome)>>,
     answered: HashMap<ReqId, Outcome>,
+    /// The latest attempt of each update request that reached each node: a node's answer
+    /// answers that attempt.
+    attempt_at: HashMap<(NodeId, ReqId), u32>,
     /// (range, seq) stored at the tail of their time.
     committed: HashSet<(RangeIx, u64)>,
     /// The front-end with its query cache, if the run has one (`Config::frontend_cache`).
@@ -419,7 +443,10 @@ impl World {
             steps: 0,
             ordered: HashMap::new(),
             answered: HashMap::new(),
+            attempt_at: HashMap::new(),
             committed: HashSet::new(),
+            snapshots: 0,
+            applied_deletes: HashMap::new(),
             frontend: cfg.frontend_cache.then(|| frontend::Frontend::new(&cfg)),
             cfg,
         };
@@ -438,6 +465,8 @@ impl World {
                     replicas: BTreeMap::new(),
                     kept: BTreeMap::new(),
                     disk_full: false,
+                    syncs: BTreeMap::new(),
+                    sending: BTreeMap::new(),
                 },
             );
             w.install_now(n, epoch);
@@ -466,16 +495,12 @@ impl World {
         w
     }
 
-    fn new_replica(&self, route: Route) -> Replica<DiskStore> {
-        self.open_replica(self.empty_store(), route)
-    }
-
-    fn empty_store(&self) -> DiskStore {
+    pub(super) fn empty_store(&self) -> DiskStore {
         DiskStore::new(self.cfg.sync).keeping_outcomes(!self.cfg.volatile_outcomes)
     }
 
-    fn open_replica(&self, store: DiskStore, route: Route) -> Replica<DiskStore> {
-        let r = Replica::new(store, route).with_dedup_window(self.cfg.dedup_window);
+    pub(super) fn open_replica(&self, store: DiskStore, route: Route) -> Replica<DiskStore> {
+        let r = Replica::new(store, route).with_dedup_window(self.cfg.dedup_window).with_shell_sync();
         #[cfg(feature = "faults")]
         let r = r.with_fault(self.cfg.fault);
         r
@@ -598,7 +623,7 @@ impl World {
                             let epoch = self.config().epoch;
                             self.install_now(to, epoch);
                         }
-                        self.step(to, ix, Event::Chain { from, msg });
+                        self.deliver_chain(to, ix, from, msg);
                         if ahead && !resend {
                             self.catch_up(to, from, ix);
                         }
@@ -609,7 +634,7 @@ impl World {
                 self.on_request(sent);
             }
             Ev::LateCopy { sent, life } => self.on_late_copy(sent, life),
-            Ev::Answer { client, tag, answer } => self.on_answer(client, tag, answer),
+            Ev::Answer { client, tag, answer, attempt } => self.on_answer(client, tag, answer, attempt),
             Ev::Committed { req, outcome, key } => self.frontend_committed(req, outcome, key),
             Ev::ClientSend { client } => self.send_request(client),
             Ev::NodeBack { node } => self.node_back(node),
@@ -618,6 +643,7 @@ impl World {
             Ev::Tick { node, life } => {
                 if self.nodes.get(&node).is_some_and(|n| n.alive && n.life == life) {
                     for ix in self.held(node) {
+                        self.tick_sync(node, ix);
                         self.step(node, ix, Event::Tick);
                         self.report_tail_ready(node, ix);
                         self.report_drained(node, ix, true);
@@ -625,10 +651,17 @@ impl World {
                     self.at(TICK_INTERVAL, Ev::Tick { node, life });
                 }
             }
+            Ev::StreamNext { node, life, range, snapshot } => self.stream_next(node, life, range, snapshot),
             Ev::DiskSync { node, life } => {
+                let compaction = self.cfg.compaction;
                 if let Some(n) = self.nodes.get_mut(&node).filter(|n| n.alive && n.life == life) {
                     for r in n.replicas.values_mut() {
+                        // As the back-end gives its datastore the replica's tombstone watermark.
+                        let watermark = r.tombstone_watermark();
                         r.store_mut().sync();
+                        if compaction {
+                            r.store_mut().compact(watermark);
+                        }
                     }
                     self.schedule_disk_sync(node, life);
                 }
@@ -679,9 +712,16 @@ impl World {
         let before = replica.store().max_seq();
         let actions = replica.step(event);
         let (max_seq, acked) = (replica.store().max_seq(), replica.acked());
-        if replica.route().is_tail() {
-            // Stored at the tail: committed.
-            self.committed.extend(replica.store().mem().applied_after(before).map(|s| (ix, s)));
+        let is_tail = replica.route().is_tail();
+        for seq in replica.store().mem().applied_after(before) {
+            if is_tail {
+                // Stored at the tail: committed.
+                self.committed.insert((ix, seq));
+            }
+            if let Some(u) = replica.store().record(seq).filter(|u| u.effect == ReplEffect::Delete) {
+                let top = self.applied_deletes.entry(u.key).or_default();
+                *top = (*top).max(seq);
+            }
         }
         let high = self.high.entry((node, ix, life)).or_default();
         if max_seq < high.0 || acked < high.1 {
@@ -722,19 +762,15 @@ impl World {
             // A head does not answer an update it forwarded with `reply_to`.
             Action::Reply { req, .. } if self.silenced.contains(&(node, req)) => {}
             Action::Reply { req, result } => {
-                if let Ok(outcome) = &result {
-                    self.note_answered(req, outcome);
-                }
+                let attempt = self.attempt_at.get(&(node, req)).copied();
+                let (client, tag, answer) = (req.client as u32, req.seq, Answer::Update(result));
                 let d = self.delay();
-                self.at(
-                    d,
-                    Ev::Answer { client: req.client as u32, tag: req.seq, answer: Answer::Update(result) },
-                );
+                self.at(d, Ev::Answer { client, tag, answer, attempt });
             }
             Action::GetReply { token, result } => {
                 let (client, tag) = ((token >> 32) as u32, token & u32::MAX as u64);
                 let d = self.delay();
-                self.at(d, Ev::Answer { client, tag, answer: Answer::Get(result) });
+                self.at(d, Ev::Answer { client, tag, answer: Answer::Get(result), attempt: None });
             }
             Action::Committed { req, outcome, key, .. } => {
                 if !self.isolated(node) {
@@ -757,7 +793,7 @@ impl World {
         }
     }
 
-    /// Every answer to one request must be the same.
+    /// Every answer a client takes for one request must be the same.
     fn note_answered(&mut self, req: ReqId, outcome: &Outcome) {
         let first = self.answered.entry(req).or_insert_with(|| outcome.clone()).clone();
         if first != *outcome {
@@ -872,22 +908,23 @@ impl World {
                 Some(r) if r.route().epoch >= epoch => {}
                 Some(r)
                     if route.is_syncing()
-                        && !r.route().is_syncing()
-                        && !self.suffix_provable(ix, r.store(), &route) =>
+                        && (!r.route().is_syncing() || self.sync_source_changed(node, ix, &route)) =>
                 {
-                    // The source refuses a suffix: the replica starts over from an empty copy.
-                    let replica = self.new_replica(route);
-                    self.high.remove(&(node, ix, self.nodes[&node].life));
-                    if let Some(n) = self.nodes.get_mut(&node) {
-                        n.replicas.insert(ix, replica);
-                    }
+                    // As the back-end's `install_range`: an in-sync replica made a syncing one
+                    // (declared failed while running) rejoins with its records; a copy from
+                    // another source starts afresh.
+                    let store = (!r.route().is_syncing()).then(|| r.store().clone());
+                    self.start_sync(node, ix, route, store);
                 }
                 Some(_) => self.step(node, ix, Event::Install(route)),
                 None if route.rc.path().any(|m| m == node) => {
                     // Opened on what a crash left of its datastore; a syncing replica keeps it
-                    // only if the source grants the suffix after it.
-                    let kept = self.take_kept(node, &route.rc.range);
-                    let kept = kept.filter(|k| !route.is_syncing() || self.suffix_provable(ix, k, &route));
+                    // to ask for the suffix after it, if it is a whole replica's.
+                    let kept = self.take_kept(node, &route.rc.range, route.is_syncing());
+                    if route.is_syncing() {
+                        self.start_sync(node, ix, route, kept);
+                        continue;
+                    }
                     let replica = self.open_replica(kept.unwrap_or_else(|| self.empty_store()), route);
                     if let Some(n) = self.nodes.get_mut(&node) {
                         n.replicas.insert(ix, replica);
@@ -896,27 +933,13 @@ impl World {
                 None => {}
             }
         }
+        self.settle_syncs(node);
         // A replica opened on a full disk finds it full too.
         if let Some(n) = self.nodes.get_mut(&node).filter(|n| n.disk_full) {
             for r in n.replicas.values_mut() {
                 r.store_mut().set_full(true);
             }
         }
-    }
-
-    /// Whether the sync source would grant `replica`, which rejoins its range as a syncing
-    /// replica with what it kept, the suffix after its last record (the real back-end's
-    /// suffix sync, docs/PROTOCOL.md): only if the source, the range's tail, holds that very
-    /// record, so it committed and everything the replica holds below it is the range's. A
-    /// refused suffix means a full copy.
-    fn suffix_provable(&self, ix: RangeIx, store: &DiskStore, route: &Route) -> bool {
-        let top = store.max_seq();
-        if top == 0 {
-            return true;
-        }
-        let record = |store: &DiskStore| store.record(top);
-        let source = route.rc.tail().and_then(|t| self.nodes.get(&t).filter(|n| n.alive)?.replicas.get(&ix));
-        source.is_some_and(|s| record(s.store()).is_some_and(|r| Some(r) == record(store)))
     }
 
     /// The manager pushes a new configuration to every node, each over its own connection.
@@ -1014,6 +1037,8 @@ impl World {
         n.alive = false;
         n.life += 1;
         let replicas = std::mem::take(&mut n.replicas);
+        n.syncs.clear();
+        n.sending.clear();
         let kept = match kind {
             Crash::Process => {
                 replicas.into_iter().map(|(ix, r)| (ix, r.store().after_crash(u64::MAX))).collect()

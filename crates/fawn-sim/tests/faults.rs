@@ -61,7 +61,16 @@ fn applying_across_a_gap_is_found() {
 
 #[test]
 fn an_old_tail_that_confirms_catch_up_before_stepping_down_is_found() {
-    found(Fault::CaughtUpFromOldTail);
+    // The promoted tail asks its predecessor for a resend in the epoch that promoted it, and
+    // the back-end's catch-up makes the old tail install that epoch, and step down, before it
+    // answers: the fault is masked. (A syncing replica once caught up by such resends, whose
+    // `CaughtUp` could arrive after its promotion; it now syncs by a snapshot stream.) So
+    // the fault is sought with nodes that learn configurations only from the manager's
+    // pushes.
+    found_with(
+        Fault::CaughtUpFromOldTail,
+        Config { crashes_max: 1, catch_up: false, ..Config::memory_only() },
+    );
 }
 
 #[test]
@@ -115,4 +124,12 @@ fn a_head_that_orders_a_stale_copy_again_is_found() {
     // Needs a late copy of an attempt that timed out reaching its head after the client's
     // next update there raised its floor past it (the head forgot its outcome).
     found(Fault::StaleCopyOrdered);
+}
+
+#[test]
+fn a_suffix_granted_past_a_dropped_record_is_found() {
+    // Needs a replica rejoining by a suffix while its source's compaction dropped a delete
+    // above the rejoiner's last record.
+    let cfg = Config { compaction: true, ..Config::memory_only() };
+    found_with(Fault::SuffixPastDroppedRecord, cfg);
 }

@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::replica::reshape;
+use crate::replica::sync::suffix_covers;
 
 impl Backend {
     /// Installs a newer configuration: opens, re-wires or drops this node's replicas.
@@ -248,7 +249,7 @@ impl Backend {
         // The directory is named by the range's end, which a range merged into this one may
         // share: only a whole replica of a range holding this one may rejoin it.
         let held = marked_range(&self.range_dir(&range));
-        if !held.is_some_and(|held| reshape::suffix_covers(&held, &range)) {
+        if !held.is_some_and(|held| suffix_covers(&held, &range)) {
             return None;
         }
         // A replica that was syncing holds part of a snapshot, never a prefix.

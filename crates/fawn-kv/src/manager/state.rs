@@ -552,14 +552,18 @@ pub fn leave(
     Ok(Some(rebalanced(next, cuts)))
 }
 
-/// A syncing replica caught up: it joins the chain as the new tail, and the chain sheds any
-/// node the ring no longer prefers beyond R — except the old tail, which stays as the new
-/// tail's predecessor until the new tail reports it serves gets ([`tail_ready`]). Dropping the
-/// old tail in the same change would leave it acting as tail by its older configuration
-/// (committing updates on its own ack, answering gets) until it installs the new one, while
-/// the new chain already commits updates it never sees: a stale read. As the new tail's
-/// predecessor it confirms the catch-up only once it has stepped down. The new tail is the
-/// range's [`RangeConfig::unproven_tail`] until then (see [`last_proven`]).
+/// A syncing replica caught up: it joins the chain as the new tail, the range's
+/// [`RangeConfig::unproven_tail`], and the chain sheds nothing yet: the nodes the ring no
+/// longer prefers beyond R (the old tail among them) leave only once the new tail reports it
+/// serves gets ([`tail_ready`]).
+/// * Dropping the old tail in the same change would leave it acting as tail by its older
+///   configuration (committing updates on its own ack, answering gets) until it installs the
+///   new one, while the new chain already commits updates it never sees: a stale read. As the
+///   new tail's predecessor it confirms the catch-up only once it has stepped down.
+/// * Dropping any other proven replica (a leaver, a node a join displaces) would leave the
+///   range with one proven replica fewer while the new one is not yet a copy: should the rest
+///   fail before the new tail is proven, the range's last proven replica could be one whose
+///   disk is already lost, while a live node holding the data had been let go.
 pub fn sync_done(
     config: &ClusterConfig,
     node: NodeId,
@@ -567,19 +571,14 @@ pub fn sync_done(
     cuts: &LinkCuts,
 ) -> Result<Option<ClusterConfig>, Refused> {
     let mut next = config.clone();
-    let ring = alive_ring(&next);
-    let replicas = next.replicas;
     let rc = next
         .ranges
         .iter_mut()
         .find(|r| r.range == range && r.syncing.contains(&node))
         .ok_or_else(|| Refused::NotSyncing { node, range: range.id_string() })?;
-    let old_tail = rc.tail();
     rc.syncing.retain(|n| *n != node);
     rc.chain.push(node);
-    shed_unpreferred(rc, &ring, replicas, old_tail);
-    // Unless the ring no longer prefers it either (shed at once).
-    rc.unproven_tail = rc.chain.contains(&node).then_some(node);
+    rc.unproven_tail = Some(node);
     Ok(Some(rebalanced(next, cuts)))
 }
 

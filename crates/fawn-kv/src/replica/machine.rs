@@ -4,12 +4,13 @@
 //! and duplicate detection by `prev_seq`), acks from the tail back up, resends (asked for on a
 //! gap, a new predecessor or a promotion; unacknowledged updates re-sent on a new connection
 //! or to a new successor), gets at the tail, and a syncing replica catching up. The datastore
-//! is written through [`ReplicaStore`] inside `step`, so append order is seq order. Snapshot
-//! and suffix streams, splits and merges stay in the async back-end (`backend::range`), which
-//! runs this machine with `with_shell_sync`: it buffers a syncing replica's updates while a
-//! snapshot streams in and feeds them here afterwards. Without it (the simulator) a syncing
-//! replica catches up by asking its source to resend its log (`Resend` after 0), and a
-//! `SnapshotEnd` after the resent updates ends its sync.
+//! is written through [`ReplicaStore`] inside `step`, so append order is seq order. A syncing
+//! replica's copy is a snapshot or suffix stream whose decisions are `replica::sync`'s; the
+//! back-end's shell (`backend::range`) and the simulator run them, and this machine with
+//! `with_shell_sync`: the caller buffers a syncing replica's updates while its copy streams
+//! in and feeds them here afterwards (`sync::replay`), then `SnapshotEnd` ends the sync.
+//! Without `with_shell_sync` (unit tests) a syncing replica catches up by asking its source to
+//! resend its log (`Resend` after 0), and a `SnapshotEnd` after the resent updates ends it.
 //!
 //! Sends are executed by the caller in order per peer; one that does not fit its link is
 //! reported back (`Event::Dropped`) together with everything after it to the same peer, and
@@ -58,11 +59,14 @@ pub enum Fault {
     /// A head orders a copy of a request below its client's floor that it no longer
     /// remembers (a late copy of an attempt the client gave up on) as a new request.
     StaleCopyOrdered,
+    /// A sync source grants a suffix although compaction dropped a delete or expired item
+    /// above the rejoiner's last record (`replica::sync::suffix_refusal`, point 3).
+    SuffixPastDroppedRecord,
 }
 
 impl Fault {
     /// Every fault, for tools that pick one by name.
-    pub const ALL: [Fault; 10] = [
+    pub const ALL: [Fault; 11] = [
         Fault::ForgetDedupOnPromotion,
         Fault::NoUnackedToNewSuccessor,
         Fault::TailReadsBeforeCaughtUp,
@@ -73,6 +77,7 @@ impl Fault {
         Fault::IncompleteCopyAccepted,
         Fault::HeirForgetsRequests,
         Fault::StaleCopyOrdered,
+        Fault::SuffixPastDroppedRecord,
     ];
 }
 
@@ -229,6 +234,8 @@ pub struct Replica<S> {
     last_seq: u64,
     /// Everything up to here is committed (stored at the tail).
     acked: u64,
+    /// Compaction may drop deletes up to here (`tombstone_watermark`).
+    watermark: u64,
     /// The highest ack a successor sent in this replica's life (what it may pass upstream
     /// again): every ack starts at a tail, so it stays true when the successor changes. Not
     /// `acked`, which a replica opened on its datastore takes from the seqs it holds.
@@ -282,6 +289,7 @@ impl<S: ReplicaStore> Replica<S> {
             store,
             last_seq: last,
             acked: last,
+            watermark: 0,
             acked_by_successor: 0,
             recent,
             unacked: BTreeMap::new(),
@@ -367,6 +375,17 @@ impl<S: ReplicaStore> Replica<S> {
         self
     }
 
+    /// The fault switched on, if any (the sync code takes it too: `replica::sync`).
+    #[cfg(feature = "faults")]
+    pub fn fault(&self) -> Option<Fault> {
+        self.fault
+    }
+
+    #[cfg(not(feature = "faults"))]
+    pub fn fault(&self) -> Option<Fault> {
+        None
+    }
+
     #[cfg(feature = "faults")]
     fn faulty(&self, fault: Fault) -> bool {
         self.fault == Some(fault)
@@ -383,6 +402,16 @@ impl<S: ReplicaStore> Replica<S> {
 
     pub fn store(&self) -> &S {
         &self.store
+    }
+
+    /// The seq a copy served from this replica is cut at, with the request outcomes up to it:
+    /// its store's highest seq, or its own last seq where that is higher. A replica made by a
+    /// full copy holds the range's state as of the copy's cut, which lies above its highest
+    /// record when the source's compaction had dropped deletes at the top of its log; cut at
+    /// its highest record, a copy from it would leave out those deletes' outcomes, and a later
+    /// head holding that copy would decide a retry of such a delete again.
+    pub fn copy_cut_seq(&self) -> u64 {
+        self.store.max_seq().max(self.last_seq)
     }
 
     /// The datastore itself, for what happens to it outside the write path (a simulated
@@ -455,7 +484,20 @@ impl<S: ReplicaStore> Replica<S> {
                 }
             }
         }
+        if self.route.rc.syncing.is_empty() && self.route.rc.unproven_tail.is_none() {
+            self.watermark = self.acked;
+        }
         out
+    }
+
+    /// The seq up to which the datastore's compaction may drop deletes (FAWN-DS's tombstone
+    /// watermark): what the tail acknowledged, as every chain member holds it — but held
+    /// where it was while the range has a syncing replica or an unproven tail. Those may
+    /// still ask for updates after their copy's cut or their last one (a live update lost,
+    /// a promotion), and a resend read from a log that dropped a delete above that point
+    /// would leave them an older put of its key: a deleted item would come back.
+    pub fn tombstone_watermark(&self) -> u64 {
+        self.watermark
     }
 
     /// A send did not fit its link: an update to the successor waits in `unacked` (sent again
@@ -773,6 +815,17 @@ impl<S: ReplicaStore> Replica<S> {
         for e in entries.into_iter().filter(|e| e.seq <= have) {
             self.remember(e.req, e.seq, e.outcome);
         }
+    }
+
+    /// A syncing replica's copy is complete: it holds the range's state as of `upto_seq`
+    /// (each key's latest record up to it, or none where the source's compaction dropped a
+    /// delete), so it remembers the copied updates' `outcomes` up to it, and as a later head
+    /// orders above it.
+    pub fn copied(&mut self, upto_seq: u64, outcomes: Vec<OutcomeEntry>) {
+        for e in outcomes.into_iter().filter(|e| e.seq <= upto_seq) {
+            self.remember(e.req, e.seq, e.outcome);
+        }
+        self.last_seq = self.last_seq.max(upto_seq);
     }
 
     /// Remembers a request's outcome in the dedup table. (One whose update this replica
@@ -1638,6 +1691,104 @@ mod tests {
             assert_eq!(batch.store().seq_of(b"a"), one.store().seq_of(b"a"));
             assert_eq!((batch.acked(), batch.unacked_len()), (one.acked(), one.unacked_len()));
         }
+    }
+
+    #[test]
+    fn a_copy_remembers_its_outcomes_up_to_its_cut_and_a_later_head_orders_above_it() {
+        // The source's compaction dropped the delete at the top of its log (seq 9): the copy's
+        // highest record is 5, yet the delete's outcome is part of the copy.
+        let syncing = Route {
+            epoch: 1,
+            me: 2,
+            rc: RangeConfig { syncing: vec![2], ..RangeConfig::new(Range::full(), vec![1]) },
+        };
+        let mut r = Replica::new(MemStore::default(), syncing).with_shell_sync();
+        let put = ReplEffect::Put { value: b"v".to_vec(), flags: 0, expiry: 0, state: 0 };
+        r.store_mut().write_copied(5, b"k", &put);
+        let (stored, deleted, after_cut) =
+            (ReqId { client: 1, seq: 1 }, ReqId { client: 1, seq: 2 }, ReqId { client: 1, seq: 3 });
+        r.copied(
+            9,
+            vec![
+                OutcomeEntry { req: stored, seq: 5, outcome: Outcome::Stored { cas: 5 } },
+                OutcomeEntry { req: deleted, seq: 9, outcome: Outcome::Deleted },
+                OutcomeEntry { req: after_cut, seq: 12, outcome: Outcome::Stored { cas: 12 } },
+            ],
+        );
+        r.step(Event::Install(route(2, 2, &[2])));
+        let delete = Update { mutation: Mutation::Delete, ..set("j", "") };
+        // The retry is answered from the copy's outcome (once seq 9 counts as committed),
+        // not decided again.
+        assert!(r.step(update(2, delete)).is_empty());
+        assert_eq!(r.store().max_seq(), 5, "the retried delete was ordered again");
+        // An outcome above the cut is not the copy's: that request is new here, and is
+        // ordered above the cut.
+        let new = r.step(update(3, set("k", "w")));
+        let replies = vec![
+            Action::Reply { req: deleted, result: Ok(Outcome::Deleted) },
+            Action::Reply { req: after_cut, result: Ok(Outcome::Stored { cas: 10 }) },
+        ];
+        assert_eq!(new, replies);
+    }
+
+    #[test]
+    fn a_copy_served_by_a_copy_is_cut_at_the_first_copy_s_cut_with_its_outcomes() {
+        // This replica's own copy was cut at 9 above its highest record (5): the source had
+        // dropped the delete at 9. A copy served from it must carry that delete's outcome.
+        let syncing = Route {
+            epoch: 1,
+            me: 2,
+            rc: RangeConfig { syncing: vec![2], ..RangeConfig::new(Range::full(), vec![1]) },
+        };
+        let mut r = Replica::new(MemStore::default(), syncing).with_shell_sync();
+        let put = ReplEffect::Put { value: b"v".to_vec(), flags: 0, expiry: 0, state: 0 };
+        r.store_mut().write_copied(5, b"k", &put);
+        let deleted = ReqId { client: 1, seq: 2 };
+        r.copied(9, vec![OutcomeEntry { req: deleted, seq: 9, outcome: Outcome::Deleted }]);
+        assert_eq!(r.copy_cut_seq(), 9, "cut at the highest record, below the copy's own cut");
+        let carried = r.outcomes_after(0, r.copy_cut_seq());
+        let entries: Vec<_> = carried
+            .iter()
+            .flat_map(|m| match m {
+                ChainMsg::Outcomes { entries, .. } => entries.clone(),
+                _ => Vec::new(),
+            })
+            .collect();
+        assert_eq!(entries, vec![OutcomeEntry { req: deleted, seq: 9, outcome: Outcome::Deleted }]);
+    }
+
+    #[test]
+    fn the_tombstone_watermark_holds_while_a_replica_syncs_or_a_new_tail_is_unproven() {
+        let mut c = Chain::new(&[1, 2]);
+        c.run(1, update(1, set("a", "1")));
+        let before = c.0[&2].acked();
+        assert!(before > 0);
+        let marks = |c: &Chain| c.0.values().map(|r| r.tombstone_watermark()).collect::<Vec<_>>();
+        assert_eq!(marks(&c), vec![before, before]);
+        let install = |c: &mut Chain, epoch: u64, rc: RangeConfig| {
+            let nodes: Vec<NodeId> = c.0.keys().copied().collect();
+            for n in nodes {
+                c.run(n, Event::Install(Route { epoch, me: n, rc: rc.clone() }));
+            }
+        };
+        // Node 3 syncs behind the tail, then joins as the unproven tail: a resend to it from
+        // a log compacted up to `acked` could lack a delete it needs.
+        let syncing = RangeConfig { syncing: vec![3], ..RangeConfig::new(Range::full(), vec![1, 2]) };
+        c.0.insert(3, Replica::new(MemStore::default(), Route { epoch: 2, me: 3, rc: syncing.clone() }));
+        install(&mut c, 2, syncing);
+        c.run(1, update(2, set("a", "2")));
+        assert!(c.0[&2].acked() > before);
+        assert_eq!(marks(&c)[..2], [before, before], "the watermark passed a syncing replica");
+        let unproven =
+            RangeConfig { unproven_tail: Some(3), ..RangeConfig::new(Range::full(), vec![1, 2, 3]) };
+        install(&mut c, 3, unproven);
+        c.run(1, update(3, set("a", "3")));
+        assert_eq!(marks(&c)[..2], [before, before], "the watermark passed an unproven tail");
+        // Proven: it follows what the tail acknowledged again.
+        install(&mut c, 4, RangeConfig::new(Range::full(), vec![1, 2, 3]));
+        c.run(1, update(4, set("a", "4")));
+        let acked = c.0[&3].acked();
+        assert_eq!(marks(&c), vec![acked; 3]);
     }
 
     #[test]

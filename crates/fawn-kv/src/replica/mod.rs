@@ -10,4 +10,5 @@ pub mod machine;
 pub mod reshape;
 pub mod route;
 pub mod store;
+pub mod sync;
 pub mod tag;

@@ -18,15 +18,6 @@ pub fn within(part: &Range, whole: &Range) -> bool {
             && (part.start_exclusive == whole.start_exclusive || whole.contains(part.start_exclusive)))
 }
 
-/// Whether a datastore kept as a whole replica of `held` may rejoin `range` by a suffix: only
-/// when `range` lies inside `held`. A whole replica's records are a prefix of the history of
-/// every key it held, so of any range inside it; a range reaching past `held` (a merge of it
-/// with others) has keys whose records below the datastore's highest seq it never held, and a
-/// suffix after that seq would leave them out.
-pub fn suffix_covers(held: &Range, range: &Range) -> bool {
-    within(range, held)
-}
-
 /// Where two ranges overlap, when that is one range (`None` when they do not overlap; two
 /// ranges that each wrap past the other's end overlap twice, which ranges tiling the ring
 /// never do with one of each other's tiles but for a ring of one or two ids).
@@ -103,19 +94,6 @@ mod tests {
 
     fn r(a: u128, b: u128) -> Range {
         Range::new(KeyId(a), KeyId(b))
-    }
-
-    #[test]
-    fn a_whole_replica_rejoins_by_suffix_its_range_or_a_part_never_a_merge() {
-        let (low, high, merged) = (r(100, 200), r(200, 300), r(100, 300));
-        assert!(suffix_covers(&high, &high));
-        assert!(suffix_covers(&merged, &high), "a part split from it");
-        assert!(suffix_covers(&merged, &low));
-        // The merged range's directory is named by its end, as `high`'s: held alone, `high`
-        // has none of `low`'s records below its highest seq.
-        assert!(!suffix_covers(&high, &merged));
-        assert!(!suffix_covers(&low, &merged));
-        assert!(suffix_covers(&Range::full(), &merged));
     }
 
     #[test]

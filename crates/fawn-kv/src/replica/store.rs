@@ -104,6 +104,8 @@ pub struct MemStore {
     latest: BTreeMap<Vec<u8>, (u64, ReplEffect)>,
     max_seq: u64,
     log: BTreeMap<u64, (Vec<u8>, ReplEffect)>,
+    /// The highest seq of a delete `compact` dropped (FAWN-DS's `dropped_seq_max`).
+    dropped_seq_max: u64,
 }
 
 impl MemStore {
@@ -125,6 +127,64 @@ impl MemStore {
     /// Every key's latest update, in key order.
     pub fn contents(&self) -> impl Iterator<Item = (&Vec<u8>, &(u64, ReplEffect))> {
         self.latest.iter()
+    }
+
+    /// `key`'s latest update, if any.
+    pub fn latest_record(&self, key: &[u8]) -> Option<StoredUpdate> {
+        let (seq, effect) = self.latest.get(key)?;
+        Some(StoredUpdate { seq: *seq, key: key.to_vec(), effect: effect.clone() })
+    }
+
+    /// The highest seq of a delete compaction dropped (0: none).
+    pub fn dropped_seq_max(&self) -> u64 {
+        self.dropped_seq_max
+    }
+
+    /// The highest seq held is at least `seq` (records shadowed, as the back-end shadows an
+    /// abandoned copy's, keep their seqs).
+    pub fn raise_max_seq(&mut self, seq: u64) {
+        self.max_seq = self.max_seq.max(seq);
+    }
+
+    /// Takes over a drop floor of `seq` (kept across a reopen, as FAWN-DS's `DROPSEQ` and
+    /// `MAXSEQ` files keep it): the highest seq held is at least it too.
+    pub fn raise_drop_floor(&mut self, seq: u64) {
+        self.dropped_seq_max = self.dropped_seq_max.max(seq);
+        self.max_seq = self.max_seq.max(seq);
+    }
+
+    /// Writes a record copied from another replica's log (a snapshot or suffix stream), as
+    /// FAWN-DS's `write_batch` does: its seq need not be above those held (a suffix asked
+    /// for again rewrites records an abandoned stream wrote), and a key's latest record is the
+    /// one with the highest seq.
+    pub fn write_copied(&mut self, seq: u64, key: &[u8], effect: &ReplEffect) {
+        if self.latest.get(key).is_none_or(|(s, _)| *s <= seq) {
+            self.latest.insert(key.to_vec(), (seq, effect.clone()));
+        }
+        self.log.insert(seq, (key.to_vec(), effect.clone()));
+        self.max_seq = self.max_seq.max(seq);
+    }
+
+    /// Compacts the log as FAWN-DS's cleaning does, among the records up to `upto`: drops
+    /// superseded records, and deletes at or below `watermark` (every replica holds them:
+    /// FAWN-DS's tombstone watermark), which raise the drop floor. `max_seq` stays.
+    pub fn compact(&mut self, upto: u64, watermark: u64) {
+        let latest = &self.latest;
+        let mut dropped_delete = 0;
+        self.log.retain(|seq, (key, effect)| {
+            if *seq > upto {
+                return true;
+            }
+            let current = latest.get(key).is_some_and(|(s, _)| s == seq);
+            let old_delete = matches!(effect, ReplEffect::Delete) && *seq <= watermark;
+            if current && old_delete {
+                dropped_delete = dropped_delete.max(*seq);
+            }
+            current && !old_delete
+        });
+        let log = &self.log;
+        self.latest.retain(|_, (seq, _)| log.contains_key(seq));
+        self.dropped_seq_max = self.dropped_seq_max.max(dropped_delete);
     }
 }
 

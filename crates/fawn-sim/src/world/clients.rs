@@ -104,7 +104,7 @@ impl World {
             Req::Get { key } => {
                 if let Some(item) = self.frontend_get(client, index, &key) {
                     let answer = Answer::Get(Ok(Some(item)));
-                    return self.at(0, Ev::Answer { client, tag: index as u64, answer });
+                    return self.at(0, Ev::Answer { client, tag: index as u64, answer, attempt: None });
                 }
             }
         }
@@ -137,11 +137,11 @@ impl World {
             // current process (none if the node is down).
             let late = CLIENT_TIMEOUT + self.lrng.gen_range(0..LATE_COPY_DELAY_MAX);
             if let Some(life) = self.nodes.get(&node).filter(|n| n.alive).map(|n| n.life) {
-                let sent = Sent { node, range, client, tag, req, notice, floor };
+                let sent = Sent { node, range, client, tag, req, notice, floor, attempt };
                 self.at(late, Ev::LateCopy { sent, life });
             }
         } else {
-            self.at(d, Ev::Request(Sent { node, range, client, tag, req, notice, floor }));
+            self.at(d, Ev::Request(Sent { node, range, client, tag, req, notice, floor, attempt }));
         }
         self.at(CLIENT_TIMEOUT, Ev::ClientTimeout { client, attempt });
     }
@@ -203,7 +203,7 @@ impl World {
     /// A client's request reaches its node. True if the head refused it as invalid in this
     /// step (for an update below its client's floor: a stale copy).
     pub(super) fn on_request(&mut self, sent: Sent) -> bool {
-        let Sent { node, range, client, tag, req, notice, floor } = sent;
+        let Sent { node, range, client, tag, req, notice, floor, attempt } = sent;
         if self.isolated(node) || !self.nodes.get(&node).is_some_and(|n| n.alive) {
             return false;
         }
@@ -212,12 +212,12 @@ impl World {
             // tells the sender to refresh its configuration.
             let current = self.nodes[&node].installed;
             let err = Err(WireError::StaleEpoch { current });
-            let answer = match req {
-                Req::Update { .. } => Answer::Update(err),
-                Req::Get { .. } => Answer::Get(Err(WireError::StaleEpoch { current })),
+            let (answer, attempt) = match req {
+                Req::Update { .. } => (Answer::Update(err), Some(attempt)),
+                Req::Get { .. } => (Answer::Get(Err(WireError::StaleEpoch { current })), None),
             };
             let d = self.delay();
-            self.at(d, Ev::Answer { client, tag, answer });
+            self.at(d, Ev::Answer { client, tag, answer, attempt });
             return false;
         }
         let now = (self.now / 1_000_000) as u32;
@@ -242,6 +242,7 @@ impl World {
             self.step(node, range, event);
             return false;
         };
+        self.attempt_at.insert((node, req), attempt);
         // The head answers in this step (a refusal, a remembered outcome, a failed
         // condition), or forwards the update with `reply_to` and stays silent (the tail's
         // `Committed` answers), or keeps a waiter that its ack answers.
@@ -265,9 +266,18 @@ impl World {
         }
     }
 
-    pub(super) fn on_answer(&mut self, client: u32, tag: u64, answer: Answer) {
+    /// An answer reaches a client. An update's answer to an attempt the client no longer
+    /// waits for is dropped, as the RPC layer drops the response of a call that timed out
+    /// (`fawn_client::rpc`), and as the front-end drops its first call once it asks the head
+    /// again: a client never takes it. (A condition that failed wrote nothing and is
+    /// remembered only by the head that decided it; a retry at another head is decided
+    /// again, and only that decision's answer may be taken.)
+    pub(super) fn on_answer(&mut self, client: u32, tag: u64, answer: Answer, attempt: Option<u32>) {
         let c = &mut self.clients[client as usize];
-        let Some((index, req, _, _)) = c.current.as_ref() else { return };
+        let Some((index, req, _, current_attempt)) = c.current.as_ref() else { return };
+        if attempt.is_some_and(|a| a != *current_attempt) {
+            return;
+        }
         // An update's tag is its request seq, a get's its history index: the two can be
         // equal, so an answer of the other kind (a late or duplicate one) is not this op's.
         let current = match (req, &answer) {
@@ -287,6 +297,9 @@ impl World {
             Answer::Update(Ok(_)) => self.frontend_op_ends(client, index, update, false),
             Answer::Get(Ok(item)) => self.frontend_read(client, index, &key_bytes(key), item),
             Answer::Update(Err(_)) | Answer::Get(Err(_)) => {}
+        }
+        if let (Some(req), Answer::Update(Ok(outcome))) = (update, &answer) {
+            self.note_answered(req, outcome);
         }
         let c = &mut self.clients[client as usize];
         let result = match answer {

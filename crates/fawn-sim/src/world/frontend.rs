@@ -109,7 +109,7 @@ impl World {
     pub(super) fn frontend_committed(&mut self, req: ReqId, outcome: Outcome, key: Vec<u8>) {
         let Some(fe) = &mut self.frontend else { return };
         if fe.updates.contains_key(&req) {
-            self.on_answer(req.client as u32, req.seq, Answer::Update(Ok(outcome)));
+            self.on_answer(req.client as u32, req.seq, Answer::Update(Ok(outcome)), None);
         } else {
             fe.cache.invalidate(&key);
         }

@@ -72,6 +72,8 @@ impl World {
             replicas: Default::default(),
             kept: Default::default(),
             disk_full: false,
+            syncs: Default::default(),
+            sending: Default::default(),
         };
         self.nodes.insert(node, node_state);
         self.manager_registered(node);
@@ -211,8 +213,11 @@ impl World {
     }
 
     /// What a crash kept of `range` on `node`'s disks: its own store, or cut from a kept
-    /// range it was split from, or merged from kept pieces that tile it.
-    pub(super) fn take_kept(&mut self, node: NodeId, range: &Range) -> Option<DiskStore> {
+    /// range it was split from, or (for a chain member, as the back-end's
+    /// `recover_unstarted_merges`) merged from kept pieces that tile it. A syncing replica gets
+    /// no merge: it would rejoin by the suffix after the highest seq of its pieces, which
+    /// leaves out what the others lack below it (`replica::sync::suffix_covers`).
+    pub(super) fn take_kept(&mut self, node: NodeId, range: &Range, syncing: bool) -> Option<DiskStore> {
         let ranges = &self.ranges;
         let n = self.nodes.get_mut(&node)?;
         let ix = ranges.iter().position(|r| r == range)?;
@@ -221,6 +226,9 @@ impl World {
         }
         if let Some(whole) = n.kept.keys().copied().find(|k| reshape::within(range, &ranges[*k])) {
             return Some(n.kept[&whole].part(range));
+        }
+        if syncing {
+            return None;
         }
         let inside: Vec<RangeIx> =
             n.kept.keys().copied().filter(|k| reshape::within(&ranges[*k], range)).collect();

@@ -45,8 +45,8 @@ use crate::clock::{flushed, unix_micros, unix_now};
 use crate::replica::machine::{Action, ClientUpdate, Event, Replica};
 pub use crate::replica::route::Route;
 use crate::replica::store::{Append, ReplicaStore, StoreError, StoredUpdate};
+use crate::replica::sync::SyncProgress;
 pub use sink::SuffixPlan;
-use sink::SyncProgress;
 pub use source::suffix_plan;
 
 /// Where a link to a peer back-end can be had.
@@ -113,6 +113,8 @@ impl ReplicaStore for ShellStore {
 struct WriteState {
     machine: Replica<ShellStore>,
     sync: Option<SyncProgress>,
+    /// What the sync code's times count from.
+    origin: std::time::Instant,
 }
 
 /// What the head did with an update.
@@ -142,6 +144,8 @@ pub struct RangeReplica {
     state: tokio::sync::Mutex<WriteState>,
     /// Mirrors of the machine, read without the lock.
     acked: AtomicU64,
+    /// The tombstone watermark last given to the datastore.
+    watermark: AtomicU64,
     unacked_len: AtomicUsize,
     /// 0: none.
     oldest_unacked: AtomicU64,
@@ -228,8 +232,8 @@ impl RangeReplica {
         writes_block: bool,
         plan: Option<SuffixPlan>,
     ) -> RangeReplica {
-        let sync =
-            route.is_syncing().then(|| SyncProgress::new(route.predecessor().unwrap_or(route.me), plan));
+        let source = route.predecessor().unwrap_or(route.me);
+        let sync = route.is_syncing().then(|| SyncProgress::new(source, plan, Duration::ZERO));
         let range = route.rc.range;
         let write_fault = WriteFault::default();
         let shell_store =
@@ -244,13 +248,14 @@ impl RangeReplica {
             bulk_copy_pending: AtomicBool::new(false),
             became_readable: tokio::sync::Notify::new(),
             acked: AtomicU64::new(acked),
+            watermark: AtomicU64::new(0),
             unacked_len: AtomicUsize::new(0),
             oldest_unacked: AtomicU64::new(0),
             snapshot_sending: AtomicU64::new(0),
             pending: Mutex::new(HashMap::new()),
             suffix_scan: Arc::new(AtomicBool::new(false)),
             write_fault,
-            state: tokio::sync::Mutex::new(WriteState { machine, sync }),
+            state: tokio::sync::Mutex::new(WriteState { machine, sync, origin: std::time::Instant::now() }),
         }
     }
 
@@ -529,10 +534,12 @@ impl RangeReplica {
     /// Copies what is read without the lock out of the machine.
     fn mirror(&self, m: &Replica<ShellStore>) {
         let acked = m.acked();
-        if self.acked.fetch_max(acked, Ordering::AcqRel) < acked {
-            // Every in-chain replica holds committed deletes, and a new replica starts from a
-            // snapshot: compaction may drop tombstones up to here.
-            self.store.set_tombstone_watermark(acked);
+        self.acked.fetch_max(acked, Ordering::AcqRel);
+        // Every in-chain replica holds committed deletes, and a new replica starts from a
+        // snapshot: compaction may drop tombstones up to here (`Replica::tombstone_watermark`).
+        let watermark = m.tombstone_watermark();
+        if self.watermark.fetch_max(watermark, Ordering::AcqRel) < watermark {
+            self.store.set_tombstone_watermark(watermark);
         }
         self.unacked_len.store(m.unacked_len(), Ordering::Release);
         self.oldest_unacked.store(m.oldest_unacked().unwrap_or(0), Ordering::Release);
@@ -563,8 +570,8 @@ impl RangeReplica {
             return Ok(());
         }
         st.heard(from);
-        if let Some(sync) = st.sync.as_mut().filter(|s| !s.done) {
-            msgs.into_iter().for_each(|msg| sync.buffer(msg, &self.range));
+        let mut msgs = msgs;
+        if self.buffer_if_syncing(&mut st, &mut msgs) {
             return Ok(());
         }
         let actions = st.machine.step(Event::Replicates { from, msgs });
@@ -579,6 +586,16 @@ impl RangeReplica {
         }
         let mut st = self.state.lock().await;
         st.heard(from);
+        // A copy's outcomes wait for its end (`SyncProgress::copy_outcomes`).
+        let msg = match (msg, st.sync.as_mut()) {
+            (ChainMsg::Outcomes { epoch, range, entries }, Some(sync)) => {
+                match sync.copy_outcomes(from, entries) {
+                    Some(entries) => ChainMsg::Outcomes { epoch, range, entries },
+                    None => return,
+                }
+            }
+            (msg, _) => msg,
+        };
         let actions = st.machine.step(Event::Chain { from, msg });
         self.execute(&mut st, actions, links, &[]);
     }

@@ -3,127 +3,34 @@
 //! and plays them forward through the machine once the copy is complete.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use fawn_ds::{BatchOp, Meta, RecordKind};
-use fawn_proto::native::{ChainMsg, RecordMark, ReplEffect, SnapshotItem, WireError};
+use fawn_proto::native::{ChainMsg, ReplEffect, SnapshotItem, WireError};
 use fawn_ring::NodeId;
 use tracing::{info, warn};
 
-use super::source::effect_bytes;
 use super::{blocking, queue, storage, warn_full, LinkTo, RangeReplica, WriteState};
-use crate::replica::machine::Event;
+use crate::replica::sync::{
+    effect_bytes, replay, replay_failed, BatchVerdict, EndVerdict, SNAPSHOT_SILENCE_MAX,
+};
+pub use crate::replica::sync::{SuffixPlan, SyncReport};
 
-/// Bytes of live updates a syncing replica buffers while its snapshot streams in (keys,
-/// values and `SYNC_BUFFER_UPDATE_OVERHEAD_BYTES` each). Past it the updates are not kept:
-/// once the copy is complete the replica asks its source to resend what follows the last one
-/// it holds, from the source's log, so a long copy under heavy put load costs a resend instead
-/// of unbounded memory.
-pub const SYNC_BUFFER_BYTES_MAX: usize = 64 << 20;
-/// What one buffered update costs beyond its key and value (the message and its vector slot).
-pub const SYNC_BUFFER_UPDATE_OVERHEAD_BYTES: usize = 128;
-/// A snapshot stream that has sent nothing for this long (its sender restarted, or could not
-/// read its log) is abandoned; the syncing replica asks for a new one.
-pub const SNAPSHOT_SILENCE_MAX: Duration = Duration::from_secs(10);
 /// Tombstones per datastore write when a syncing replica empties an abandoned copy.
 const EMPTY_BATCH_OPS: usize = 4096;
-
-/// Progress of a syncing replica.
-#[derive(Debug, Default)]
-pub struct SyncProgress {
-    pub source: NodeId,
-    pub started: bool,
-    pub done: bool,
-    buffered: Vec<ChainMsg>,
-    /// What `buffered` costs (`SYNC_BUFFER_BYTES_MAX`).
-    buffered_bytes: usize,
-    /// Updates arrived past the budget and were not kept: a resend follows the copy.
-    overflowed: bool,
-    /// The snapshot stream taken (named by its `SnapshotBegin`, or `SuffixBegin`) and the
-    /// index of its next batch: batches and ends of any other stream are ignored, a missing
-    /// batch abandons it.
-    stream: u64,
-    next_batch: u64,
-    /// When the stream last made progress.
-    progress_at: Option<Instant>,
-    /// This replica kept its datastore from before it failed: it asks for the records after
-    /// its last one instead of a full snapshot (see `suffix` below).
-    suffix: Option<SuffixPlan>,
-    /// The source refused the suffix; the back-end replaces this replica by a fresh one.
-    refused: bool,
-    /// The stream being received is a suffix (the old records stay), not a full snapshot.
-    receiving_suffix: bool,
-    /// Records and key + value bytes received so far.
-    records: u64,
-    bytes: u64,
-    /// When anything last arrived from `source` (any chain message of this range), or the
-    /// replica started syncing: a source silent for long is probed and, if it does not answer
-    /// either, reported to the manager as a cut link (`Backend::check_links`).
-    heard_at: Option<Instant>,
-}
-
-impl SyncProgress {
-    /// Gives up the current snapshot stream; the replica asks for a new one (`tick`). A full
-    /// snapshot's new `SnapshotBegin` empties what this one wrote; a suffix is asked for
-    /// again with the same plan, and the new suffix (every key's latest record above
-    /// `have_seq` as of a later cut) supersedes whatever part of the old one was written.
-    /// Live updates stay buffered.
-    fn abandon(&mut self) {
-        self.started = false;
-        self.receiving_suffix = false;
-        self.stream = 0;
-        self.next_batch = 0;
-        self.progress_at = None;
-    }
-}
-
-/// What a rejoining replica asks for: the records after `have_seq`, whose record `top` the
-/// source must recognise as committed (see `suffix` below).
-#[derive(Clone, Debug)]
-pub struct SuffixPlan {
-    pub have_seq: u64,
-    pub top: RecordMark,
-}
-
-/// How a syncing replica got its copy, for the log line and the counters.
-#[derive(Clone, Copy, Debug)]
-pub struct SyncReport {
-    pub suffix: bool,
-    pub records: u64,
-    pub bytes: u64,
-}
-
-impl SyncProgress {
-    pub(super) fn new(source: NodeId, suffix: Option<SuffixPlan>) -> SyncProgress {
-        SyncProgress { source, suffix, heard_at: Some(Instant::now()), ..SyncProgress::default() }
-    }
-
-    /// Keeps a live update until the copy is complete, within `SYNC_BUFFER_BYTES_MAX`; past
-    /// it this and every later update is left to a resend after the copy.
-    pub(super) fn buffer(&mut self, msg: ChainMsg, range: &fawn_ring::Range) {
-        let bytes = match &msg {
-            ChainMsg::Replicate { key, effect, .. } => key.len() + effect_bytes(effect),
-            _ => 0,
-        } + SYNC_BUFFER_UPDATE_OVERHEAD_BYTES;
-        if self.overflowed || self.buffered_bytes + bytes > SYNC_BUFFER_BYTES_MAX {
-            if !self.overflowed {
-                warn!(range = %range.id_string(), buffered = self.buffered.len(), bytes = self.buffered_bytes,
-                    "sync buffer full: later updates are asked for again once the copy is complete");
-            }
-            self.overflowed = true;
-            return;
-        }
-        self.buffered_bytes += bytes;
-        self.buffered.push(msg);
-    }
-}
 
 impl WriteState {
     /// Something arrived from `from`: if it is the sync source, the link from it works.
     pub(super) fn heard(&mut self, from: NodeId) {
-        if let Some(sync) = self.sync.as_mut().filter(|s| s.source == from) {
-            sync.heard_at = Some(Instant::now());
+        let now = self.origin.elapsed();
+        if let Some(sync) = self.sync.as_mut() {
+            sync.heard(from, now);
         }
+    }
+
+    /// Time for the sync code: since this replica was built.
+    fn now(&self) -> std::time::Duration {
+        self.origin.elapsed()
     }
 }
 
@@ -153,37 +60,41 @@ impl RangeReplica {
     /// the promotion) or refused, or when not syncing.
     pub async fn sync_heard(&self) -> Option<(NodeId, Instant)> {
         let st = self.state.lock().await;
-        let sync = st.sync.as_ref().filter(|s| !s.done && !s.refused)?;
-        Some((sync.source, sync.heard_at?))
+        let (source, heard) = st.sync.as_ref()?.waiting_on()?;
+        Some((source, st.origin + heard))
     }
 
-    /// emptying what an earlier stream may have written. A newer stream from the source
-    /// replaces the one in progress: the source runs only the latest one it was asked for.
+    /// Live updates from the predecessor while the copy is incomplete go to the sync buffer
+    /// (true when taken there).
+    pub(super) fn buffer_if_syncing(&self, st: &mut WriteState, msgs: &mut Vec<ChainMsg>) -> bool {
+        let Some(sync) = st.sync.as_mut().filter(|s| s.buffers()) else { return false };
+        for msg in msgs.drain(..) {
+            if sync.buffer(msg) {
+                let (updates, bytes) = sync.buffered();
+                warn!(range = %self.range.id_string(), buffered = updates, bytes,
+                    "sync buffer full: later updates are asked for again once the copy is complete");
+            }
+        }
+        true
+    }
+
+    /// A snapshot stream begins: taken if newer than the one in progress (see
+    /// `SyncProgress::snapshot_begins`), emptying what an earlier stream may have written.
     pub async fn on_snapshot_begin(&self, from: NodeId, snapshot: u64) -> Result<(), WireError> {
         let mut st = self.state.lock().await;
         st.heard(from);
-        let Some(sync) = st.sync.as_mut().filter(|s| s.source == from && !s.done) else {
-            return Ok(());
-        };
-        // A replica holding old records takes a suffix or nothing: a full snapshot on top of
-        // them could keep a record the chain never committed. (It is replaced by a fresh
-        // replica, which takes full snapshots, when its suffix is refused.)
-        if sync.suffix.is_some() {
-            return Ok(());
-        }
-        if sync.started && sync.stream == snapshot {
-            return Ok(());
-        }
-        if sync.started {
-            info!(range = %self.range.id_string(), old = sync.stream, new = snapshot,
+        let now = st.now();
+        let Some(sync) = st.sync.as_mut() else { return Ok(()) };
+        let (taken, replaced) = sync.snapshot_begins(from, snapshot);
+        if let Some(old) = replaced {
+            info!(range = %self.range.id_string(), old, new = snapshot,
                 "a newer snapshot stream replaces the one in progress");
-            sync.abandon();
+        }
+        if !taken {
+            return Ok(());
         }
         self.empty_store()?;
-        sync.started = true;
-        sync.stream = snapshot;
-        sync.next_batch = 0;
-        sync.progress_at = Some(Instant::now());
+        sync.take_snapshot(snapshot, now);
         Ok(())
     }
 
@@ -194,27 +105,15 @@ impl RangeReplica {
     pub async fn on_suffix_begin(&self, from: NodeId, snapshot: u64, after_seq: u64) -> bool {
         let mut st = self.state.lock().await;
         st.heard(from);
-        let Some(sync) = st.sync.as_mut().filter(|s| s.source == from && !s.started && !s.done && !s.refused)
-        else {
-            return false;
-        };
-        if sync.suffix.as_ref().is_none_or(|p| p.have_seq != after_seq) {
-            return false;
-        }
-        sync.started = true;
-        sync.receiving_suffix = true;
-        sync.stream = snapshot;
-        sync.next_batch = 0;
-        sync.progress_at = Some(Instant::now());
-        true
+        let now = st.now();
+        st.sync.as_mut().is_some_and(|sync| sync.suffix_begins(from, snapshot, after_seq, now))
     }
 
     /// Stops taking stream `snapshot` (if it is the one in progress): its later messages are
     /// ignored and the replica asks its source again, as after a gap.
     pub async fn drop_stream(&self, snapshot: u64) {
-        let mut st = self.state.lock().await;
-        if let Some(sync) = st.sync.as_mut().filter(|s| s.started && !s.done && s.stream == snapshot) {
-            sync.abandon();
+        if let Some(sync) = self.state.lock().await.sync.as_mut() {
+            sync.drop_stream(snapshot);
         }
     }
 
@@ -223,18 +122,12 @@ impl RangeReplica {
     pub async fn on_suffix_refused(&self, from: NodeId) -> bool {
         let mut st = self.state.lock().await;
         st.heard(from);
-        match st.sync.as_mut().filter(|s| s.source == from && !s.started && s.suffix.is_some()) {
-            Some(sync) => {
-                sync.refused = true;
-                true
-            }
-            None => false,
-        }
+        st.sync.as_mut().is_some_and(|sync| sync.suffix_refused(from))
     }
 
     /// Whether this replica was refused a suffix and waits to be replaced.
     pub async fn suffix_refused(&self) -> bool {
-        self.state.lock().await.sync.as_ref().is_some_and(|s| s.refused)
+        self.state.lock().await.sync.as_ref().is_some_and(|s| s.refused())
     }
 
     /// Writes a batch of snapshot records with one datastore write.
@@ -247,18 +140,18 @@ impl RangeReplica {
     ) -> Result<(), WireError> {
         let mut st = self.state.lock().await;
         st.heard(from);
-        let taken = |s: &&mut SyncProgress| s.source == from && s.started && !s.done && s.stream == snapshot;
-        let Some(sync) = st.sync.as_mut().filter(taken) else {
-            return Ok(());
-        };
-        if index != sync.next_batch {
-            warn!(range = %self.range.id_string(), snapshot, expected = sync.next_batch, got = index,
-                "snapshot batch missing; asking for a new snapshot");
-            sync.abandon();
-            return Ok(());
+        let now = st.now();
+        let Some(sync) = st.sync.as_mut() else { return Ok(()) };
+        match sync.batch(from, snapshot, index) {
+            BatchVerdict::Ignore => return Ok(()),
+            BatchVerdict::Gap { expected } => {
+                warn!(range = %self.range.id_string(), snapshot, expected, got = index,
+                    "snapshot batch missing; asking for a new snapshot");
+                return Ok(());
+            }
+            BatchVerdict::Write => {}
         }
-        sync.records += records.len() as u64;
-        sync.bytes += records.iter().map(|r| (r.key.len() + effect_bytes(&r.effect)) as u64).sum::<u64>();
+        let bytes = records.iter().map(|r| (r.key.len() + effect_bytes(&r.effect)) as u64).sum::<u64>();
         let ops: Vec<BatchOp<'_>> = records
             .iter()
             .map(|r| match &r.effect {
@@ -272,11 +165,10 @@ impl RangeReplica {
             .collect();
         if let Err(e) = blocking(self.writes_block, || self.store.write_batch(&ops)) {
             self.note_write_error(&e);
-            sync.abandon();
+            sync.write_failed();
             return Err(storage(e));
         }
-        sync.next_batch += 1;
-        sync.progress_at = Some(Instant::now());
+        sync.batch_written(records.len() as u64, bytes, now);
         Ok(())
     }
 
@@ -291,38 +183,30 @@ impl RangeReplica {
     ) -> Result<Followups, WireError> {
         let mut st = self.state.lock().await;
         st.heard(from);
-        let taken = |s: &&mut SyncProgress| s.source == from && s.started && !s.done && s.stream == snapshot;
-        let Some(sync) = st.sync.as_mut().filter(taken) else {
-            return Ok(Followups::default());
+        let Some(sync) = st.sync.as_mut() else { return Ok(Followups::default()) };
+        let (buffered, overflowed, report) = match sync.end(from, snapshot, batches) {
+            EndVerdict::Ignore => return Ok(Followups::default()),
+            EndVerdict::Incomplete { got } => {
+                warn!(range = %self.range.id_string(), snapshot, sent = batches, got,
+                    "snapshot incomplete; asking for a new snapshot");
+                return Ok(Followups::default());
+            }
+            EndVerdict::Complete { outcomes, buffered, overflowed, report } => {
+                st.machine.copied(upto_seq, outcomes);
+                (buffered, overflowed, report)
+            }
         };
-        if batches != sync.next_batch {
-            warn!(range = %self.range.id_string(), snapshot, sent = batches, got = sync.next_batch,
-                "snapshot incomplete; asking for a new snapshot");
-            sync.abandon();
-            return Ok(Followups::default());
-        }
-        sync.done = true;
-        let report = SyncReport { suffix: sync.receiving_suffix, records: sync.records, bytes: sync.bytes };
-        let buffered = std::mem::take(&mut sync.buffered);
-        let overflowed = std::mem::take(&mut sync.overflowed);
-        sync.buffered_bytes = 0;
         let replayed = buffered.len();
         if let Some(pred) = st.machine.route().predecessor() {
-            for msg in buffered {
-                if matches!(msg, ChainMsg::Replicate { seq, .. } if seq > upto_seq) {
-                    let actions = st.machine.step(Event::Chain { from: pred, msg });
-                    self.execute(&mut st, actions, links, &[]);
-                }
+            for event in replay(pred, buffered, upto_seq) {
+                let actions = st.machine.step(event);
+                self.execute(&mut st, actions, links, &[]);
             }
-            // As the machine takes a copy's end or a `CaughtUp` only once it holds what they
-            // name: a replica that failed to append what it was sent (a full disk) is not in
-            // sync. It asks for a new copy (`tick`) instead of reporting one it does not hold.
-            if st.machine.append_failed() {
+            if replay_failed(&st.machine) {
                 warn!(range = %self.range.id_string(), snapshot, upto_seq, held = self.store.max_seq(),
                     "replaying the updates buffered during the copy failed; asking for a new copy");
                 if let Some(sync) = st.sync.as_mut() {
-                    sync.done = false;
-                    sync.abandon();
+                    sync.replay_failed();
                 }
                 return Ok(Followups::default());
             }
@@ -346,23 +230,15 @@ impl RangeReplica {
     /// started (or abandoned) is asked for again.
     pub(super) fn tick_sync(&self, st: &mut WriteState, links: &dyn LinkTo) {
         let (epoch, pred) = (st.machine.route().epoch, st.machine.route().predecessor());
-        if let Some(sync) = st.sync.as_mut().filter(|s| {
-            s.started && !s.done && s.progress_at.is_some_and(|t| t.elapsed() >= SNAPSHOT_SILENCE_MAX)
-        }) {
-            warn!(range = %self.range.id_string(), snapshot = sync.stream, "snapshot stream silent; asking for a new one");
-            sync.abandon();
+        let now = st.now();
+        let Some(sync) = st.sync.as_mut() else { return };
+        let stream = sync.stream();
+        let (silent, request) = sync.tick(now, SNAPSHOT_SILENCE_MAX, epoch, self.range);
+        if silent {
+            warn!(range = %self.range.id_string(), snapshot = ?stream, "snapshot stream silent; asking for a new one");
         }
-        if let (Some(sync), Some(pred)) = (&st.sync, pred) {
-            if !sync.started && !sync.refused {
-                let range = self.range;
-                let msg = match &sync.suffix {
-                    Some(p) => {
-                        ChainMsg::SuffixSyncRequest { epoch, range, have_seq: p.have_seq, top: p.top.clone() }
-                    }
-                    None => ChainMsg::SyncRequest { epoch, range },
-                };
-                queue(links, pred, msg);
-            }
+        if let (Some(msg), Some(pred)) = (request, pred) {
+            queue(links, pred, msg);
         }
     }
 

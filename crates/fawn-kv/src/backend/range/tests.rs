@@ -427,8 +427,8 @@ async fn a_sync_buffer_past_its_byte_budget_asks_for_the_rest_once_the_copy_is_c
     let s = replica(dir.path(), route(5, 3, &[1, 2], &[3]));
     s.on_snapshot_begin(2, 8).await.expect("begin");
     let value = vec![b'v'; 1 << 20];
-    let per_update = (1 << 20) + 8 + sink::SYNC_BUFFER_UPDATE_OVERHEAD_BYTES;
-    let kept = (sink::SYNC_BUFFER_BYTES_MAX / per_update) as u64;
+    let per_update = (1 << 20) + 8 + crate::replica::sync::SYNC_BUFFER_UPDATE_OVERHEAD_BYTES;
+    let kept = (crate::replica::sync::SYNC_BUFFER_BYTES_MAX / per_update) as u64;
     let msgs: Vec<ChainMsg> = (1..=kept + 3)
         .map(|seq| ChainMsg::Replicate {
             epoch: 5,

@@ -352,6 +352,31 @@ fn a_leaver_stays_until_its_replacement_is_in_sync() {
 }
 
 #[test]
+fn a_leaver_stays_in_a_chain_until_its_replacement_is_proven() {
+    let c = formed(4);
+    let c = leave(&c, 0, &none()).unwrap().unwrap();
+    let of = |c: &ClusterConfig, range: Range| c.ranges.iter().find(|r| r.range == range).unwrap().clone();
+    // A range where the leaver is not the tail (the old tail was always kept until then).
+    let rc = c.ranges.iter().find(|r| r.chain.contains(&0) && r.tail() != Some(0) && r.syncing.len() == 1);
+    let rc = rc.unwrap().clone();
+    let s = rc.syncing[0];
+    let c = sync_done(&c, s, rc.range, &none()).unwrap().unwrap();
+    let after = of(&c, rc.range);
+    assert!(after.chain.contains(&0), "the leaver left before its replacement was proven: {after:?}");
+    assert_eq!((after.tail(), after.unproven_tail), (Some(s), Some(s)));
+    // Should the range's other proven members fail now, the leaver, which holds every update,
+    // is what the range keeps.
+    let mut failed = c.clone();
+    for n in after.chain.iter().filter(|n| **n != 0 && **n != s) {
+        failed = fail_node(&failed, *n, &none()).unwrap().unwrap();
+    }
+    assert!(of(&failed, rc.range).chain.contains(&0), "{:?}", of(&failed, rc.range));
+    let c = tail_ready(&c, s, rc.range, &none()).unwrap().unwrap();
+    let after = of(&c, rc.range);
+    assert!(!after.chain.contains(&0) && after.chain.len() == 3 && after.tail() == Some(s), "{after:?}");
+}
+
+#[test]
 fn the_old_tail_leaves_only_once_the_new_tail_is_ready() {
     let c = formed(4);
     // Node 0 leaves; take a range where it is the tail.

@@ -1,0 +1,16 @@
+//! Guards that a replica rejoining a merged range never does so by a suffix after one part's
+//! records. A node crashed holding ranges that were merged while it was down; back, it was
+//! added to the merged range as a syncing replica, kept the stores of its parts merged into
+//! one, and asked for the suffix after their highest seq, so it never got the records of the
+//! other part below that seq: acknowledged updates lost. A kept store now rejoins by a suffix
+//! only a range inside the one it was a whole replica of; a merged range is copied in full.
+
+use fawn_sim::{run_seed, Config};
+
+#[test]
+fn a_merged_range_is_not_rejoined_by_the_suffix_after_one_parts_records() {
+    let cfg = Config { crashes_max: 1, ..Config::default() };
+    let r = run_seed(4505, &cfg);
+    assert!(r.violations.is_empty(), "seed 4505: {}", r.violations.join("; "));
+    assert!(r.stats.answered > 0 && r.stats.crashes > 0, "seed 4505 did little: {:?}", r.stats);
+}
