@@ -40,7 +40,8 @@ use fawn_ring::{KeyId, NodeId, Range};
 /// 14: `Request::Committed` is one-way: the front-end sends no response. `Request::Update`
 /// and `Origin` carry the client's `floor` (its lowest request id that may still be sent),
 /// below which replicas forget the client's outcomes.
-pub const PROTOCOL_VERSION: u8 = 14;
+/// 15: `ChainMsg::SnapshotEnd` carries the source's `dropped_seq_max`, which the copy takes.
+pub const PROTOCOL_VERSION: u8 = 15;
 /// Largest frame body accepted (a 1 MiB value plus key and headers fits many times over).
 pub const FRAME_BYTES_MAX: usize = 8 << 20;
 /// Bytes before the body: length (4) + version (1) + request id (8).
@@ -260,7 +261,17 @@ pub enum ChainMsg {
     /// counts the stream's batches from 0, so that a lost batch is noticed.
     SnapshotBatch { range: Range, snapshot: u64, index: u64, records: Vec<SnapshotItem> },
     /// End of a snapshot: it held every update up to `upto_seq`, in `batches` batches.
-    SnapshotEnd { epoch: Epoch, range: Range, snapshot: u64, batches: u64, upto_seq: u64 },
+    /// `dropped_seq_max` is the source's drop floor at the cut: its compaction (or a merge)
+    /// dropped records up to that seq, which the copy lacks as well, so the copy takes that
+    /// floor and refuses suffixes below it as its source would.
+    SnapshotEnd {
+        epoch: Epoch,
+        range: Range,
+        snapshot: u64,
+        batches: u64,
+        upto_seq: u64,
+        dropped_seq_max: u64,
+    },
     /// Answer to `Resend`: every update the sender had when it handled the resend was sent
     /// before this message.
     CaughtUp { epoch: Epoch, range: Range, seq: u64 },

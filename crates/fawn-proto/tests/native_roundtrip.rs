@@ -186,7 +186,14 @@ fn samples() -> Vec<Message> {
                 SnapshotItem { seq: 2, key: b"b".to_vec(), effect: ReplEffect::Delete },
             ],
         },
-        ChainMsg::SnapshotEnd { epoch: 4, range: range(), snapshot: 77, batches: 1, upto_seq: 2 },
+        ChainMsg::SnapshotEnd {
+            epoch: 4,
+            range: range(),
+            snapshot: 77,
+            batches: 1,
+            upto_seq: 2,
+            dropped_seq_max: 1,
+        },
         ChainMsg::CaughtUp { epoch: 4, range: range(), seq: 2 },
         ChainMsg::Replicate {
             epoch: 4,

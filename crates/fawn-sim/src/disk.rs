@@ -79,6 +79,11 @@ impl DiskStore {
         empty
     }
 
+    /// Raises the drop floor to `seq` (a finished copy takes its source's).
+    pub fn raise_drop_floor(&mut self, seq: u64) {
+        self.mem.raise_drop_floor(seq);
+    }
+
     /// Writes records copied from another replica (`MemStore::write_copied`) with one write,
     /// all or none: refused on a full disk.
     pub fn write_copied(&mut self, records: &[SnapshotItem]) -> Result<(), StoreError> {

@@ -133,3 +133,11 @@ fn a_suffix_granted_past_a_dropped_record_is_found() {
     let cfg = Config { compaction: true, ..Config::memory_only() };
     found_with(Fault::SuffixPastDroppedRecord, cfg);
 }
+
+#[test]
+fn a_copy_that_does_not_take_its_sources_drop_floor_is_found() {
+    // Needs a full copy from a source whose compaction dropped a delete, then a rejoin by a
+    // suffix from that copy below the dropped delete.
+    let cfg = Config { compaction: true, ..Config::memory_only() };
+    found_with(Fault::CopyWithoutDropFloor, cfg);
+}

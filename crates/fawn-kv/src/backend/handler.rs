@@ -2,6 +2,7 @@
 //! status and digests, and chain messages to the replica they are for.
 
 use super::*;
+use crate::replica::sync::CopyEnd;
 use crate::server::Answer;
 
 impl Backend {
@@ -380,8 +381,9 @@ impl Backend {
             ChainMsg::SnapshotBatch { snapshot, index, records, .. } => {
                 replica.on_snapshot_batch(from, snapshot, index, &records).await?
             }
-            ChainMsg::SnapshotEnd { snapshot, batches, upto_seq, .. } => {
-                let followups = replica.on_snapshot_end(from, snapshot, batches, upto_seq, &links).await?;
+            ChainMsg::SnapshotEnd { snapshot, batches, upto_seq, dropped_seq_max, .. } => {
+                let end = CopyEnd { snapshot, batches, upto_seq, dropped_seq_max };
+                let followups = replica.on_snapshot_end(from, end, &links).await?;
                 if followups.sync_done {
                     // The copy is whole: mark it before the manager makes it a replica.
                     self.mark_complete(&range, &replica.store);

@@ -62,11 +62,14 @@ pub enum Fault {
     /// A sync source grants a suffix although compaction dropped a delete or expired item
     /// above the rejoiner's last record (`replica::sync::suffix_refusal`, point 3).
     SuffixPastDroppedRecord,
+    /// A full copy does not take its source's drop floor (`SnapshotEnd::dropped_seq_max`), so
+    /// it grants suffixes past records its source's compaction dropped before the copy.
+    CopyWithoutDropFloor,
 }
 
 impl Fault {
     /// Every fault, for tools that pick one by name.
-    pub const ALL: [Fault; 11] = [
+    pub const ALL: [Fault; 12] = [
         Fault::ForgetDedupOnPromotion,
         Fault::NoUnackedToNewSuccessor,
         Fault::TailReadsBeforeCaughtUp,
@@ -78,6 +81,7 @@ impl Fault {
         Fault::HeirForgetsRequests,
         Fault::StaleCopyOrdered,
         Fault::SuffixPastDroppedRecord,
+        Fault::CopyWithoutDropFloor,
     ];
 }
 
@@ -977,9 +981,11 @@ impl<S: ReplicaStore> Replica<S> {
         // them: not `max_seq`, which a datastore's seq floor may raise above every record it
         // still holds (a dropped tombstone or expired put), so that no receiver would reach it.
         if self.route.is_tail() && self.route.rc.syncing.contains(&to) && !self.shell_sync {
-            // The copy is complete: the log-resend stand-in for a snapshot stream's end.
+            // The copy is complete: the log-resend stand-in for a snapshot stream's end. It
+            // serves machines without a shell, whose stores are never compacted: no floor.
+            let (range, upto_seq) = (self.range, prev);
             let msg =
-                ChainMsg::SnapshotEnd { epoch, range: self.range, snapshot: 0, batches: 0, upto_seq: prev };
+                ChainMsg::SnapshotEnd { epoch, range, snapshot: 0, batches: 0, upto_seq, dropped_seq_max: 0 };
             out.push(Action::Send { to, msg });
         }
         if !self.route.is_tail() || self.faulty(Fault::CaughtUpFromOldTail) {

@@ -333,6 +333,24 @@ impl Selection {
     }
 }
 
+/// What a copy is taken from: the records of the source's datastore up to `upto_seq`, and its
+/// drop floor as of then. The shell takes both under the range's lock, with the records'
+/// iterator, so that no write or compaction comes between them.
+pub struct CopyCut<I> {
+    pub upto_seq: u64,
+    /// The source's `dropped_seq_max`: records up to it that compaction or a merge dropped
+    /// are missing from the copy too.
+    pub dropped_seq_max: u64,
+    pub records: I,
+}
+
+impl<I> CopyCut<I> {
+    /// The cut of `store` for a copy holding every update up to `upto_seq`.
+    pub fn take<S: SyncStore<Cut = I>>(store: &S, upto_seq: u64) -> CopyCut<I> {
+        CopyCut { upto_seq, dropped_seq_max: store.dropped_seq_max(), records: store.cut() }
+    }
+}
+
 /// One outgoing snapshot or suffix stream, from a cut: its messages in order, one at a time
 /// (the caller paces and sends them, and stops when a newer stream replaces this one).
 pub struct Stream<I: Iterator> {
@@ -340,6 +358,7 @@ pub struct Stream<I: Iterator> {
     epoch: Epoch,
     snapshot: u64,
     upto_seq: u64,
+    dropped_seq_max: u64,
     records: std::iter::Peekable<I>,
     selection: Option<Selection>,
     batch_bytes_max: usize,
@@ -351,16 +370,14 @@ pub struct Stream<I: Iterator> {
 }
 
 impl<I: Iterator<Item = Result<StoredUpdate, StoreError>>> Stream<I> {
-    /// Stream `snapshot` of `range` in `epoch` over `records`, the cut of `upto_seq`: all of
-    /// them (`selection` none) or those a suffix selects, in batches of about
-    /// `batch_bytes_max` key + value bytes, then `outcomes`, then `SnapshotEnd`.
-    #[allow(clippy::too_many_arguments)]
+    /// Stream `snapshot` of `range` in `epoch` over `cut`: all of its records (`selection`
+    /// none) or those a suffix selects, in batches of about `batch_bytes_max` key + value
+    /// bytes, then `outcomes`, then `SnapshotEnd`.
     pub fn new(
         range: Range,
         epoch: Epoch,
         snapshot: u64,
-        upto_seq: u64,
-        records: I,
+        cut: CopyCut<I>,
         selection: Option<Selection>,
         outcomes: Vec<ChainMsg>,
         batch_bytes_max: usize,
@@ -369,8 +386,9 @@ impl<I: Iterator<Item = Result<StoredUpdate, StoreError>>> Stream<I> {
             range,
             epoch,
             snapshot,
-            upto_seq,
-            records: records.peekable(),
+            upto_seq: cut.upto_seq,
+            dropped_seq_max: cut.dropped_seq_max,
+            records: cut.records.peekable(),
             selection,
             batch_bytes_max,
             index: 0,
@@ -406,9 +424,9 @@ impl<I: Iterator<Item = Result<StoredUpdate, StoreError>>> Stream<I> {
             return Ok(None);
         }
         self.ended = true;
-        let (epoch, range, snapshot) = (self.epoch, self.range, self.snapshot);
-        let end =
-            ChainMsg::SnapshotEnd { epoch, range, snapshot, batches: self.index, upto_seq: self.upto_seq };
+        let (epoch, range, snapshot, batches) = (self.epoch, self.range, self.snapshot, self.index);
+        let (upto_seq, dropped_seq_max) = (self.upto_seq, self.dropped_seq_max);
+        let end = ChainMsg::SnapshotEnd { epoch, range, snapshot, batches, upto_seq, dropped_seq_max };
         Ok(Some((end, 0)))
     }
 
@@ -469,6 +487,15 @@ pub enum BatchVerdict {
     Gap { expected: u64 },
     /// Write it, then say how that went (`batch_written`, `write_failed`).
     Write,
+}
+
+/// A `SnapshotEnd`'s fields, as the syncing replica takes them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CopyEnd {
+    pub snapshot: u64,
+    pub batches: u64,
+    pub upto_seq: u64,
+    pub dropped_seq_max: u64,
 }
 
 /// What a syncing replica does with a `SnapshotEnd`.
@@ -792,6 +819,17 @@ pub fn replay_failed<S: ReplicaStore>(machine: &Replica<S>) -> bool {
     machine.append_failed() && !faulty(machine.fault(), Fault::IncompleteCopyAccepted)
 }
 
+/// The drop floor a finished copy takes: its source's (`SnapshotEnd::dropped_seq_max`). The
+/// copy lacks every record the source's compaction or merge dropped up to it (a delete, an
+/// expired put), so, as a source itself later, it must refuse a suffix below it as its source
+/// would (`judge_suffix`): a rejoiner still holding an older put of such a key would keep it.
+pub fn copy_drop_floor<S: ReplicaStore>(machine: &Replica<S>, dropped_seq_max: u64) -> u64 {
+    if faulty(machine.fault(), Fault::CopyWithoutDropFloor) {
+        return 0;
+    }
+    dropped_seq_max
+}
+
 /// The events that play a finished copy's buffered updates forward through the machine, in
 /// order: those above the copy's cut `upto_seq` (the copy holds the rest), from `pred`.
 pub fn replay(pred: NodeId, buffered: Vec<ChainMsg>, upto_seq: u64) -> impl Iterator<Item = Event> {
@@ -836,15 +874,29 @@ mod tests {
     fn a_suffix_sends_each_keys_latest_record_above_its_start_then_the_end() {
         let s = store(&[("a", Some("1"), 5), ("b", Some("2"), 7), ("a", Some("3"), 9), ("b", None, 11)]);
         let selection = Selection::read(5, s.cut()).expect("read");
-        let mut stream = Stream::new(Range::full(), 1, 42, 11, s.cut(), None, Vec::new(), 1);
+        let mut stream = Stream::new(Range::full(), 1, 42, CopyCut::take(&s, 11), None, Vec::new(), 1);
         stream.select(selection);
         let msgs = drain(stream);
         assert_eq!(seqs(&msgs), vec![9, 11], "superseded and old records are left out");
+        let (range, snapshot) = (Range::full(), 42);
         let end =
-            ChainMsg::SnapshotEnd { epoch: 1, range: Range::full(), snapshot: 42, batches: 2, upto_seq: 11 };
+            ChainMsg::SnapshotEnd { epoch: 1, range, snapshot, batches: 2, upto_seq: 11, dropped_seq_max: 0 };
         assert_eq!(msgs.last(), Some(&end), "one record per batch at 1 byte a batch");
-        let all = drain(Stream::new(Range::full(), 1, 42, 11, s.cut(), None, Vec::new(), 1 << 20));
+        let all = drain(Stream::new(Range::full(), 1, 42, CopyCut::take(&s, 11), None, Vec::new(), 1 << 20));
         assert_eq!(seqs(&all), vec![5, 7, 9, 11], "a snapshot sends the whole log, in one batch");
+    }
+
+    #[test]
+    fn a_copy_ends_with_its_sources_drop_floor() {
+        let mut s = store(&[("a", Some("1"), 5), ("b", Some("2"), 7), ("b", None, 9), ("c", Some("3"), 10)]);
+        s.compact(10, 9);
+        let msgs = drain(Stream::new(Range::full(), 1, 42, CopyCut::take(&s, 10), None, Vec::new(), 1 << 20));
+        assert_eq!(seqs(&msgs), vec![5, 10], "the delete of b is gone, and so is its put");
+        let end = msgs.last().expect("an end");
+        assert!(
+            matches!(end, ChainMsg::SnapshotEnd { upto_seq: 10, dropped_seq_max: 9, .. }),
+            "the copy lacks b's delete as its source does, so it must refuse suffixes below 9: {end:?}"
+        );
     }
 
     #[test]

@@ -12,8 +12,8 @@ use fawn_kv::replica::machine::Event;
 use fawn_kv::replica::route::Route;
 use fawn_kv::replica::store::ReplicaStore;
 use fawn_kv::replica::sync::{
-    judge_suffix, log_holds, replay, replay_failed, serves_sync, suffix_plan, BatchVerdict, EndVerdict,
-    Selection, Stream, SuffixVerdict, SyncProgress, SyncStore, NOT_IN_LOG,
+    copy_drop_floor, judge_suffix, log_holds, replay, replay_failed, serves_sync, suffix_plan, BatchVerdict,
+    CopyCut, CopyEnd, EndVerdict, Selection, Stream, SuffixVerdict, SyncProgress, SyncStore, NOT_IN_LOG,
 };
 use fawn_proto::native::ChainMsg;
 use fawn_ring::NodeId;
@@ -96,8 +96,9 @@ impl World {
                     Err(_) => sync.write_failed(),
                 }
             }
-            ChainMsg::SnapshotEnd { snapshot, batches, upto_seq, .. } => {
-                self.on_snapshot_end(to, ix, from, snapshot, batches, upto_seq)
+            ChainMsg::SnapshotEnd { snapshot, batches, upto_seq, dropped_seq_max, .. } => {
+                let end = CopyEnd { snapshot, batches, upto_seq, dropped_seq_max };
+                self.on_snapshot_end(to, ix, from, end)
             }
             msg @ ChainMsg::Replicate { .. } => {
                 let Some(n) = self.nodes.get_mut(&to) else { return };
@@ -139,8 +140,8 @@ impl World {
         let (epoch, range) = (r.route().epoch, r.route().rc.range);
         let upto_seq = r.copy_cut_seq();
         let outcomes = r.outcomes_after(0, upto_seq);
-        let stream =
-            Stream::new(range, epoch, snapshot, upto_seq, r.store().cut(), None, outcomes, SIM_BATCH_BYTES);
+        let cut = CopyCut::take(r.store(), upto_seq);
+        let stream = Stream::new(range, epoch, snapshot, cut, None, outcomes, SIM_BATCH_BYTES);
         self.send(node, to, ChainMsg::SnapshotBegin { epoch, range, snapshot });
         self.start_stream(node, ix, to, stream);
     }
@@ -183,8 +184,8 @@ impl World {
         let upto_seq = r.copy_cut_seq();
         let outcomes = r.outcomes_after(0, upto_seq);
         let Ok(selection) = Selection::read(have_seq, r.store().cut()) else { return };
-        let mut stream =
-            Stream::new(range, epoch, snapshot, upto_seq, r.store().cut(), None, outcomes, SIM_BATCH_BYTES);
+        let cut = CopyCut::take(r.store(), upto_seq);
+        let mut stream = Stream::new(range, epoch, snapshot, cut, None, outcomes, SIM_BATCH_BYTES);
         stream.select(selection);
         self.send(node, to, ChainMsg::SuffixBegin { epoch, range, snapshot, after_seq: have_seq });
         self.start_stream(node, ix, to, stream);
@@ -257,15 +258,8 @@ impl World {
         sync.take_snapshot(snapshot, now);
     }
 
-    fn on_snapshot_end(
-        &mut self,
-        node: NodeId,
-        ix: RangeIx,
-        from: NodeId,
-        snapshot: u64,
-        batches: u64,
-        upto_seq: u64,
-    ) {
+    fn on_snapshot_end(&mut self, node: NodeId, ix: RangeIx, from: NodeId, end: CopyEnd) {
+        let CopyEnd { snapshot, batches, upto_seq, dropped_seq_max } = end;
         let Some(n) = self.nodes.get_mut(&node) else { return };
         let Some(sync) = n.syncs.get_mut(&ix) else { return };
         let EndVerdict::Complete { outcomes, buffered, overflowed, .. } = sync.end(from, snapshot, batches)
@@ -273,6 +267,8 @@ impl World {
             return;
         };
         let Some(r) = n.replicas.get_mut(&ix) else { return };
+        let floor = copy_drop_floor(r, dropped_seq_max);
+        r.store_mut().raise_drop_floor(floor);
         r.copied(upto_seq, outcomes);
         let Some(pred) = r.route().predecessor() else { return };
         for event in replay(pred, buffered, upto_seq) {

@@ -12,7 +12,8 @@ use tracing::{info, warn};
 
 use super::{blocking, queue, storage, warn_full, LinkTo, RangeReplica, WriteState};
 use crate::replica::sync::{
-    effect_bytes, replay, replay_failed, BatchVerdict, EndVerdict, SNAPSHOT_SILENCE_MAX,
+    copy_drop_floor, effect_bytes, replay, replay_failed, BatchVerdict, CopyEnd, EndVerdict,
+    SNAPSHOT_SILENCE_MAX,
 };
 pub use crate::replica::sync::{SuffixPlan, SyncReport};
 
@@ -172,19 +173,19 @@ impl RangeReplica {
         Ok(())
     }
 
-    /// The snapshot is complete: play the buffered updates forward.
+    /// The snapshot is complete: take the source's drop floor, play the buffered updates
+    /// forward.
     pub async fn on_snapshot_end(
         &self,
         from: NodeId,
-        snapshot: u64,
-        batches: u64,
-        upto_seq: u64,
+        end: CopyEnd,
         links: &dyn LinkTo,
     ) -> Result<Followups, WireError> {
+        let CopyEnd { snapshot, batches, upto_seq, dropped_seq_max } = end;
         let mut st = self.state.lock().await;
         st.heard(from);
         let Some(sync) = st.sync.as_mut() else { return Ok(Followups::default()) };
-        let (buffered, overflowed, report) = match sync.end(from, snapshot, batches) {
+        let (outcomes, buffered, overflowed, report) = match sync.end(from, snapshot, batches) {
             EndVerdict::Ignore => return Ok(Followups::default()),
             EndVerdict::Incomplete { got } => {
                 warn!(range = %self.range.id_string(), snapshot, sent = batches, got,
@@ -192,10 +193,20 @@ impl RangeReplica {
                 return Ok(Followups::default());
             }
             EndVerdict::Complete { outcomes, buffered, overflowed, report } => {
-                st.machine.copied(upto_seq, outcomes);
-                (buffered, overflowed, report)
+                (outcomes, buffered, overflowed, report)
             }
         };
+        let floor = copy_drop_floor(&st.machine, dropped_seq_max);
+        if let Err(e) = blocking(self.writes_block, || self.store.raise_dropped_seq_max(floor)) {
+            self.note_write_error(&e);
+            warn!(range = %self.range.id_string(), snapshot, floor, error = %e,
+                "storing the copy's drop floor failed; asking for a new copy");
+            if let Some(sync) = st.sync.as_mut() {
+                sync.replay_failed();
+            }
+            return Err(storage(e));
+        }
+        st.machine.copied(upto_seq, outcomes);
         let replayed = buffered.len();
         if let Some(pred) = st.machine.route().predecessor() {
             for event in replay(pred, buffered, upto_seq) {

@@ -16,7 +16,7 @@ use tracing::{info, warn};
 use super::{blocking, queue, LinkTo, RangeReplica, SuffixPlan};
 use crate::replica::store::StoreError;
 use crate::replica::sync::{
-    judge_suffix, log_holds, serves_sync, Selection, Stream, SuffixVerdict, SyncStore, NOT_IN_LOG,
+    judge_suffix, log_holds, serves_sync, CopyCut, Selection, Stream, SuffixVerdict, SyncStore, NOT_IN_LOG,
 };
 
 /// The records of a cut of the range's datastore.
@@ -40,11 +40,10 @@ impl RangeReplica {
             return;
         }
         let upto_seq = st.machine.copy_cut_seq();
-        let records = self.store.cut();
+        let cut = CopyCut::take(&self.store, upto_seq);
         let link = links.link(from);
         let outcomes = st.machine.outcomes_after(0, upto_seq);
-        let stream =
-            Stream::new(self.range, epoch, snapshot, upto_seq, records, None, outcomes, SNAPSHOT_BATCH_BYTES);
+        let stream = Stream::new(self.range, epoch, snapshot, cut, None, outcomes, SNAPSHOT_BATCH_BYTES);
         let current = StreamId::start(self, snapshot);
         drop(st);
         info!(range = %self.range.id_string(), to = from, upto_seq, snapshot, "streaming snapshot");
@@ -89,14 +88,13 @@ impl RangeReplica {
             return;
         }
         let upto_seq = st.machine.copy_cut_seq();
-        let records = self.store.cut();
+        let cut = CopyCut::take(&self.store, upto_seq);
         let latest = self.store.cut();
         // Every remembered outcome, not only the suffix's: the rejoiner kept its records but,
         // as a new process, lost their outcomes, and may head the chain later.
         let outcomes = st.machine.outcomes_after(0, upto_seq);
         let snapshot = snapshot_id();
-        let stream =
-            Stream::new(range, epoch, snapshot, upto_seq, records, None, outcomes, SNAPSHOT_BATCH_BYTES);
+        let stream = Stream::new(range, epoch, snapshot, cut, None, outcomes, SNAPSHOT_BATCH_BYTES);
         let suffix = Some((have_seq, latest));
         if verdict == SuffixVerdict::Grant {
             if !queue(links, from, ChainMsg::SuffixBegin { epoch, range, snapshot, after_seq: have_seq }) {

@@ -7,6 +7,13 @@ use fawn_proto::native::{Epoch, Origin, RangeConfig, ReplEffect, SnapshotItem};
 use fawn_proto::op::Mutation;
 
 use crate::replica::machine::UNACKED_UPDATES_MAX;
+use crate::replica::sync::CopyEnd;
+
+/// The end of stream `snapshot` of `batches` batches up to `upto_seq`, from a source that
+/// dropped nothing.
+fn end(snapshot: u64, batches: u64, upto_seq: u64) -> CopyEnd {
+    CopyEnd { snapshot, batches, upto_seq, dropped_seq_max: 0 }
+}
 
 type Wire = (mpsc::Sender<ChainMsg>, mpsc::Receiver<ChainMsg>);
 
@@ -279,7 +286,7 @@ async fn a_syncing_replica_notes_when_it_last_heard_from_its_source() {
     s.on_snapshot_begin(2, 8).await.expect("begin");
     let (_, heard) = s.sync_heard().await.expect("syncing");
     assert!(heard > started);
-    s.on_snapshot_end(2, 8, 0, 0, &wires).await.expect("end");
+    s.on_snapshot_end(2, end(8, 0, 0), &wires).await.expect("end");
     assert_eq!(s.sync_heard().await, None, "a complete copy needs nothing more from the source");
 }
 
@@ -318,10 +325,10 @@ async fn a_syncing_replica_takes_only_the_snapshot_stream_it_began() {
     s.on_snapshot_begin(2, 8).await.expect("begin");
     s.on_snapshot_batch(2, 8, 0, &[put("a", 5, "new")]).await.expect("batch");
     s.on_snapshot_batch(2, 7, 3, &[put("a", 3, "old"), put("b", 4, "gone")]).await.expect("batch");
-    let f = s.on_snapshot_end(2, 7, 4, 4, &wires).await.expect("end");
+    let f = s.on_snapshot_end(2, end(7, 4, 4), &wires).await.expect("end");
     assert!(!f.sync_done, "the end of another stream finished the sync");
     assert_eq!(s.sync_status().await, Some((2, true, false)));
-    let f = s.on_snapshot_end(2, 8, 1, 5, &wires).await.expect("end");
+    let f = s.on_snapshot_end(2, end(8, 1, 5), &wires).await.expect("end");
     assert!(f.sync_done);
     assert_eq!(value(&s, "a").as_deref(), Some("new"));
     assert_eq!(value(&s, "b"), None);
@@ -339,10 +346,10 @@ async fn a_newer_snapshot_stream_replaces_the_one_in_progress() {
     s.on_snapshot_begin(2, 9).await.expect("begin");
     s.on_snapshot_batch(2, 8, 1, &[put("x", 6, "old stream")]).await.expect("batch");
     s.on_snapshot_batch(2, 9, 0, &[put("b", 6, "b")]).await.expect("batch");
-    assert!(!s.on_snapshot_end(2, 8, 2, 6, &wires).await.expect("end").sync_done);
+    assert!(!s.on_snapshot_end(2, end(8, 2, 6), &wires).await.expect("end").sync_done);
     // A repeated Begin of the stream taken changes nothing.
     s.on_snapshot_begin(2, 9).await.expect("begin");
-    assert!(s.on_snapshot_end(2, 9, 1, 7, &wires).await.expect("end").sync_done);
+    assert!(s.on_snapshot_end(2, end(9, 1, 7), &wires).await.expect("end").sync_done);
     assert_eq!(value(&s, "a"), None);
     assert_eq!(value(&s, "x"), None);
     assert_eq!(value(&s, "b").as_deref(), Some("b"));
@@ -358,7 +365,7 @@ async fn a_snapshot_with_a_missing_batch_is_abandoned_and_the_next_one_starts_em
     // Batch 1 was lost (a chain connection broke mid-stream).
     s.on_snapshot_batch(2, 8, 2, &[put("c", 7, "c")]).await.expect("batch");
     assert_eq!(s.sync_status().await, Some((2, false, false)), "a stream with a gap was kept");
-    let f = s.on_snapshot_end(2, 8, 3, 7, &wires).await.expect("end");
+    let f = s.on_snapshot_end(2, end(8, 3, 7), &wires).await.expect("end");
     assert!(!f.sync_done, "a stream with a gap finished the sync");
     // The replica asks again; "a" was deleted meanwhile and its tombstone compacted away
     // at the source, so the new snapshot does not mention it: it must not come back.
@@ -366,7 +373,7 @@ async fn a_snapshot_with_a_missing_batch_is_abandoned_and_the_next_one_starts_em
     assert!(wires.sent(2).iter().any(|m| matches!(m, ChainMsg::SyncRequest { .. })));
     s.on_snapshot_begin(2, 9).await.expect("begin");
     s.on_snapshot_batch(2, 9, 0, &[put("c", 7, "c")]).await.expect("batch");
-    let f = s.on_snapshot_end(2, 9, 1, 9, &wires).await.expect("end");
+    let f = s.on_snapshot_end(2, end(9, 1, 9), &wires).await.expect("end");
     assert!(f.sync_done);
     assert_eq!(value(&s, "a"), None, "a record of the abandoned stream came back");
     assert_eq!(value(&s, "c").as_deref(), Some("c"));
@@ -400,8 +407,11 @@ async fn a_snapshot_carries_the_outcomes_that_let_the_copy_answer_a_retry_as_hea
             ChainMsg::SnapshotBatch { snapshot, index, records, .. } => {
                 copy.on_snapshot_batch(1, snapshot, index, &records).await.expect("batch")
             }
-            ChainMsg::SnapshotEnd { snapshot, batches, upto_seq, .. } => {
-                let f = copy.on_snapshot_end(1, snapshot, batches, upto_seq, &wires).await.expect("end");
+            ChainMsg::SnapshotEnd { snapshot, batches, upto_seq, dropped_seq_max, .. } => {
+                let f = copy
+                    .on_snapshot_end(1, CopyEnd { snapshot, batches, upto_seq, dropped_seq_max }, &wires)
+                    .await
+                    .expect("end");
                 assert!(f.sync_done);
             }
             m @ ChainMsg::Outcomes { .. } => copy.on_chain(1, m, &wires).await,
@@ -441,7 +451,7 @@ async fn a_sync_buffer_past_its_byte_budget_asks_for_the_rest_once_the_copy_is_c
         })
         .collect();
     s.on_replicates(2, msgs, &wires).await.expect("buffered");
-    assert!(s.on_snapshot_end(2, 8, 0, 0, &wires).await.expect("end").sync_done);
+    assert!(s.on_snapshot_end(2, end(8, 0, 0), &wires).await.expect("end").sync_done);
     assert_eq!(s.store.max_seq(), kept, "the buffered updates are applied");
     let sent = wires.sent(2);
     assert!(
@@ -506,7 +516,7 @@ async fn a_copy_whose_buffered_updates_fail_to_append_is_not_reported_done() {
     };
     s.on_replicates(2, vec![update(6), update(7)], &wires).await.expect("buffered");
     failing.store(true, Ordering::Release);
-    let f = s.on_snapshot_end(2, 8, 1, 5, &wires).await.expect("end");
+    let f = s.on_snapshot_end(2, end(8, 1, 5), &wires).await.expect("end");
     assert!(!f.sync_done, "a sync was reported done though its buffered updates were not stored");
     assert_eq!(s.store.max_seq(), 5);
     // The disk has room again: the replica asks for a new copy, and that one completes.
@@ -515,7 +525,7 @@ async fn a_copy_whose_buffered_updates_fail_to_append_is_not_reported_done() {
     assert!(wires.sent(2).iter().any(|m| matches!(m, ChainMsg::SyncRequest { .. })));
     s.on_snapshot_begin(2, 9).await.expect("begin");
     s.on_snapshot_batch(2, 9, 0, &[put("a", 5, "a"), put("b", 7, "b")]).await.expect("batch");
-    assert!(s.on_snapshot_end(2, 9, 1, 7, &wires).await.expect("end").sync_done);
+    assert!(s.on_snapshot_end(2, end(9, 1, 7), &wires).await.expect("end").sync_done);
     assert_eq!(value(&s, "b").as_deref(), Some("b"));
 }
 
