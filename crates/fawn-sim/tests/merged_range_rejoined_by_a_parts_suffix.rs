@@ -10,7 +10,7 @@ use fawn_sim::{run_seed, Config};
 #[test]
 fn a_merged_range_is_not_rejoined_by_the_suffix_after_one_parts_records() {
     let cfg = Config { crashes_max: 1, ..Config::default() };
-    let r = run_seed(4505, &cfg);
-    assert!(r.violations.is_empty(), "seed 4505: {}", r.violations.join("; "));
-    assert!(r.stats.answered > 0 && r.stats.crashes > 0, "seed 4505 did little: {:?}", r.stats);
+    let r = run_seed(3328, &cfg);
+    assert!(r.violations.is_empty(), "seed 3328: {}", r.violations.join("; "));
+    assert!(r.stats.answered > 0 && r.stats.crashes > 0, "seed 3328 did little: {:?}", r.stats);
 }

@@ -1138,6 +1138,12 @@ impl<S: ReplicaStore> Replica<S> {
             if seq > 0 {
                 self.ack_upstream(seq, out);
             }
+            // An update lost with the old connection is sent again by no one unless asked:
+            // the predecessor resends its unacknowledged updates only on a new connection of
+            // its own, a gap shows only with a later update, and the head takes a client's
+            // retries of an update in flight as duplicates. So is one this replica dropped
+            // under an older configuration when its request to catch up was lost too.
+            self.ask_resend(out);
         }
         if self.route.predecessor() == Some(peer)
             && self.route.is_syncing()

@@ -252,21 +252,32 @@ async fn a_head_with_a_full_backlog_refuses_new_updates_until_acks_come_back() {
 }
 
 #[tokio::test]
-async fn a_middle_replica_acks_again_on_a_new_connection_to_its_predecessor() {
+async fn a_middle_replica_acks_and_asks_again_on_a_new_connection_to_its_predecessor() {
     // The ack it passed upstream may have been lost with the old connection; the head
-    // must not wait for the next update to learn that its updates committed.
+    // must not wait for the next update to learn that its updates committed. An update
+    // lost with it is asked for again: no one else would send it before the next update.
     let dir = tempfile::tempdir().expect("tempdir");
     let wires = Wires::default();
     let middle = replica(dir.path(), route(5, 2, &[1, 2, 3], &[]));
-    assert!(middle.resend_on_connect(1).await.is_empty(), "nothing acknowledged yet");
+    let fresh = middle.resend_on_connect(1).await;
+    assert!(
+        matches!(fresh.as_slice(), [ChainMsg::Resend { after_seq: 0, .. }]),
+        "nothing acknowledged yet: {fresh:?}"
+    );
     middle.on_ack(3, 42, &wires).await;
     let first = middle.resend_on_connect(1).await;
-    assert!(matches!(first.as_slice(), [ChainMsg::Ack { seq: 42, .. }]), "{first:?}");
+    assert!(
+        matches!(first.as_slice(), [ChainMsg::Ack { seq: 42, .. }, ChainMsg::Resend { .. }]),
+        "{first:?}"
+    );
     // What a former successor acknowledged stays committed (every ack starts at a tail): it
     // is still passed upstream after the successor changed.
     middle.install(route(6, 2, &[1, 2, 4], &[]), &wires).await;
     let after = middle.resend_on_connect(1).await;
-    assert!(matches!(after.as_slice(), [ChainMsg::Ack { seq: 42, .. }]), "{after:?}");
+    assert!(
+        matches!(after.as_slice(), [ChainMsg::Ack { seq: 42, .. }, ChainMsg::Resend { .. }]),
+        "{after:?}"
+    );
 }
 
 #[tokio::test]

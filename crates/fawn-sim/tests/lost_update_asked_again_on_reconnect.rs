@@ -1,0 +1,16 @@
+//! Guards that an update lost on a chain link is asked for again when the link comes back. A
+//! middle still on an older configuration dropped an update from its new predecessor; its
+//! request to catch up was lost too, on a link cut one way. The head's client retried the
+//! update, which the head took as a duplicate in flight, and no later update came to show
+//! the gap: the update stayed unacknowledged for ever. A replica now asks its predecessor to
+//! resend what follows its last update whenever its link to it is new.
+
+use fawn_sim::{run_seed, Config};
+
+#[test]
+fn an_update_dropped_before_a_cut_is_resent_after_it() {
+    let cfg = Config { frontend_cache: true, ..Config::default() };
+    let r = run_seed(800, &cfg);
+    assert!(r.violations.is_empty(), "seed 800: {}", r.violations.join("; "));
+    assert!(r.stats.partitions > 0 && r.stats.cuts > 0, "seed 800 did little: {:?}", r.stats);
+}
