@@ -168,6 +168,13 @@ pub fn run_seed(seed: u64, cfg: &Config) -> SeedResult {
     }
 }
 
+/// Whether `seed` in `cfg` fails with `fault` switched on: a replay test's proof that its
+/// seed still runs the scenario the rule it guards is for (schedules change with the code).
+#[cfg(feature = "faults")]
+pub fn fails_with(seed: u64, cfg: &Config, fault: Fault) -> bool {
+    !run_seed(seed, &Config { fault: Some(fault), ..cfg.clone() }).violations.is_empty()
+}
+
 /// A fault by its name as printed by `{:?}` (`ForgetDedupOnPromotion`, ...).
 #[cfg(feature = "faults")]
 pub fn fault_named(name: &str) -> Option<Fault> {

@@ -3,14 +3,27 @@
 //! request to catch up was lost too, on a link cut one way. The head's client retried the
 //! update, which the head took as a duplicate in flight, and no later update came to show
 //! the gap: the update stayed unacknowledged for ever. A replica now asks its predecessor to
-//! resend what follows its last update whenever its link to it is new.
+//! resend what follows its last update whenever its link to it is new; the seed fails without
+//! that ask (fault `NoResendAskOnConnect`), which the second test checks.
 
 use fawn_sim::{run_seed, Config};
 
+const SEED: u64 = 800;
+
+fn shape() -> Config {
+    Config { frontend_cache: true, ..Config::default() }
+}
+
 #[test]
 fn an_update_dropped_before_a_cut_is_resent_after_it() {
-    let cfg = Config { frontend_cache: true, ..Config::default() };
-    let r = run_seed(800, &cfg);
-    assert!(r.violations.is_empty(), "seed 800: {}", r.violations.join("; "));
-    assert!(r.stats.partitions > 0 && r.stats.cuts > 0, "seed 800 did little: {:?}", r.stats);
+    let r = run_seed(SEED, &shape());
+    assert!(r.violations.is_empty(), "seed {SEED}: {}", r.violations.join("; "));
+    assert!(r.stats.partitions > 0 && r.stats.cuts > 0, "seed {SEED} did little: {:?}", r.stats);
+}
+
+#[cfg(feature = "faults")]
+#[test]
+fn the_seed_fails_without_the_ask() {
+    let fault = fawn_sim::Fault::NoResendAskOnConnect;
+    assert!(fawn_sim::fails_with(SEED, &shape(), fault), "seed {SEED} no longer runs the scenario");
 }

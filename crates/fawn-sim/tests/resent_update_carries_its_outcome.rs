@@ -2,15 +2,31 @@
 //! `Outcomes` message after it: the receiver held the update without its request's outcome
 //! and, as head later, ordered the client's retry a second time. Resent updates now carry
 //! their own outcome. These seeds (three crashes at most) each decide a retry twice when
-//! resent updates travel without outcomes (fault `NoOutcomesWithResend`).
+//! resent updates travel without outcomes (fault `NoOutcomesWithResend`), which the second
+//! test checks.
 
 use fawn_sim::{run_seed, Config};
 
+const SEEDS: [u64; 2] = [681, 1094];
+
+fn shape() -> Config {
+    Config { partitions_max: 0, ..Config::fixed_members() }
+}
+
 #[test]
 fn a_head_that_got_an_update_by_resend_from_a_node_that_then_crashed_answers_its_retry() {
-    for seed in [324, 685, 870] {
-        let r = run_seed(seed, &Config { partitions_max: 0, ..Config::fixed_members() });
+    for seed in SEEDS {
+        let r = run_seed(seed, &shape());
         assert!(r.violations.is_empty(), "seed {seed}: {}", r.violations.join("; "));
         assert!(r.stats.answered > 0 && r.stats.crashes > 0, "seed {seed} did little: {:?}", r.stats);
+    }
+}
+
+#[cfg(feature = "faults")]
+#[test]
+fn the_seeds_fail_with_resent_updates_without_outcomes() {
+    for seed in SEEDS {
+        let fault = fawn_sim::Fault::NoOutcomesWithResend;
+        assert!(fawn_sim::fails_with(seed, &shape(), fault), "seed {seed} no longer runs the scenario");
     }
 }

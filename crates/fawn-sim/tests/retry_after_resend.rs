@@ -1,15 +1,30 @@
 //! Guards against a retry decided twice: a replica promoted to head must still recognise a
 //! retry of a request its predecessor ordered. These seeds (three crashes at most) each
 //! decide a retry twice when a promoted head forgets its dedup table (fault
-//! `ForgetDedupOnPromotion`).
+//! `ForgetDedupOnPromotion`), which the second test checks.
 
 use fawn_sim::{run_seed, Config};
 
+const SEEDS: [u64; 4] = [0, 7, 15, 33];
+
+fn shape() -> Config {
+    Config { partitions_max: 0, ..Config::fixed_members() }
+}
+
 #[test]
 fn a_head_that_got_an_update_by_resend_answers_its_retry() {
-    for seed in [0, 7, 15, 33] {
-        let r = run_seed(seed, &Config { partitions_max: 0, ..Config::fixed_members() });
+    for seed in SEEDS {
+        let r = run_seed(seed, &shape());
         assert!(r.violations.is_empty(), "seed {seed}: {}", r.violations.join("; "));
         assert!(r.stats.answered > 0, "seed {seed} did little: {:?}", r.stats);
+    }
+}
+
+#[cfg(feature = "faults")]
+#[test]
+fn the_seeds_fail_with_a_head_that_forgets_dedup() {
+    for seed in SEEDS {
+        let fault = fawn_sim::Fault::ForgetDedupOnPromotion;
+        assert!(fawn_sim::fails_with(seed, &shape(), fault), "seed {seed} no longer runs the scenario");
     }
 }

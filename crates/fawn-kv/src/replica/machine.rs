@@ -65,11 +65,14 @@ pub enum Fault {
     /// A full copy does not take its source's drop floor (`SnapshotEnd::dropped_seq_max`), so
     /// it grants suffixes past records its source's compaction dropped before the copy.
     CopyWithoutDropFloor,
+    /// A replica does not ask its predecessor to resend on a new connection to it, so an
+    /// update lost with the old one waits for a later update to show the gap.
+    NoResendAskOnConnect,
 }
 
 impl Fault {
     /// Every fault, for tools that pick one by name.
-    pub const ALL: [Fault; 12] = [
+    pub const ALL: [Fault; 13] = [
         Fault::ForgetDedupOnPromotion,
         Fault::NoUnackedToNewSuccessor,
         Fault::TailReadsBeforeCaughtUp,
@@ -82,6 +85,7 @@ impl Fault {
         Fault::StaleCopyOrdered,
         Fault::SuffixPastDroppedRecord,
         Fault::CopyWithoutDropFloor,
+        Fault::NoResendAskOnConnect,
     ];
 }
 
@@ -1143,7 +1147,9 @@ impl<S: ReplicaStore> Replica<S> {
             // its own, a gap shows only with a later update, and the head takes a client's
             // retries of an update in flight as duplicates. So is one this replica dropped
             // under an older configuration when its request to catch up was lost too.
-            self.ask_resend(out);
+            if !self.faulty(Fault::NoResendAskOnConnect) {
+                self.ask_resend(out);
+            }
         }
         if self.route.predecessor() == Some(peer)
             && self.route.is_syncing()
