@@ -681,6 +681,10 @@ impl World {
                     self.manager_failed(node);
                 }
             }
+            // As the back-end, which reports each tick while its replica syncs with its copy
+            // done: a report the node no longer makes (the manager dropped the sync, or made
+            // the node sync the range anew) is not sent late.
+            Ev::SyncDone { node, range } if !self.sync_done_holds(node, range) => {}
             Ev::SyncDone { node, range } if self.isolated(node) => {
                 // The report is retried until it reaches the manager.
                 self.at(100 * MS, Ev::SyncDone { node, range });

@@ -294,6 +294,14 @@ impl World {
         self.at(d, Ev::SyncDone { node, range: ix });
     }
 
+    /// Whether `node` would report its copy of range `ix` done now: its replica syncs and
+    /// holds a complete copy.
+    pub(super) fn sync_done_holds(&self, node: NodeId, ix: RangeIx) -> bool {
+        let Some(n) = self.nodes.get(&node).filter(|n| n.alive) else { return false };
+        let syncing = n.replicas.get(&ix).is_some_and(|r| r.route().is_syncing());
+        syncing && n.syncs.get(&ix).is_some_and(|s| s.done)
+    }
+
     /// A syncing replica's retries (the shell's `tick_sync`).
     pub(super) fn tick_sync(&mut self, node: NodeId, ix: RangeIx) {
         let now = self.sync_now();
