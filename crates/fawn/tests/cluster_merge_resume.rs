@@ -45,6 +45,25 @@ fn marked_dirs(procs: &Procs, node: u32) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// Back from its first abort, the victim finishes the merge itself and aborts again once the
+/// parts are merged (true), unless the configuration it finds at its restart no longer has it
+/// in the merged range's chain (the manager moved on while it was down, as a loaded machine
+/// makes likelier): then it drops the part and copies the merged range instead, and no second
+/// abort comes (false). The end of the test holds either way.
+fn aborts_again(procs: &mut Procs) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while std::time::Instant::now() < deadline {
+        if procs.wait_exit(VICTIM, 1) {
+            return true;
+        }
+        if procs.logs(400).contains("dropping the part") {
+            eprintln!("backend-{VICTIM} dropped the part at its restart: no second abort");
+            return false;
+        }
+    }
+    panic!("backend-{VICTIM} neither aborted at merge-merged nor dropped the part\n{}", procs.logs(200));
+}
+
 /// Waits for the victim to abort at `point`; restarts it (with `next` crash point, if any).
 fn crash_and_restart(procs: &mut Procs, point: &str, next: Option<&str>) {
     assert!(procs.wait_exit(VICTIM, 60), "backend-{VICTIM} did not abort at {point}\n{}", procs.logs(200));
@@ -76,7 +95,9 @@ fn a_merge_cut_short_by_crashes_is_finished_after_each_restart() {
     ));
     assert!(matches!(reply, Ok(Response::Config(_))), "{reply:?}");
     crash_and_restart(&mut procs, "merge-marked", Some("merge-merged"));
-    crash_and_restart(&mut procs, "merge-merged", None);
+    if aborts_again(&mut procs) {
+        crash_and_restart(&mut procs, "merge-merged", None);
+    }
 
     let remaining = Ring::new(&[1, 2, 3], c.vnodes, c.replicas);
     let mut ends: Vec<KeyId> = remaining.vids().iter().map(|v| v.id).collect();
