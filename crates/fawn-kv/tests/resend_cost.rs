@@ -50,6 +50,7 @@ fn one_resend_on_a_million_records() {
             flush_at: 0,
             bulk_copy_pending: false,
             floor: 0,
+            epoch: 1,
         };
         head.step(Event::Update(u));
     }

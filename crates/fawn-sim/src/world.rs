@@ -204,6 +204,8 @@ struct Sent {
     floor: u64,
     /// The client's attempt this is: its answer is taken only while the client waits for it.
     attempt: u32,
+    /// The configuration it was routed by.
+    epoch: u64,
 }
 
 #[derive(Clone, Debug)]

@@ -42,7 +42,13 @@ impl Backend {
         self.counters.updates.fetch_add(1, Ordering::Relaxed);
         let links = self.linker();
         let ordered = match replica
-            .order_update(req, floor, &update, reply_to, view.config.flush_at_micros, &links)
+            .order_update(
+                ClientReq { req, floor, epoch },
+                &update,
+                reply_to,
+                view.config.flush_at_micros,
+                &links,
+            )
             .await
         {
             Err(WireError::Unavailable(why)) if replica.route().await.rc.is_reshaping() => {
@@ -97,12 +103,12 @@ impl Backend {
                     groups.len() - 1
                 }
             };
-            groups[at].items.push((i, epoch, (req, update, reply_to, floor)));
+            groups[at].items.push((i, (ClientReq { req, floor, epoch }, update, reply_to)));
         }
         let links = self.linker();
         for UpdateGroup { replica, view, items } in groups {
             let (slots, updates): (Vec<_>, Vec<_>) =
-                items.into_iter().map(|(i, e, u)| ((i, e, u.0), u)).unzip();
+                items.into_iter().map(|(i, u)| ((i, u.0.epoch, u.0.req), u)).unzip();
             // The tail sends `Committed` only to a front-end of its configuration (`Linker`):
             // an update naming any other address is answered here.
             let reaches = |to: &str| view.config.lists_frontend(to);
@@ -407,15 +413,15 @@ impl Backend {
     }
 }
 
-/// A client update as the head orders it: request id, update, the front-end to tell when it
-/// commits, and the client's floor (`ReqId`).
-type HeadUpdate = (ReqId, Update, Option<String>, u64);
+/// A client update as the head orders it: who sent it, the update and the front-end to tell
+/// when it commits.
+type HeadUpdate = (ClientReq, Update, Option<String>);
 
 /// The updates of one batch for one range, with their places in the batch and epochs.
 struct UpdateGroup {
     replica: Arc<RangeReplica>,
     view: Arc<View>,
-    items: Vec<(usize, Epoch, HeadUpdate)>,
+    items: Vec<(usize, HeadUpdate)>,
 }
 
 /// One range's part of a batch of chain messages.

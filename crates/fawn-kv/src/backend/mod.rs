@@ -41,7 +41,7 @@ use crate::server::{self, Handler};
 use crate::view::View;
 use health::LinkProbe;
 use link::{LinkOwner, Links};
-use range::{blocking, suffix_plan, LinkTo, Ordered, RangeReplica, Route};
+use range::{blocking, suffix_plan, ClientReq, LinkTo, Ordered, RangeReplica, Route};
 
 /// How often a back-end polls the manager for a newer configuration (and renews its lease).
 pub const CONFIG_POLL_INTERVAL: Duration = Duration::from_millis(250);

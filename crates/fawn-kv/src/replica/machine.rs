@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use fawn_proto::native::{ChainMsg, Origin, OutcomeEntry, ReplEffect, ReqId, WireError};
+use fawn_proto::native::{ChainMsg, Epoch, Origin, OutcomeEntry, ReplEffect, ReqId, WireError};
 use fawn_proto::op::{decide, is_expired, Effect, Item, Mutation, Outcome, UnixSeconds, Update};
 use fawn_ring::{NodeId, Range};
 
@@ -68,11 +68,14 @@ pub enum Fault {
     /// A replica does not ask its predecessor to resend on a new connection to it, so an
     /// update lost with the old one waits for a later update to show the gap.
     NoResendAskOnConnect,
+    /// A head orders an update routed by a configuration older than its headship (a late
+    /// copy of an attempt another head may have decided).
+    OrderedAcrossHeadship,
 }
 
 impl Fault {
     /// Every fault, for tools that pick one by name.
-    pub const ALL: [Fault; 13] = [
+    pub const ALL: [Fault; 14] = [
         Fault::ForgetDedupOnPromotion,
         Fault::NoUnackedToNewSuccessor,
         Fault::TailReadsBeforeCaughtUp,
@@ -86,6 +89,7 @@ impl Fault {
         Fault::SuffixPastDroppedRecord,
         Fault::CopyWithoutDropFloor,
         Fault::NoResendAskOnConnect,
+        Fault::OrderedAcrossHeadship,
     ];
 }
 
@@ -141,6 +145,9 @@ pub struct ClientUpdate {
     pub bulk_copy_pending: bool,
     /// The client's floor (`ReqId`; 0: none known): its outcomes below it may be forgotten.
     pub floor: u64,
+    /// The configuration the sender routed it by: one older than this replica's headship
+    /// is refused (`Replica::head_since`).
+    pub epoch: Epoch,
 }
 
 /// An update the head decided, with its seq, before its bookkeeping.
@@ -170,12 +177,13 @@ struct Staged {
     now_micros: u64,
     flush_at: u64,
     bulk_copy_pending: bool,
+    epoch: Epoch,
 }
 
 impl Staged {
     /// The client update it was decided from.
     fn into_update(self) -> ClientUpdate {
-        let Staged { ordered, mutation, now, now_micros, flush_at, bulk_copy_pending } = self;
+        let Staged { ordered, mutation, now, now_micros, flush_at, bulk_copy_pending, epoch } = self;
         let Ordered { req, key, effect, reply_to, .. } = ordered;
         // Only sets are staged: the effect is a put.
         let (value, flags, expiry) = match effect {
@@ -184,7 +192,7 @@ impl Staged {
         };
         let update = Update { key, mutation, value, flags, expiry };
         // The floor was taken when the update arrived (`Replica::step`).
-        ClientUpdate { req, update, reply_to, now, now_micros, flush_at, bulk_copy_pending, floor: 0 }
+        ClientUpdate { req, update, reply_to, now, now_micros, flush_at, bulk_copy_pending, floor: 0, epoch }
     }
 }
 
@@ -277,6 +285,15 @@ pub struct Replica<S> {
     /// again. The ask may be lost with its connection, and nothing else would send the update
     /// again when no later update follows it to show the gap.
     missing: u64,
+    /// The epoch this replica became its range's head in (it has been head in every one
+    /// since). An update routed by an older configuration was sent before then, to another
+    /// head or to this one in an earlier term as head: it may be a late copy of an attempt
+    /// whose request another head decided and answered (a failed condition, which only that
+    /// head remembered) while its client has moved on, in this range, to nothing that would
+    /// have told this replica its floor. It is refused (`StaleEpoch`); a client that still
+    /// waits retries by the new configuration. Since this replica has led, every attempt
+    /// routed here reached it, so its dedup table (or the floor) answers late copies of those.
+    head_since: Epoch,
     #[cfg(feature = "faults")]
     fault: Option<Fault>,
 }
@@ -292,6 +309,7 @@ impl<S: ReplicaStore> Replica<S> {
         }
         Replica {
             range: route.rc.range,
+            head_since: route.epoch,
             readable: !route.is_syncing(),
             route,
             store,
@@ -451,6 +469,11 @@ impl<S: ReplicaStore> Replica<S> {
         unproven && (self.readable || self.faulty(Fault::TailReadyBeforeCaughtUp))
     }
 
+    /// Whether an update routed by `epoch` predates this replica's headship (`head_since`).
+    fn routed_before_headship(&self, epoch: Epoch) -> bool {
+        epoch < self.head_since && !self.faulty(Fault::OrderedAcrossHeadship)
+    }
+
     /// Takes a client update's floor: never above its own seq, which the client still sends.
     fn take_floor(&mut self, u: &ClientUpdate) {
         self.recent.raise_floor(u.req.client, u.floor.min(u.req.seq));
@@ -578,7 +601,9 @@ impl<S: ReplicaStore> Replica<S> {
     /// Head: decides and appends an update and forwards it. Returns the seq to wait for (the
     /// reply goes once it is committed) and the outcome.
     fn order(&mut self, u: ClientUpdate, out: &mut Vec<Action>) -> Result<(u64, Outcome), WireError> {
-        let ClientUpdate { req, update, reply_to, now, now_micros, flush_at, bulk_copy_pending, .. } = u;
+        let ClientUpdate {
+            req, update, reply_to, now, now_micros, flush_at, bulk_copy_pending, epoch, ..
+        } = u;
         if !self.route.is_head() {
             return Err(WireError::WrongNode(format!("node {} is not the head", self.route.me)));
         }
@@ -590,6 +615,9 @@ impl<S: ReplicaStore> Replica<S> {
                 "request {} of client {:x} is below the client's floor: a stale copy, not applied",
                 req.seq, req.client
             )));
+        }
+        if self.routed_before_headship(epoch) {
+            return Err(WireError::StaleEpoch { current: self.route.epoch });
         }
         // Until the bulk of a split-off or merged part is copied, updates go on; the copy then
         // only has to catch up with them once they stop.
@@ -683,7 +711,8 @@ impl<S: ReplicaStore> Replica<S> {
             && self.unacked.len() + run.len() < UNACKED_UPDATES_MAX
             && !run.iter().any(|s| s.ordered.req == u.req)
             && self.recent.get(&u.req).is_none()
-            && !self.recent.is_stale(&u.req);
+            && !self.recent.is_stale(&u.req)
+            && !self.routed_before_headship(u.epoch);
         if !plain {
             return Stage::Alone(u);
         }
@@ -697,7 +726,9 @@ impl<S: ReplicaStore> Replica<S> {
             return Stage::Alone(u);
         };
         let effect = ReplEffect::Put { value, flags, expiry, state };
-        let ClientUpdate { req, update, reply_to, now, now_micros, flush_at, bulk_copy_pending, .. } = u;
+        let ClientUpdate {
+            req, update, reply_to, now, now_micros, flush_at, bulk_copy_pending, epoch, ..
+        } = u;
         let ordered = Ordered { req, seq, prev_seq, key: update.key, effect, outcome, reply_to };
         Stage::Run(Staged {
             ordered,
@@ -706,6 +737,7 @@ impl<S: ReplicaStore> Replica<S> {
             now_micros,
             flush_at,
             bulk_copy_pending,
+            epoch,
         })
     }
 
@@ -1057,6 +1089,7 @@ impl<S: ReplicaStore> Replica<S> {
         let old = std::mem::replace(&mut self.route, route);
         let have = self.store.max_seq();
         if self.route.is_head() && !old.is_head() {
+            self.head_since = self.route.epoch;
             self.last_seq = self.last_seq.max(have);
             if self.faulty(Fault::ForgetDedupOnPromotion) {
                 self.recent = Dedup::default();
@@ -1212,6 +1245,7 @@ mod tests {
             flush_at: 0,
             bulk_copy_pending: false,
             floor: 0,
+            epoch: Epoch::MAX,
         })
     }
 
@@ -1260,6 +1294,35 @@ mod tests {
         assert!(matches!(&get[..], [Action::GetReply { result: Ok(Some(_)), .. }]), "{get:?}");
         let at_head = c.run(1, Event::Get { token: 9, key: b"k".to_vec(), now: 0 });
         assert!(matches!(&at_head[..], [Action::GetReply { result: Err(WireError::WrongNode(_)), .. }]));
+    }
+
+    /// `event`, a client update, as routed by the configuration of `epoch`.
+    fn routed_by(epoch: Epoch, event: Event) -> Event {
+        let Event::Update(u) = event else { panic!("not an update: {event:?}") };
+        Event::Update(ClientUpdate { epoch, ..u })
+    }
+
+    #[test]
+    fn a_head_refuses_an_update_routed_before_it_became_head_but_answers_what_it_decided() {
+        // Tail at epoch 5, head alone from epoch 7: an update routed by epoch 6 was meant for
+        // the head of then, which may have decided and answered it.
+        let mut r = Replica::new(MemStore::default(), route(5, 1, &[2, 1]));
+        r.step(Event::Install(route(7, 1, &[1])));
+        let late = r.step(routed_by(6, update(1, set("k", "v"))));
+        let stale = [Action::Reply {
+            req: ReqId { client: 1, seq: 1 },
+            result: Err(WireError::StaleEpoch { current: 7 }),
+        }];
+        assert_eq!(late, stale);
+        assert_eq!(r.store().max_seq(), 0, "refused, not applied");
+        let now = r.step(routed_by(7, update(1, set("k", "v"))));
+        assert!(matches!(&now[..], [Action::Reply { result: Ok(Outcome::Stored { .. }), .. }]), "{now:?}");
+        // Decided here: a late copy from before gets the same answer, not a refusal.
+        assert_eq!(r.step(routed_by(6, update(1, set("k", "v")))), now);
+        // A head since its start takes updates routed by its own epoch and later ones.
+        let mut fresh = Replica::new(MemStore::default(), route(9, 1, &[1]));
+        let out = fresh.step(routed_by(9, update(2, set("k", "w"))));
+        assert!(matches!(&out[..], [Action::Reply { result: Ok(_), .. }]), "{out:?}");
     }
 
     /// A `MemStore` that counts reads of its log (`updates_after`).

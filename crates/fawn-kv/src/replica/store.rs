@@ -374,6 +374,7 @@ mod reopen_tests {
             flush_at,
             bulk_copy_pending: false,
             floor: 0,
+            epoch: fawn_proto::native::Epoch::MAX,
         })
     }
 

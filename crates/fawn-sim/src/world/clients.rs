@@ -129,6 +129,7 @@ impl World {
         let c = &self.clients[client as usize];
         let notice = self.frontend.is_some() && !c.notice_missed;
         let floor = if client == NATIVE_CLIENT { 0 } else { c.floor() };
+        let epoch = self.config().epoch;
         let d = self.delay();
         let tag = index as u64;
         let update = matches!(req, Req::Update { .. });
@@ -137,11 +138,11 @@ impl World {
             // current process (none if the node is down).
             let late = CLIENT_TIMEOUT + self.lrng.gen_range(0..LATE_COPY_DELAY_MAX);
             if let Some(life) = self.nodes.get(&node).filter(|n| n.alive).map(|n| n.life) {
-                let sent = Sent { node, range, client, tag, req, notice, floor, attempt };
+                let sent = Sent { node, range, client, tag, req, notice, floor, attempt, epoch };
                 self.at(late, Ev::LateCopy { sent, life });
             }
         } else {
-            self.at(d, Ev::Request(Sent { node, range, client, tag, req, notice, floor, attempt }));
+            self.at(d, Ev::Request(Sent { node, range, client, tag, req, notice, floor, attempt, epoch }));
         }
         self.at(CLIENT_TIMEOUT, Ev::ClientTimeout { client, attempt });
     }
@@ -203,7 +204,7 @@ impl World {
     /// A client's request reaches its node. True if the head refused it as invalid in this
     /// step (for an update below its client's floor: a stale copy).
     pub(super) fn on_request(&mut self, sent: Sent) -> bool {
-        let Sent { node, range, client, tag, req, notice, floor, attempt } = sent;
+        let Sent { node, range, client, tag, req, notice, floor, attempt, epoch } = sent;
         if self.isolated(node) || !self.nodes.get(&node).is_some_and(|n| n.alive) {
             return false;
         }
@@ -235,6 +236,7 @@ impl World {
                 flush_at: 0,
                 bulk_copy_pending: false,
                 floor,
+                epoch,
             }),
             Req::Get { key } => Event::Get { token: ((client as u64) << 32) | tag, key, now },
         };

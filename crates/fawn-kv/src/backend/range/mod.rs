@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fawn_ds::DataStore;
-use fawn_proto::native::{ChainMsg, CommittedNotice, OutcomeEntry, ReqId, WireError};
+use fawn_proto::native::{ChainMsg, CommittedNotice, Epoch, OutcomeEntry, ReqId, WireError};
 use fawn_proto::op::{Item, Outcome, Update};
 use fawn_ring::{NodeId, Range};
 use parking_lot::Mutex;
@@ -115,6 +115,15 @@ struct WriteState {
     sync: Option<SyncProgress>,
     /// What the sync code's times count from.
     origin: std::time::Instant,
+}
+
+/// Who sent a client update, as the head takes it: its request id, the client's floor
+/// (`ReqId`) and the epoch of the configuration it was routed by.
+#[derive(Clone, Copy, Debug)]
+pub struct ClientReq {
+    pub req: ReqId,
+    pub floor: u64,
+    pub epoch: Epoch,
 }
 
 /// What the head did with an update.
@@ -325,13 +334,13 @@ impl RangeReplica {
     /// Head: decide and append an update, and queue it to the successor.
     pub async fn order_update(
         &self,
-        req: ReqId,
-        floor: u64,
+        from: ClientReq,
         update: &Update,
         reply_to: Option<String>,
         flush_at: u64,
         links: &dyn LinkTo,
     ) -> Result<Ordered, WireError> {
+        let ClientReq { req, floor, epoch } = from;
         let mut st = self.state.lock().await;
         let event = Event::Update(ClientUpdate {
             req,
@@ -342,6 +351,7 @@ impl RangeReplica {
             flush_at,
             bulk_copy_pending: self.bulk_copy_pending.load(Ordering::Acquire),
             floor,
+            epoch,
         });
         let actions = st.machine.step(event);
         let answer = self.execute(&mut st, actions, links, &[req]).pop().flatten();
@@ -354,7 +364,7 @@ impl RangeReplica {
     /// with a `reply_to` that `notice_reaches` (the tail will tell that front-end).
     pub async fn order_updates(
         &self,
-        updates: Vec<(ReqId, Update, Option<String>, u64)>,
+        updates: Vec<(ClientReq, Update, Option<String>)>,
         flush_at: u64,
         links: &dyn LinkTo,
         notice_reaches: impl Fn(&str) -> bool,
@@ -362,13 +372,13 @@ impl RangeReplica {
         let mut st = self.state.lock().await;
         let (now, now_micros) = (unix_now(), unix_micros());
         let bulk_copy_pending = self.bulk_copy_pending.load(Ordering::Acquire);
-        let reqs: Vec<ReqId> = updates.iter().map(|(req, ..)| *req).collect();
+        let reqs: Vec<ReqId> = updates.iter().map(|(from, ..)| from.req).collect();
         let reaches: Vec<bool> =
-            updates.iter().map(|(_, _, to, _)| to.as_deref().is_some_and(&notice_reaches)).collect();
+            updates.iter().map(|(_, _, to)| to.as_deref().is_some_and(&notice_reaches)).collect();
         let event = Event::Updates(
             updates
                 .into_iter()
-                .map(|(req, update, reply_to, floor)| ClientUpdate {
+                .map(|(ClientReq { req, floor, epoch }, update, reply_to)| ClientUpdate {
                     req,
                     update,
                     reply_to,
@@ -377,6 +387,7 @@ impl RangeReplica {
                     flush_at,
                     bulk_copy_pending,
                     floor,
+                    epoch,
                 })
                 .collect(),
         );

@@ -9,6 +9,11 @@ use fawn_proto::op::Mutation;
 use crate::replica::machine::UNACKED_UPDATES_MAX;
 use crate::replica::sync::CopyEnd;
 
+/// Request `req` with the client's `floor`, routed by a configuration no older than any here.
+fn client(req: ReqId, floor: u64) -> ClientReq {
+    ClientReq { req, floor, epoch: Epoch::MAX }
+}
+
 /// The end of stream `snapshot` of `batches` batches up to `upto_seq`, from a source that
 /// dropped nothing.
 fn end(snapshot: u64, batches: u64, upto_seq: u64) -> CopyEnd {
@@ -148,7 +153,7 @@ async fn a_full_link_to_a_cut_off_successor_does_not_hold_the_range_lock() {
         tokio::spawn(async move {
             let mut n = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                match head.order_update(req(n), 0, &set(n), None, 0, &*net).await {
+                match head.order_update(client(req(n), 0), &set(n), None, 0, &*net).await {
                     Ok(_) => n += 1,
                     Err(WireError::Unavailable(_)) => {
                         refused.store(true, Ordering::Relaxed);
@@ -191,7 +196,8 @@ async fn a_full_link_to_a_cut_off_successor_does_not_hold_the_range_lock() {
     let last = ordered - 1;
     let item = head.read(format!("k{}", last % 1000).as_bytes(), 0).expect("read").expect("the last put");
     assert_eq!(item.value, set(last).value);
-    let next = head.order_update(req(ordered), 0, &set(ordered), None, 0, &*net).await.expect("order");
+    let next =
+        head.order_update(client(req(ordered), 0), &set(ordered), None, 0, &*net).await.expect("order");
     assert!(matches!(next, Ordered::Reply(_)), "a put after the repair must commit at once");
 }
 
@@ -204,7 +210,7 @@ async fn updates_a_full_link_held_back_are_queued_again_in_order() {
     let wires = Wires::default();
     let head = replica(dir.path(), route(5, 1, &[1, 2], &[]));
     for n in 0..1500 {
-        head.order_update(req(n), 0, &set(n), None, 0, &wires).await.expect("order");
+        head.order_update(client(req(n), 0), &set(n), None, 0, &wires).await.expect("order");
     }
     assert_eq!(head.unacked_len(), 1500);
     let first = wires.sent(2);
@@ -239,15 +245,15 @@ async fn a_head_with_a_full_backlog_refuses_new_updates_until_acks_come_back() {
     let wires = Wires::default();
     let head = replica(dir.path(), route(5, 1, &[1, 2], &[]));
     for n in 0..UNACKED_UPDATES_MAX as u64 {
-        head.order_update(req(n), 0, &set(n), None, 0, &wires).await.expect("order");
+        head.order_update(client(req(n), 0), &set(n), None, 0, &wires).await.expect("order");
     }
     let last = head.store.max_seq();
-    let full = head.order_update(req(1 << 40), 0, &set(0), None, 0, &wires).await;
+    let full = head.order_update(client(req(1 << 40), 0), &set(0), None, 0, &wires).await;
     assert!(matches!(full, Err(WireError::Unavailable(_))), "{:?}", full.is_ok());
-    let retry = head.order_update(req(7), 0, &set(7), None, 0, &wires).await;
+    let retry = head.order_update(client(req(7), 0), &set(7), None, 0, &wires).await;
     assert!(matches!(retry, Ok(Ordered::AwaitAck(_))), "a retry was refused");
     head.on_ack(2, last, &wires).await;
-    let after = head.order_update(req(1 << 40), 0, &set(0), None, 0, &wires).await;
+    let after = head.order_update(client(req(1 << 40), 0), &set(0), None, 0, &wires).await;
     assert!(after.is_ok(), "still refused after the acks");
 }
 
@@ -397,7 +403,7 @@ async fn a_snapshot_carries_the_outcomes_that_let_the_copy_answer_a_retry_as_hea
     let (src_dir, dst_dir) = (tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir"));
     let wires = Wires::default();
     let source = Arc::new(replica(src_dir.path(), route(5, 1, &[1], &[2])));
-    let ordered = source.order_update(req(1), 0, &set(1), None, 0, &wires).await.expect("order");
+    let ordered = source.order_update(client(req(1), 0), &set(1), None, 0, &wires).await.expect("order");
     let Ordered::Reply(first) = ordered else { panic!("a lone tail commits at once") };
     let _ = wires.sent(2);
     source.on_sync_request(2, &wires, 0).await;
@@ -433,7 +439,7 @@ async fn a_snapshot_carries_the_outcomes_that_let_the_copy_answer_a_retry_as_hea
     copy.install(route(6, 2, &[1, 2], &[]), &wires).await;
     copy.install(route(7, 2, &[2], &[]), &wires).await;
     let seq = copy.store.max_seq();
-    let retry = copy.order_update(req(1), 0, &set(1), None, 0, &wires).await.expect("retry");
+    let retry = copy.order_update(client(req(1), 0), &set(1), None, 0, &wires).await.expect("retry");
     assert!(matches!(retry, Ordered::Reply(ref o) if *o == first), "the retry was answered differently");
     assert_eq!(copy.store.max_seq(), seq, "the retry was ordered a second time");
 }
@@ -549,8 +555,11 @@ async fn a_head_leaves_to_the_tail_s_notice_only_updates_it_sent_on_with_a_front
     let wires = Wires::default();
     let head = replica(dir.path(), route(5, 1, &[1, 2], &[]));
     let fe = |to: &str| Some(to.to_string());
-    let updates =
-        vec![(req(1), set(1), fe("fe"), 0), (req(2), set(2), fe("stranger"), 0), (req(3), set(3), None, 0)];
+    let updates = vec![
+        (client(req(1), 0), set(1), fe("fe")),
+        (client(req(2), 0), set(2), fe("stranger")),
+        (client(req(3), 0), set(3), None),
+    ];
     let ordered = head.order_updates(updates, 0, &wires, |to| to == "fe").await;
     let kinds: Vec<&str> = ordered
         .iter()
@@ -567,9 +576,9 @@ async fn a_head_leaves_to_the_tail_s_notice_only_updates_it_sent_on_with_a_front
     // Behind one a full link held back, an update is not sent in its step: a waiter answers it.
     let link = wires.link(2);
     while link.try_send(resend(0)).is_ok() {}
-    let first = head.order_updates(vec![(req(4), set(4), fe("fe"), 0)], 0, &wires, |_| true).await;
+    let first = head.order_updates(vec![(client(req(4), 0), set(4), fe("fe"))], 0, &wires, |_| true).await;
     assert!(matches!(first[..], [Ok(Ordered::Notified)]), "sent, though the link dropped it");
-    let held = head.order_updates(vec![(req(5), set(5), fe("fe"), 0)], 0, &wires, |_| true).await;
+    let held = head.order_updates(vec![(client(req(5), 0), set(5), fe("fe"))], 0, &wires, |_| true).await;
     assert!(matches!(held[..], [Ok(Ordered::AwaitAck(_))]), "a held-back update was left to a notice");
 }
 
@@ -631,8 +640,8 @@ async fn chain_work_per_update() {
         });
         let (mut at, mut batch_in) = (0, Vec::new());
         while let Some((_, Message::Request(r), used)) = decode_frame(&frames[at..]).expect("decode") {
-            let Request::Update { req, update, reply_to, floor, .. } = r else { unreachable!() };
-            batch_in.push((req, update, reply_to, floor));
+            let Request::Update { req, update, reply_to, floor, epoch, .. } = r else { unreachable!() };
+            batch_in.push((ClientReq { req, floor, epoch }, update, reply_to));
             at += used;
         }
         let results = nodes[0].order_updates(batch_in, 0, &wires, |_| true).await;
@@ -677,7 +686,7 @@ async fn the_datastore_forgets_the_outcomes_below_what_the_replica_remembers() {
     let wires = Wires::default();
     let head = replica(dir.path(), route(5, 1, &[1], &[]));
     for n in 1..=200u64 {
-        head.order_update(req(n), n, &set(n), None, 0, &wires).await.expect("order");
+        head.order_update(client(req(n), n), &set(n), None, 0, &wires).await.expect("order");
     }
     assert!(head.store.recent_tags().len() >= 200, "each record keeps its outcome until a tick");
     head.tick(&wires).await;

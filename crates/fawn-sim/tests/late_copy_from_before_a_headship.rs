@@ -1,0 +1,29 @@
+//! Guards that a head refuses an update routed before it became head. A client's delete went
+//! to a head that had just been removed and had not heard yet; it found no such key and
+//! answered `NotFound` at once, a failed condition only it remembered, and the client moved on
+//! to other ranges. A slow attempt of the same delete, sent earlier, reached its node after
+//! that node had become head again: it knew neither the outcome nor the client's floor in
+//! this range, and deleted the key, after the client had been told nothing was deleted. A
+//! head now refuses (`StaleEpoch`) an update routed by a configuration older than its
+//! headship; the seed fails without that (fault `OrderedAcrossHeadship`).
+
+use fawn_sim::{run_seed, Config};
+
+const SEED: u64 = 6316;
+
+#[test]
+fn a_slow_attempt_from_before_a_headship_is_refused() {
+    let r = run_seed(SEED, &Config::memory_only());
+    assert!(r.violations.is_empty(), "seed {SEED}: {}", r.violations.join("; "));
+    assert!(r.stats.late_copies > 0 && r.stats.crashes > 0, "seed {SEED} did little: {:?}", r.stats);
+}
+
+#[cfg(feature = "faults")]
+#[test]
+fn the_seed_fails_when_a_head_orders_it() {
+    let fault = fawn_sim::Fault::OrderedAcrossHeadship;
+    assert!(
+        fawn_sim::fails_with(SEED, &Config::memory_only(), fault),
+        "seed {SEED} no longer runs the scenario"
+    );
+}
