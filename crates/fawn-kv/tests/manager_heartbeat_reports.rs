@@ -29,13 +29,17 @@ const LIMIT: Duration = Duration::from_millis(500);
 /// Per back-end, since when the scripted front-end has not heard it; `None`: stop reporting.
 type Silences = Arc<Mutex<Option<Vec<(NodeId, Option<Instant>)>>>>;
 
-/// A back-end stand-in that answers pings and accepts whatever the manager pushes.
-struct Answering;
+/// A back-end stand-in that answers pings, noting when it last did, and accepts whatever the
+/// manager pushes.
+struct Answering(Arc<Mutex<Instant>>);
 
 impl Handler for Answering {
     async fn request(self: Arc<Self>, request: Request) -> Response {
         match request {
-            Request::Ping => Response::Pong,
+            Request::Ping => {
+                *self.0.lock() = Instant::now();
+                Response::Pong
+            }
             _ => Response::Ok,
         }
     }
@@ -47,11 +51,13 @@ async fn closed_addr() -> String {
     l.local_addr().expect("addr").to_string()
 }
 
-async fn answering_backend(shutdown: watch::Receiver<bool>) -> String {
+/// Its address, and when it last answered a ping.
+async fn answering_backend(shutdown: watch::Receiver<bool>) -> (String, Arc<Mutex<Instant>>) {
     let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
     let addr = l.local_addr().expect("addr").to_string();
-    tokio::spawn(server::serve(l, Arc::new(Answering), shutdown));
-    addr
+    let pong = Arc::new(Mutex::new(Instant::now()));
+    tokio::spawn(server::serve(l, Arc::new(Answering(pong.clone())), shutdown));
+    (addr, pong)
 }
 
 fn state_of(manager: &Manager, node: NodeId) -> NodeState {
@@ -109,14 +115,18 @@ async fn frontends_report_and_the_manager_decides() {
 
     // The scripted front-end reports every heartbeat, for each back-end, the time since the
     // instant `silences` holds for it (none: it answered this round).
+    // `reported`: when the last report began.
     let silences: Silences = Arc::new(Mutex::new(Some(vec![(0, None), (1, None), (2, None)])));
+    let reported = Arc::new(Mutex::new(Instant::now()));
     let pool = Arc::new(Pool::new(Duration::from_secs(1)));
     {
-        let (silences, pool, addr) = (silences.clone(), pool.clone(), manager_addr.clone());
+        let (silences, reported) = (silences.clone(), reported.clone());
+        let (pool, addr) = (pool.clone(), manager_addr.clone());
         tokio::spawn(async move {
             loop {
                 let report = silences.lock().clone();
                 if let Some(report) = report {
+                    *reported.lock() = Instant::now();
                     let silent_ms = report
                         .iter()
                         .map(|(node, since)| (*node, since.map_or(0, |t| t.elapsed().as_millis() as u64)))
@@ -130,11 +140,8 @@ async fn frontends_report_and_the_manager_decides() {
     }
     tokio::time::sleep(HEARTBEAT * 2).await;
 
-    let addrs = [
-        answering_backend(shutdown.clone()).await,
-        closed_addr().await,
-        answering_backend(node2_shutdown).await,
-    ];
+    let node2 = answering_backend(node2_shutdown).await;
+    let addrs = [answering_backend(shutdown.clone()).await.0, closed_addr().await, node2.0.clone()];
     for (node, addr) in addrs.iter().enumerate() {
         let r = pool
             .call(
@@ -160,8 +167,10 @@ async fn frontends_report_and_the_manager_decides() {
     tokio::time::sleep(LIMIT * 2).await;
     assert_eq!(state_of(&manager, 0), NodeState::Alive, "a one-sided silence removed a healthy back-end");
 
-    // 3. The front-end reports node 1 silent: the manager cannot reach it either.
-    let since = Instant::now();
+    // 3. The front-end reports node 1 silent: the manager cannot reach it either. Its silence
+    // began with the last report that said it answered, the last the manager heard of it (a
+    // later instant would make an on-time decision look early when reports come late).
+    let since = *reported.lock();
     *silences.lock() = Some(vec![(0, None), (1, Some(since)), (2, None)]);
     let took = wait_for_state(&manager, 1, NodeState::Failed, since, LIMIT * 2).await;
     eprintln!("declared failed {took:?} after the front-end last heard it");
@@ -169,9 +178,11 @@ async fn frontends_report_and_the_manager_decides() {
 
     // 4. No front-end reports any more, and node 2 stops answering.
     *silences.lock() = None;
-    let since = Instant::now();
     stop_node2.send_replace(true);
-    let took = wait_for_state(&manager, 2, NodeState::Failed, since, LIMIT * 6).await;
+    wait_for_state(&manager, 2, NodeState::Failed, Instant::now(), LIMIT * 6).await;
+    // Its silence began when the manager last heard of it: its last answer to a ping, or the
+    // front-end's last report.
+    let took = (*node2.1.lock()).max(*reported.lock()).elapsed();
     eprintln!("the manager's own heartbeats found the dead back-end in {took:?}");
     assert!(took >= LIMIT, "declared failed after {took:?}, before a full threshold of silence");
 }
