@@ -168,6 +168,14 @@ pub fn run_seed(seed: u64, cfg: &Config) -> SeedResult {
     }
 }
 
+/// Runs `seed` in `cfg` for a replay test: panics with its violations if it has any, else
+/// returns what it did (for the test to check the seed still runs its scenario).
+pub fn replay(seed: u64, cfg: &Config) -> world::Stats {
+    let r = run_seed(seed, cfg);
+    assert!(r.violations.is_empty(), "seed {seed}: {}", r.violations.join("; "));
+    r.stats
+}
+
 /// Whether `seed` in `cfg` fails with `fault` switched on: a replay test's proof that its
 /// seed still runs the scenario the rule it guards is for (schedules change with the code).
 #[cfg(feature = "faults")]

@@ -7,15 +7,14 @@
 //! head now refuses (`StaleEpoch`) an update routed by a configuration older than its
 //! headship; the seed fails without that (fault `OrderedAcrossHeadship`).
 
-use fawn_sim::{run_seed, Config};
+use fawn_sim::{replay, Config};
 
 const SEED: u64 = 6316;
 
 #[test]
 fn a_slow_attempt_from_before_a_headship_is_refused() {
-    let r = run_seed(SEED, &Config::memory_only());
-    assert!(r.violations.is_empty(), "seed {SEED}: {}", r.violations.join("; "));
-    assert!(r.stats.late_copies > 0 && r.stats.crashes > 0, "seed {SEED} did little: {:?}", r.stats);
+    let stats = replay(SEED, &Config::memory_only());
+    assert!(stats.late_copies > 0 && stats.crashes > 0, "seed {SEED} did little: {stats:?}");
 }
 
 #[cfg(feature = "faults")]

@@ -5,12 +5,11 @@
 //! other part below that seq: acknowledged updates lost. A kept store now rejoins by a suffix
 //! only a range inside the one it was a whole replica of; a merged range is copied in full.
 
-use fawn_sim::{run_seed, Config};
+use fawn_sim::{replay, Config};
 
 #[test]
 fn a_merged_range_is_not_rejoined_by_the_suffix_after_one_parts_records() {
     let cfg = Config { crashes_max: 1, ..Config::default() };
-    let r = run_seed(3328, &cfg);
-    assert!(r.violations.is_empty(), "seed 3328: {}", r.violations.join("; "));
-    assert!(r.stats.answered > 0 && r.stats.crashes > 0, "seed 3328 did little: {:?}", r.stats);
+    let stats = replay(3328, &cfg);
+    assert!(stats.answered > 0 && stats.crashes > 0, "seed 3328 did little: {stats:?}");
 }

