@@ -914,7 +914,9 @@ impl World {
                 Some(r) if r.route().epoch >= epoch => {}
                 Some(r)
                     if route.is_syncing()
-                        && (!r.route().is_syncing() || self.sync_source_changed(node, ix, &route)) =>
+                        && (!r.route().is_syncing()
+                            || self.sync_source_changed(node, ix, &route)
+                            || self.copy_done_across_a_gap(node, ix, &route)) =>
                 {
                     // As the back-end's `install_range`: an in-sync replica made a syncing one
                     // (declared failed while running) rejoins with its records; a copy from

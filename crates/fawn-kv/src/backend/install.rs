@@ -194,9 +194,16 @@ impl Backend {
         let fresh_sync = match (&existing, route.is_syncing()) {
             (_, false) => false,
             (None, true) => true,
-            // Re-sync from scratch when the source changed or the copy was an old in-sync one.
+            // Re-sync from scratch when the source changed, the copy was an old in-sync one, or
+            // the copy was finished under a configuration more than one epoch older: one this
+            // node missed may have dropped its sync, and its source, no longer syncing it,
+            // stopped holding the tombstones a resend to it would need (a later resend from
+            // its log would then miss deletes).
             (Some(r), true) => {
-                r.sync_status().await.is_none_or(|(src, _, _)| Some(src) != route.predecessor())
+                let skipped = route.epoch > r.route().await.epoch + 1;
+                r.sync_status()
+                    .await
+                    .is_none_or(|(src, _, done)| Some(src) != route.predecessor() || (done && skipped))
             }
         };
         match existing {

@@ -366,6 +366,16 @@ impl World {
         n.sending.retain(|ix, _| n.replicas.contains_key(ix));
     }
 
+    /// Whether `node`'s replica of `ix` finished its copy under a configuration more than one
+    /// epoch older than `route`'s (as the back-end's `install_range`): it may have missed one
+    /// that dropped its sync, while its source, no longer syncing it, stopped holding the
+    /// tombstones it would need; it copies the range afresh.
+    pub(super) fn copy_done_across_a_gap(&self, node: NodeId, ix: RangeIx, route: &Route) -> bool {
+        let Some(n) = self.nodes.get(&node) else { return false };
+        let done = n.syncs.get(&ix).is_some_and(|s| s.done);
+        done && n.replicas.get(&ix).is_some_and(|r| route.epoch > r.route().epoch + 1)
+    }
+
     /// Whether `node`'s syncing replica of `ix` syncs from a source other than `route`'s
     /// predecessor (or has no sync at all): the back-end starts such a copy afresh.
     pub(super) fn sync_source_changed(&self, node: NodeId, ix: RangeIx, route: &Route) -> bool {
