@@ -71,14 +71,16 @@ pub struct Config {
     /// passed it (`world::clients`): the head must answer it from what it remembers or refuse
     /// it as stale, never apply it again.
     pub late_copies: bool,
+    /// With `late_copies`: the percentage of update attempts that are slow.
+    pub late_copy_percent: u32,
     /// How long replicas remember request outcomes, in microseconds of seq
     /// (`Replica::with_dedup_window`; default `world::DEDUP_WINDOW`, seconds instead of the
     /// back-end's minute, so that outcomes also go by the window in longer runs).
     pub dedup_window: u64,
     /// Each interval sync of a datastore compacts it (`MemStore::compact`): superseded
     /// records and deletes at or below the replica's acknowledged seq are dropped, raising the
-    /// drop floor a suffix sync is judged by. Off by default: runs with it still find
-    /// violations (open work).
+    /// drop floor a suffix sync is judged by. Off by default: the runs of other shapes keep
+    /// their schedules.
     pub compaction: bool,
     /// Clients reach the chains through one front-end with the real query cache
     /// (`world::frontend`); off: clients send to heads and tails themselves.
@@ -113,6 +115,7 @@ impl Default for Config {
             sync: disk::SyncPolicy::Interval(100_000),
             frontend_cache: false,
             late_copies: true,
+            late_copy_percent: 2,
             dedup_window: world::DEDUP_WINDOW,
             compaction: false,
             trace: false,

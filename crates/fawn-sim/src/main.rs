@@ -44,6 +44,9 @@ struct Args {
     /// on it, mostly below its client's floor by then (`--late-copies false`: never).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     late_copies: bool,
+    /// The percentage of update attempts that are slow, with `--late-copies`
+    #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(0..=100))]
+    late_copy_percent: u32,
     /// Nodes learn configurations only from the manager's pushes, not by catching up when a
     /// chain message of a newer epoch arrives.
     #[arg(long)]
@@ -103,6 +106,7 @@ fn main() {
         volatile_outcomes: args.volatile_outcomes,
         frontend_cache: args.frontend_cache,
         late_copies: args.late_copies,
+        late_copy_percent: args.late_copy_percent,
         compaction: args.compaction,
         ..Default::default()
     };

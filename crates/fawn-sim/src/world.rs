@@ -55,8 +55,6 @@ const DISK_FULL_GAP_MAX: Micros = 3_000 * MS;
 const MEMBERSHIP_STREAM: u64 = 0x94d0_49bb_1331_11eb;
 /// Mixed into the seed for the late copies' random stream (`Config::late_copies`).
 const LATE_STREAM: u64 = 0xbf58_476d_1ce4_e5b9;
-/// Chance that a client's update attempt is slow (`Config::late_copies`).
-const LATE_COPY_P: f64 = 0.02;
 /// Longest a slow attempt arrives after the client's time-out on it.
 const LATE_COPY_DELAY_MAX: Micros = 1_000 * MS;
 /// The replicas' dedup window in the simulator (`Config::dedup_window`): longer than a client

@@ -5,15 +5,20 @@
 //! that node had become head again: it knew neither the outcome nor the client's floor in
 //! this range, and deleted the key, after the client had been told nothing was deleted. A
 //! head now refuses (`StaleEpoch`) an update routed by a configuration older than its
-//! headship; the seed fails without that (fault `OrderedAcrossHeadship`).
+//! headship; the seed fails without that (fault `OrderedAcrossHeadship`). The scenario is
+//! rare: the seed runs with ten times the usual share of slow attempts.
 
 use fawn_sim::{replay, Config};
 
-const SEED: u64 = 6316;
+const SEED: u64 = 6432;
+
+fn shape() -> Config {
+    Config { late_copy_percent: 20, ..Config::memory_only() }
+}
 
 #[test]
 fn a_slow_attempt_from_before_a_headship_is_refused() {
-    let stats = replay(SEED, &Config::memory_only());
+    let stats = replay(SEED, &shape());
     assert!(stats.late_copies > 0 && stats.crashes > 0, "seed {SEED} did little: {stats:?}");
 }
 
@@ -21,8 +26,5 @@ fn a_slow_attempt_from_before_a_headship_is_refused() {
 #[test]
 fn the_seed_fails_when_a_head_orders_it() {
     let fault = fawn_sim::Fault::OrderedAcrossHeadship;
-    assert!(
-        fawn_sim::fails_with(SEED, &Config::memory_only(), fault),
-        "seed {SEED} no longer runs the scenario"
-    );
+    assert!(fawn_sim::fails_with(SEED, &shape(), fault), "seed {SEED} no longer runs the scenario");
 }

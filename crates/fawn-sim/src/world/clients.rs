@@ -22,7 +22,7 @@ use rand::Rng;
 use super::frontend::FRONTEND_ADDR;
 use super::{
     key_bytes, Answer, Capture, Client, Ev, Micros, Req, Sent, World, CLIENT_ATTEMPTS_MAX, CLIENT_BACKOFF,
-    CLIENT_TIMEOUT, LATE_COPY_DELAY_MAX, LATE_COPY_P, MS,
+    CLIENT_TIMEOUT, LATE_COPY_DELAY_MAX, MS,
 };
 use crate::check::{Op, OpKind, OpResult, Value};
 
@@ -133,7 +133,7 @@ impl World {
         let d = self.delay();
         let tag = index as u64;
         let update = matches!(req, Req::Update { .. });
-        if update && self.cfg.late_copies && self.lrng.gen_bool(LATE_COPY_P) {
+        if update && self.cfg.late_copies && self.lrng.gen_ratio(self.cfg.late_copy_percent, 100) {
             // Slow: it arrives after the client's time-out, on the connection to the node's
             // current process (none if the node is down).
             let late = CLIENT_TIMEOUT + self.lrng.gen_range(0..LATE_COPY_DELAY_MAX);
