@@ -4,13 +4,14 @@
 # exactly (`cargo run --release -p fawn-sim -- --seeds 1 --seed S --crashes C --trace`).
 #
 #   scripts/sim-soak.sh [--minutes M] [--crashes C] [--first-seed S] [--block N] [--out FILE] [--no-disks]
-#                      [--frontend-cache]
+#                      [--frontend-cache] [--compaction]
 #
 # Defaults: 10 minutes, 3 crashes and 2 partitions per run (CI runs 1 crash), process, host and
 # disk crashes over disks that fill up, seeds from a random start, blocks of 20 000 seeds;
 # --no-disks: every crash loses the node's data; --frontend-cache: clients through a front-end
-# with the real query cache. Exits 1 if any seed failed; the failing seeds are in FILE (default
-# target/sim-soak/failures.txt) and stdout.
+# with the real query cache; --compaction: stores compacted at each interval sync (superseded
+# records and old deletes dropped). Exits 1 if any seed failed; the failing seeds are in FILE
+# (default target/sim-soak/failures.txt) and stdout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,7 +30,8 @@ while [ $# -gt 0 ]; do
     --out) out=$2; shift 2 ;;
     --no-disks) extra+=(--no-disks --no-full-disks); shift ;;
     --frontend-cache) extra+=(--frontend-cache); shift ;;
-    -h|--help) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --compaction) extra+=(--compaction); shift ;;
+    -h|--help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "sim-soak: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
