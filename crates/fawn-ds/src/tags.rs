@@ -83,6 +83,26 @@ impl RecentTags {
         *self = merged;
     }
 
+    /// Adds the tags of `tags` whose seqs have none here yet (tags of records this store does
+    /// not hold: `DataStore::adopt_tags`), in seq order among the others, the newest
+    /// `RECENT_TAGS_MAX` kept. Returns how many were added.
+    pub fn adopt(&mut self, tags: &[(u64, Vec<u8>)]) -> usize {
+        let mut all = self.to_vec();
+        let held: std::collections::HashSet<u64> = all.iter().map(|e| e.0).collect();
+        let before = all.len();
+        all.extend(tags.iter().filter(|(seq, tag)| !held.contains(seq) && !tag.is_empty()).cloned());
+        let added = all.len() - before;
+        if added == 0 {
+            return 0;
+        }
+        all.sort_by_key(|e| e.0);
+        let mut adopted = RecentTags::default();
+        let skip = all.len().saturating_sub(RECENT_TAGS_MAX);
+        all[skip..].iter().for_each(|(seq, tag)| adopted.push(*seq, tag));
+        *self = adopted;
+        added
+    }
+
     /// Every tag kept, oldest first.
     pub fn to_vec(&self) -> Vec<(u64, Vec<u8>)> {
         let mut buf = Vec::with_capacity(self.bytes.len());

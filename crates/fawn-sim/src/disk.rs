@@ -229,6 +229,17 @@ impl ReplicaStore for DiskStore {
         self.mem.updates_after(after)
     }
 
+    /// As FAWN-DS adopts tags: kept as if appended with their records (and lost with them
+    /// by a crash that loses those seqs).
+    fn adopt_outcomes(&mut self, outcomes: &[OutcomeEntry]) -> Result<(), StoreError> {
+        if self.keeps_outcomes {
+            for e in outcomes {
+                self.outcomes.entry(e.seq).or_insert_with(|| e.clone());
+            }
+        }
+        Ok(())
+    }
+
     fn kept_outcomes(&self) -> Vec<OutcomeEntry> {
         self.outcomes.values().cloned().collect()
     }

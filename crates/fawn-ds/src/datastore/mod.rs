@@ -136,6 +136,21 @@ impl DataStore {
         self.shared.counters.recent_tags.lock().to_vec()
     }
 
+    /// Keeps `tags` (seq, tag) as recent tags of records this store does not hold: the
+    /// caller copied a state whose source had dropped those records (superseded, compacted)
+    /// but needs their tags after a reopen as if it held them. A seq that has a tag kept
+    /// already is skipped. If any was added, an index checkpoint is written, as the log has no
+    /// record to replay them from. Returns how many were added.
+    pub fn adopt_tags(&self, tags: &[(u64, Vec<u8>)]) -> Result<usize, Error> {
+        let added = self.shared.counters.recent_tags.lock().adopt(tags);
+        if added > 0 {
+            // Held across the write so that maintenance does not swap the log underneath.
+            let cur = self.shared.cur.read();
+            cur.write_checkpoint_of_tags()?;
+        }
+        Ok(added)
+    }
+
     /// Keeps no tags of records with a seq below `seq` any more (their caller no longer needs
     /// them after a reopen), and gives their memory back.
     pub fn forget_tags_below(&self, seq: u64) {

@@ -101,6 +101,16 @@ impl Inner {
 
     /// Write a checkpoint of the current index. Skipped when nothing was appended since the last.
     pub(crate) fn write_checkpoint(&self) -> Result<(), Error> {
+        self.checkpoint_unless_current(true)
+    }
+
+    /// Write a checkpoint of the current index and recent tags, also when nothing was appended
+    /// since the last one (tags were adopted: `DataStore::adopt_tags`).
+    pub(crate) fn write_checkpoint_of_tags(&self) -> Result<(), Error> {
+        self.checkpoint_unless_current(false)
+    }
+
+    fn checkpoint_unless_current(&self, skip_current: bool) -> Result<(), Error> {
         let mut last = self.ckpt.lock();
         if self.poisoned.load(Ordering::Acquire) {
             return Err(Error::Poisoned);
@@ -116,7 +126,7 @@ impl Inner {
             self.counters.recent_tags.lock().encode(&mut tags);
             (index, w.end, self.max_seq.load(Ordering::Acquire), live, cold_live, tags)
         };
-        if end == *last {
+        if skip_current && end == *last {
             return Ok(());
         }
         // The checkpoint must only cover durable log bytes: otherwise a power loss could leave

@@ -71,11 +71,14 @@ pub enum Fault {
     /// A head orders an update routed by a configuration older than its headship (a late
     /// copy of an attempt another head may have decided).
     OrderedAcrossHeadship,
+    /// A copy's request outcomes (`Outcomes` with the stream) are remembered but not kept by
+    /// the store: a restart of the copy forgets them.
+    CopiedOutcomesNotKept,
 }
 
 impl Fault {
     /// Every fault, for tools that pick one by name.
-    pub const ALL: [Fault; 14] = [
+    pub const ALL: [Fault; 15] = [
         Fault::ForgetDedupOnPromotion,
         Fault::NoUnackedToNewSuccessor,
         Fault::TailReadsBeforeCaughtUp,
@@ -90,6 +93,7 @@ impl Fault {
         Fault::CopyWithoutDropFloor,
         Fault::NoResendAskOnConnect,
         Fault::OrderedAcrossHeadship,
+        Fault::CopiedOutcomesNotKept,
     ];
 }
 
@@ -239,6 +243,15 @@ fn replicate_seq(msg: &ChainMsg) -> u64 {
         ChainMsg::Replicate { seq, .. } => *seq,
         _ => 0,
     }
+}
+
+/// Whether a request with this outcome wrote a record (a failed condition writes none; its
+/// outcome is remembered at the seq before it, which belongs to another update).
+fn wrote(outcome: &Outcome) -> bool {
+    matches!(
+        outcome,
+        Outcome::Stored { .. } | Outcome::Deleted | Outcome::Counter { .. } | Outcome::Touched { .. }
+    )
 }
 
 /// One range's replica on one node.
@@ -861,8 +874,19 @@ impl<S: ReplicaStore> Replica<S> {
     /// (each key's latest record up to it, or none where the source's compaction dropped a
     /// delete), so it remembers the copied updates' `outcomes` up to it, and as a later head
     /// orders above it.
+    /// The store keeps the outcomes of copied updates that wrote something, also of those
+    /// whose records the copy did not carry (superseded or compacted at the source), so
+    /// that they survive a restart (`ReplicaStore::adopt_outcomes`).
     pub fn copied(&mut self, upto_seq: u64, outcomes: Vec<OutcomeEntry>) {
-        for e in outcomes.into_iter().filter(|e| e.seq <= upto_seq) {
+        let outcomes: Vec<OutcomeEntry> = outcomes.into_iter().filter(|e| e.seq <= upto_seq).collect();
+        let kept: Vec<OutcomeEntry> = outcomes.iter().filter(|e| wrote(&e.outcome)).cloned().collect();
+        if !self.faulty(Fault::CopiedOutcomesNotKept) {
+            if let Err(e) = self.store.adopt_outcomes(&kept) {
+                tracing::warn!(range = %self.range.id_string(), error = %e,
+                    "keeping a copy's request outcomes failed: a restart forgets them");
+            }
+        }
+        for e in outcomes {
             self.remember(e.req, e.seq, e.outcome);
         }
         self.last_seq = self.last_seq.max(upto_seq);
@@ -1040,12 +1064,6 @@ impl<S: ReplicaStore> Replica<S> {
         if self.faulty(Fault::NoOutcomesWithResend) {
             return HashMap::new();
         }
-        let wrote = |o: &Outcome| {
-            matches!(
-                o,
-                Outcome::Stored { .. } | Outcome::Deleted | Outcome::Counter { .. } | Outcome::Touched { .. }
-            )
-        };
         let entries = self.recent.entries_in(after + 1..=upto);
         entries
             .into_iter()

@@ -83,11 +83,17 @@ pub trait ReplicaStore {
     /// holds, recent ones at least (those of the dedup window), in seq order: a replica
     /// reopened on the store after a restart remembers them and answers a retry instead of
     /// deciding it again. Outcomes without a record of their own (a failed condition writes
-    /// nothing; an `Outcomes` message names records appended before) are not kept: deciding
-    /// such a retry again is harmless for the first kind, and the second is a known gap
-    /// (ARCHITECTURE.md, "request outcomes"). The default keeps nothing.
+    /// nothing) are not kept: deciding such a retry again is harmless. The default keeps
+    /// nothing.
     fn kept_outcomes(&self) -> Vec<OutcomeEntry> {
         Vec::new()
+    }
+    /// Keeps `outcomes` (of updates that wrote a record) for `kept_outcomes` although this
+    /// store holds no record of theirs: a copy came without those records, as its source had
+    /// dropped them (superseded or compacted), and a reopened replica must still answer their
+    /// retries. Outcomes of seqs kept already are left as they are. The default keeps nothing.
+    fn adopt_outcomes(&mut self, _outcomes: &[OutcomeEntry]) -> Result<(), StoreError> {
+        Ok(())
     }
     /// The replica remembers no outcome kept with a record below `seq` any more: the store
     /// need not keep those for `kept_outcomes`. The default keeps nothing anyway; a store
@@ -268,6 +274,15 @@ impl ReplicaStore for Arc<DataStore> {
             .collect();
         out.sort_by_key(|e| e.seq);
         out
+    }
+
+    /// As tags FAWN-DS adopts (`DataStore::adopt_tags`, which writes a checkpoint).
+    fn adopt_outcomes(&mut self, outcomes: &[OutcomeEntry]) -> Result<(), StoreError> {
+        let tags: Vec<(u64, Vec<u8>)> = outcomes
+            .iter()
+            .map(|e| (e.seq, OutcomeTag::of(Some((e.req, &e.outcome)), e.seq).bytes().to_vec()))
+            .collect();
+        self.adopt_tags(&tags).map(|_| ()).map_err(storage)
     }
 
     fn forget_outcomes_below(&mut self, seq: u64) {

@@ -97,6 +97,13 @@ impl ReplicaStore for ShellStore {
         ReplicaStore::forget_outcomes_below(&mut self.ds, seq);
     }
 
+    /// Writes a checkpoint when it adopts any: always with `block_in_place`.
+    fn adopt_outcomes(&mut self, outcomes: &[OutcomeEntry]) -> Result<(), StoreError> {
+        let ds = &mut self.ds;
+        let r = blocking(true, || ReplicaStore::adopt_outcomes(ds, outcomes));
+        r.inspect_err(|e| note_write_fault(&self.fault, e))
+    }
+
     fn max_seq(&self) -> u64 {
         self.ds.max_seq()
     }

@@ -396,17 +396,11 @@ async fn a_snapshot_with_a_missing_batch_is_abandoned_and_the_next_one_starts_em
     assert_eq!(value(&s, "c").as_deref(), Some("c"));
 }
 
-#[tokio::test]
-async fn a_snapshot_carries_the_outcomes_that_let_the_copy_answer_a_retry_as_head() {
-    // The copy's records carry no request ids: the stream sends their outcomes before its end,
-    // and a copy that later heads the chain answers a retry instead of ordering it again.
-    let (src_dir, dst_dir) = (tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir"));
-    let wires = Wires::default();
-    let source = Arc::new(replica(src_dir.path(), route(5, 1, &[1], &[2])));
-    let ordered = source.order_update(client(req(1), 0), &set(1), None, 0, &wires).await.expect("order");
-    let Ordered::Reply(first) = ordered else { panic!("a lone tail commits at once") };
+/// Streams a snapshot of `source` to node 2 and plays it into a new replica on `dir`, which
+/// finishes its sync; the stream must carry outcomes.
+async fn copy_of(source: &Arc<RangeReplica>, dir: &std::path::Path, wires: &Wires) -> RangeReplica {
     let _ = wires.sent(2);
-    source.on_sync_request(2, &wires, 0).await;
+    source.on_sync_request(2, wires, 0).await;
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut stream = Vec::new();
     while !matches!(stream.last(), Some(ChainMsg::SnapshotEnd { .. })) {
@@ -415,7 +409,7 @@ async fn a_snapshot_carries_the_outcomes_that_let_the_copy_answer_a_retry_as_hea
         stream.extend(wires.sent(2));
     }
     assert!(stream.iter().any(|m| matches!(m, ChainMsg::Outcomes { .. })), "no outcomes: {stream:?}");
-    let copy = replica(dst_dir.path(), route(5, 2, &[1], &[2]));
+    let copy = replica(dir, route(5, 2, &[1], &[2]));
     for msg in stream {
         match msg {
             ChainMsg::SnapshotBegin { snapshot, .. } => {
@@ -426,22 +420,59 @@ async fn a_snapshot_carries_the_outcomes_that_let_the_copy_answer_a_retry_as_hea
             }
             ChainMsg::SnapshotEnd { snapshot, batches, upto_seq, dropped_seq_max, .. } => {
                 let f = copy
-                    .on_snapshot_end(1, CopyEnd { snapshot, batches, upto_seq, dropped_seq_max }, &wires)
+                    .on_snapshot_end(1, CopyEnd { snapshot, batches, upto_seq, dropped_seq_max }, wires)
                     .await
                     .expect("end");
                 assert!(f.sync_done);
             }
-            m @ ChainMsg::Outcomes { .. } => copy.on_chain(1, m, &wires).await,
+            m @ ChainMsg::Outcomes { .. } => copy.on_chain(1, m, wires).await,
             other => panic!("unexpected {other:?}"),
         }
     }
-    // The source fails; the copy is promoted and then alone, head and tail.
-    copy.install(route(6, 2, &[1, 2], &[]), &wires).await;
-    copy.install(route(7, 2, &[2], &[]), &wires).await;
+    copy
+}
+
+/// A lone tail on `dir` that committed one set (`req(1)`), and its outcome.
+async fn source_with_one_set(dir: &std::path::Path, wires: &Wires) -> (Arc<RangeReplica>, Outcome) {
+    let source = Arc::new(replica(dir, route(5, 1, &[1], &[2])));
+    let ordered = source.order_update(client(req(1), 0), &set(1), None, 0, wires).await.expect("order");
+    let Ordered::Reply(first) = ordered else { panic!("a lone tail commits at once") };
+    (source, first)
+}
+
+/// `copy`, promoted and then alone, answers a retry of `req(1)` as `first` without ordering it.
+async fn answers_the_retry(copy: &RangeReplica, first: &Outcome, wires: &Wires) {
+    copy.install(route(6, 2, &[1, 2], &[]), wires).await;
+    copy.install(route(7, 2, &[2], &[]), wires).await;
     let seq = copy.store.max_seq();
-    let retry = copy.order_update(client(req(1), 0), &set(1), None, 0, &wires).await.expect("retry");
-    assert!(matches!(retry, Ordered::Reply(ref o) if *o == first), "the retry was answered differently");
+    let retry = copy.order_update(client(req(1), 0), &set(1), None, 0, wires).await.expect("retry");
+    assert!(matches!(retry, Ordered::Reply(ref o) if o == first), "the retry was answered differently");
     assert_eq!(copy.store.max_seq(), seq, "the retry was ordered a second time");
+}
+
+#[tokio::test]
+async fn a_snapshot_carries_the_outcomes_that_let_the_copy_answer_a_retry_as_head() {
+    // The stream carries the copied updates' outcomes, and a copy that later heads the chain
+    // answers a retry instead of ordering it again.
+    let (src_dir, dst_dir) = (tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir"));
+    let wires = Wires::default();
+    let (source, first) = source_with_one_set(src_dir.path(), &wires).await;
+    let copy = copy_of(&source, dst_dir.path(), &wires).await;
+    answers_the_retry(&copy, &first, &wires).await;
+}
+
+#[tokio::test]
+async fn a_copys_outcomes_survive_a_restart_of_the_copy() {
+    // The copy keeps the copied updates' outcomes in its datastore (adopted tags), as it keeps
+    // those of updates it appends: its process restarts (the datastore reopened after a
+    // crash), and as head it still answers a retry.
+    let (src_dir, dst_dir) = (tempfile::tempdir().expect("tempdir"), tempfile::tempdir().expect("tempdir"));
+    let wires = Wires::default();
+    let (source, first) = source_with_one_set(src_dir.path(), &wires).await;
+    let copy = copy_of(&source, dst_dir.path(), &wires).await;
+    drop(copy);
+    let reopened = replica(dst_dir.path(), route(5, 2, &[1, 2], &[]));
+    answers_the_retry(&reopened, &first, &wires).await;
 }
 
 #[tokio::test]
