@@ -93,6 +93,7 @@ impl DataStore {
             limiter: Limiter::new(shared.opts.maintenance_bytes_per_sec),
             cancel: Some(&shared.cancel),
             pending: Pending::default(),
+            outpaced: false,
         };
         let end = src.applied_end();
         c.copy_all(&src, end, &keep, false)?;
@@ -131,6 +132,7 @@ impl DataStore {
             limiter: Limiter::new(shared.opts.maintenance_bytes_per_sec),
             cancel: Some(&shared.cancel),
             pending: Pending::default(),
+            outpaced: false,
         };
         let tmp = begun.tmp.clone();
         let result = (|| {

@@ -16,7 +16,9 @@ use crate::types::{Meta, RecordKind};
 
 /// Unlocked catch-up passes stop once the unscanned tail is at most this many bytes...
 pub(crate) const CATCH_UP_LOCKED_BYTES_MAX: u64 = 64 << 10;
-/// ...or after this many passes (writers faster than the copy): the rest is copied locked.
+/// ...or once a pass finds no less to copy than the one before (writers outpace the copy:
+/// each further pass would be longer, without end), or after this many passes: the last
+/// unpaced passes and the locked copy take the rest.
 pub(crate) const CATCH_UP_PASSES_MAX: usize = 8;
 
 /// Paces scans to `Options::maintenance_bytes_per_sec`.
@@ -52,6 +54,8 @@ pub(crate) struct Copier<'a> {
     pub(crate) cancel: Option<&'a std::sync::atomic::AtomicBool>,
     /// Records waiting to be appended with one write (and whether to the cold log).
     pub(crate) pending: Pending,
+    /// A catch-up pass found no less to copy than the one before: no more catch-up passes.
+    pub(crate) outpaced: bool,
 }
 
 /// Copies collected for one batched append.
@@ -173,11 +177,18 @@ impl Copier<'_> {
     /// Unlocked passes over `src` from `pos` until the remaining tail is small; returns
     /// the position reached.
     pub(crate) fn catch_up(&mut self, src: &Inner, mut pos: u64, keep: &Keep) -> Result<u64, Error> {
+        let mut behind_before = u64::MAX;
         for _ in 0..CATCH_UP_PASSES_MAX {
-            let end = src.applied_end();
-            if end.saturating_sub(pos) <= CATCH_UP_LOCKED_BYTES_MAX {
+            let behind = src.applied_end().saturating_sub(pos);
+            if self.outpaced || behind <= CATCH_UP_LOCKED_BYTES_MAX {
                 break;
             }
+            if behind >= behind_before {
+                self.outpaced = true;
+                break;
+            }
+            behind_before = behind;
+            let end = pos + behind;
             self.copy(src, pos, end, keep, true)?;
             pos = end;
         }

@@ -73,6 +73,7 @@ pub(crate) fn compact_hot(shared: &Shared, other: Option<&Shared>) -> Result<Mai
         limiter: Limiter::new(shared.opts.maintenance_bytes_per_sec),
         cancel: Some(&shared.cancel),
         pending: Pending::default(),
+        outpaced: false,
     };
     let mut other_end = LOG_HEADER_BYTES;
     if let Some((_, oi)) = &sides.other {

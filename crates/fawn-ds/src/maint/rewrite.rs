@@ -80,6 +80,7 @@ pub(crate) fn rewrite_begin(
         limiter: Limiter::new(shared.opts.maintenance_bytes_per_sec),
         cancel: Some(&shared.cancel),
         pending: Pending::default(),
+        outpaced: false,
     };
     let to_cold = new.cold().is_some();
     let scanned = (|| {
@@ -117,6 +118,7 @@ pub(crate) fn rewrite_finish(
         limiter: Limiter::new(shared.opts.maintenance_bytes_per_sec),
         cancel: Some(&shared.cancel),
         pending: Pending::default(),
+        outpaced: false,
     };
     finish(&sides, &new, c, pos, other_pos, cold_out, t0)
 }
