@@ -118,8 +118,10 @@ impl DiskStore {
         }
         let synced = mem.max_seq();
         mem.raise_drop_floor(self.mem.dropped_seq_max().min(keep));
-        // An outcome is in the record it belongs to.
-        let outcomes = self.outcomes.range(..=synced).map(|(s, e)| (*s, e.clone())).collect();
+        // An outcome is as durable as the record it was appended with, also once compaction
+        // dropped that record (FAWN-DS keeps recent tags in its checkpoint, not in the records):
+        // kept up to what survived of the log, not only up to the highest record left.
+        let outcomes = self.outcomes.range(..=keep).map(|(s, e)| (*s, e.clone())).collect();
         DiskStore {
             mem,
             synced,
