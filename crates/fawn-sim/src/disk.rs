@@ -101,8 +101,8 @@ impl DiskStore {
 
     /// Compaction (`MemStore::compact`) of the durable records: deletes at or below
     /// `watermark` are dropped.
-    pub fn compact(&mut self, watermark: u64) {
-        self.mem.compact(self.synced, watermark);
+    pub fn compact(&mut self, watermark: u64) -> usize {
+        self.mem.compact(self.synced, watermark)
     }
 
     /// What a crash of the host leaves: every synced record, then the unsynced ones up to

@@ -316,6 +316,8 @@ pub struct Stats {
     /// their client's floor, forgotten).
     pub late_copies: usize,
     pub stale_refusals: usize,
+    /// Records the stores' compactions dropped (`Config::compaction`).
+    pub compacted: usize,
 }
 
 pub struct World {
@@ -342,6 +344,8 @@ pub struct World {
     lrng: SmallRng,
     late_copies: usize,
     stale_refusals: usize,
+    /// Records the stores' compactions dropped.
+    compacted: usize,
     /// The joins' and leaves' random stream, and how many so far.
     mrng: SmallRng,
     joins: usize,
@@ -422,6 +426,7 @@ impl World {
             lrng: SmallRng::seed_from_u64(seed ^ LATE_STREAM),
             late_copies: 0,
             stale_refusals: 0,
+            compacted: 0,
             joins: 0,
             leaves: 0,
             splits: 0,
@@ -606,6 +611,7 @@ impl World {
             cache_hits: self.frontend.as_ref().map_or(0, |fe| fe.hits),
             late_copies: self.late_copies,
             stale_refusals: self.stale_refusals,
+            compacted: self.compacted,
         };
         RunReport { violations: self.violations, stats }
     }
@@ -660,7 +666,7 @@ impl World {
                         let watermark = r.tombstone_watermark();
                         r.store_mut().sync();
                         if compaction {
-                            r.store_mut().compact(watermark);
+                            self.compacted += r.store_mut().compact(watermark);
                         }
                     }
                     self.schedule_disk_sync(node, life);

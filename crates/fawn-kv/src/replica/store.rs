@@ -173,8 +173,10 @@ impl MemStore {
 
     /// Compacts the log as FAWN-DS's cleaning does, among the records up to `upto`: drops
     /// superseded records, and deletes at or below `watermark` (every replica holds them:
-    /// FAWN-DS's tombstone watermark), which raise the drop floor. `max_seq` stays.
-    pub fn compact(&mut self, upto: u64, watermark: u64) {
+    /// FAWN-DS's tombstone watermark), which raise the drop floor. `max_seq` stays. Returns
+    /// how many records it dropped.
+    pub fn compact(&mut self, upto: u64, watermark: u64) -> usize {
+        let before = self.log.len();
         let latest = &self.latest;
         let mut dropped_delete = 0;
         self.log.retain(|seq, (key, effect)| {
@@ -191,6 +193,7 @@ impl MemStore {
         let log = &self.log;
         self.latest.retain(|_, (seq, _)| log.contains_key(seq));
         self.dropped_seq_max = self.dropped_seq_max.max(dropped_delete);
+        before - self.log.len()
     }
 }
 
