@@ -75,12 +75,17 @@ impl RecentTags {
         }
         let mut all = self.to_vec();
         all.extend(other.to_vec());
-        // Stable: entries of one seq keep their order, this store's first.
+        *self = RecentTags::newest_in_seq_order(all);
+    }
+
+    /// A ring of the newest `RECENT_TAGS_MAX` of `all`, in seq order (stable: entries of one
+    /// seq keep their order in `all`).
+    fn newest_in_seq_order(mut all: Vec<(u64, Vec<u8>)>) -> RecentTags {
         all.sort_by_key(|e| e.0);
-        let mut merged = RecentTags::default();
+        let mut ring = RecentTags::default();
         let skip = all.len().saturating_sub(RECENT_TAGS_MAX);
-        all[skip..].iter().for_each(|(seq, tag)| merged.push(*seq, tag));
-        *self = merged;
+        all[skip..].iter().for_each(|(seq, tag)| ring.push(*seq, tag));
+        ring
     }
 
     /// Adds the tags of `tags` whose seqs have none here yet (tags of records this store does
@@ -92,14 +97,9 @@ impl RecentTags {
         let before = all.len();
         all.extend(tags.iter().filter(|(seq, tag)| !held.contains(seq) && !tag.is_empty()).cloned());
         let added = all.len() - before;
-        if added == 0 {
-            return 0;
+        if added > 0 {
+            *self = RecentTags::newest_in_seq_order(all);
         }
-        all.sort_by_key(|e| e.0);
-        let mut adopted = RecentTags::default();
-        let skip = all.len().saturating_sub(RECENT_TAGS_MAX);
-        all[skip..].iter().for_each(|(seq, tag)| adopted.push(*seq, tag));
-        *self = adopted;
         added
     }
 

@@ -171,6 +171,20 @@ pub fn run_seed(seed: u64, cfg: &Config) -> SeedResult {
     }
 }
 
+/// Runs seeds `0..seeds` in `cfg` for a bounded test: the failing ones, a line each (`seed S:
+/// violations`), and what every run did.
+pub fn run_bounded(seeds: u64, cfg: &Config) -> (Vec<String>, Vec<world::Stats>) {
+    let mut failing = Vec::new();
+    let mut stats = Vec::new();
+    for r in (0..seeds).map(|seed| run_seed(seed, cfg)) {
+        if !r.violations.is_empty() {
+            failing.push(format!("seed {}: {}", r.seed, r.violations.join("; ")));
+        }
+        stats.push(r.stats);
+    }
+    (failing, stats)
+}
+
 /// Runs `seed` in `cfg` for a replay test: panics with its violations if it has any, else
 /// returns what it did (for the test to check the seed still runs its scenario).
 pub fn replay(seed: u64, cfg: &Config) -> world::Stats {

@@ -2,7 +2,7 @@
 //! node crash and restart per seed, process, host or disk, disks that fill up, late copies of
 //! client attempts) finds no violation, and a seed replays exactly.
 
-use fawn_sim::{run_seed, Config};
+use fawn_sim::{run_bounded, run_seed, Config};
 
 /// Seeds per `cargo test` run (a few seconds); `fawn-sim --seeds N` runs more.
 const SEEDS: u64 = 10_000;
@@ -13,12 +13,7 @@ fn one_crash() -> Config {
 
 #[test]
 fn bounded_seeds_find_no_violation() {
-    let cfg = one_crash();
-    let failing: Vec<String> = (0..SEEDS)
-        .map(|seed| run_seed(seed, &cfg))
-        .filter(|r| !r.violations.is_empty())
-        .map(|r| format!("seed {}: {}", r.seed, r.violations.join("; ")))
-        .collect();
+    let (failing, _) = run_bounded(SEEDS, &one_crash());
     assert!(failing.is_empty(), "{} of {SEEDS} seeds failed:\n{}", failing.len(), failing.join("\n"));
 }
 

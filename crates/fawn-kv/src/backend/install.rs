@@ -3,7 +3,7 @@
 
 use super::*;
 use crate::replica::reshape;
-use crate::replica::sync::suffix_covers;
+use crate::replica::sync::{finished_copy_outdated, suffix_covers};
 
 impl Backend {
     /// Installs a newer configuration: opens, re-wires or drops this node's replicas.
@@ -195,15 +195,12 @@ impl Backend {
             (_, false) => false,
             (None, true) => true,
             // Re-sync from scratch when the source changed, the copy was an old in-sync one, or
-            // the copy was finished under a configuration more than one epoch older: one this
-            // node missed may have dropped its sync, and its source, no longer syncing it,
-            // stopped holding the tombstones a resend to it would need (a later resend from
-            // its log would then miss deletes).
+            // a finished copy is outdated (`replica::sync::finished_copy_outdated`).
             (Some(r), true) => {
-                let skipped = route.epoch > r.route().await.epoch + 1;
+                let outdated = finished_copy_outdated(r.route().await.epoch, route.epoch);
                 r.sync_status()
                     .await
-                    .is_none_or(|(src, _, done)| Some(src) != route.predecessor() || (done && skipped))
+                    .is_none_or(|(src, _, done)| Some(src) != route.predecessor() || (done && outdated))
             }
         };
         match existing {

@@ -873,8 +873,7 @@ impl<S: ReplicaStore> Replica<S> {
     /// A syncing replica's copy is complete: it holds the range's state as of `upto_seq`
     /// (each key's latest record up to it, or none where the source's compaction dropped a
     /// delete), so it remembers the copied updates' `outcomes` up to it, and as a later head
-    /// orders above it.
-    /// The store keeps the outcomes of copied updates that wrote something, also of those
+    /// orders above it. The store keeps the outcomes of copied updates that wrote something, also of those
     /// whose records the copy did not carry (superseded or compacted at the source), so
     /// that they survive a restart (`ReplicaStore::adopt_outcomes`).
     pub fn copied(&mut self, upto_seq: u64, outcomes: Vec<OutcomeEntry>) {

@@ -470,6 +470,16 @@ pub fn effect_bytes(effect: &ReplEffect) -> usize {
 
 // ---- the sink ----
 
+/// Whether a syncing replica holding a *finished* copy, in configuration `installed`, must
+/// copy afresh on installing `installing`: more than one epoch later, the node may have
+/// missed a configuration that dropped its sync, while its source, no longer syncing it,
+/// stopped holding the tombstones a resend to it would need (a later resend from its log
+/// would then miss deletes). An unfinished copy is left as it is: restarting it on every
+/// skipped epoch could keep a long copy from ever finishing under churn.
+pub fn finished_copy_outdated(installed: Epoch, installing: Epoch) -> bool {
+    installing > installed + 1
+}
+
 /// How a syncing replica got its copy, for the log line and the counters.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SyncReport {

@@ -12,8 +12,9 @@ use fawn_kv::replica::machine::Event;
 use fawn_kv::replica::route::Route;
 use fawn_kv::replica::store::ReplicaStore;
 use fawn_kv::replica::sync::{
-    copy_drop_floor, judge_suffix, log_holds, replay, replay_failed, serves_sync, suffix_plan, BatchVerdict,
-    CopyCut, CopyEnd, EndVerdict, Selection, Stream, SuffixVerdict, SyncProgress, SyncStore, NOT_IN_LOG,
+    copy_drop_floor, finished_copy_outdated, judge_suffix, log_holds, replay, replay_failed, serves_sync,
+    suffix_plan, BatchVerdict, CopyCut, CopyEnd, EndVerdict, Selection, Stream, SuffixVerdict, SyncProgress,
+    SyncStore, NOT_IN_LOG,
 };
 use fawn_proto::native::ChainMsg;
 use fawn_ring::NodeId;
@@ -366,14 +367,13 @@ impl World {
         n.sending.retain(|ix, _| n.replicas.contains_key(ix));
     }
 
-    /// Whether `node`'s replica of `ix` finished its copy under a configuration more than one
-    /// epoch older than `route`'s (as the back-end's `install_range`): it may have missed one
-    /// that dropped its sync, while its source, no longer syncing it, stopped holding the
-    /// tombstones it would need; it copies the range afresh.
+    /// Whether `node`'s replica of `ix` holds a finished copy that `route` outdates
+    /// (`replica::sync::finished_copy_outdated`, as the back-end's `install_range`): it copies
+    /// the range afresh.
     pub(super) fn copy_done_across_a_gap(&self, node: NodeId, ix: RangeIx, route: &Route) -> bool {
         let Some(n) = self.nodes.get(&node) else { return false };
         let done = n.syncs.get(&ix).is_some_and(|s| s.done);
-        done && n.replicas.get(&ix).is_some_and(|r| route.epoch > r.route().epoch + 1)
+        done && n.replicas.get(&ix).is_some_and(|r| finished_copy_outdated(r.route().epoch, route.epoch))
     }
 
     /// Whether `node`'s syncing replica of `ix` syncs from a source other than `route`'s
