@@ -294,16 +294,28 @@ impl DataStore {
         }
     }
 
-    fn stop_background(&mut self) {
-        if let Some(mut bg) = self.background.take() {
-            bg.shutdown();
-        }
+    /// Stops, and waits for, the helper threads that create files in this store's directory
+    /// (automatic maintenance, checkpoints, the index migrator), for a caller about to remove
+    /// the directory: a file created while it is emptied fails the removal, and one created
+    /// after it lands in the directory of the store that replaces this one. A maintenance
+    /// pass under way is cancelled. The store still reads and appends to its open log; it
+    /// starts no helper again. Idempotent.
+    pub fn halt(&self) {
         self.shared.cancel.store(true, Ordering::Release);
         let auto = self.shared.auto.lock().take();
         if let Some(mut a) = auto {
             a.shutdown();
         }
+        // After the maintenance thread is joined: a pass it cancelled may have restarted the
+        // helpers of the state it handed back.
         self.shared.current().stop_migrator();
+    }
+
+    fn stop_background(&mut self) {
+        if let Some(mut bg) = self.background.take() {
+            bg.shutdown();
+        }
+        self.halt();
     }
 }
 

@@ -370,7 +370,7 @@ impl Backend {
                     // history until the stream ends: a restart in between must copy in full,
                     // not ask for a suffix after a record from the middle of this one.
                     // (Messages of one link are handled in order: no batch is applied yet.)
-                    if let Err(e) = self.unmark_complete(&range) {
+                    if let Err(e) = self.unmark_copy(&range, &replica).await {
                         error!(range = %range.id_string(), error = %e,
                             "cannot remove the whole-replica marker; dropping the suffix stream to ask again");
                         replica.drop_stream(snapshot).await;
@@ -390,9 +390,8 @@ impl Backend {
             ChainMsg::SnapshotEnd { snapshot, batches, upto_seq, dropped_seq_max, .. } => {
                 let end = CopyEnd { snapshot, batches, upto_seq, dropped_seq_max };
                 let followups = replica.on_snapshot_end(from, end, &links).await?;
-                if followups.sync_done {
-                    // The copy is whole: mark it before the manager makes it a replica.
-                    self.mark_complete(&range, &replica.store);
+                // The copy is whole: marked before the manager makes it a replica.
+                if followups.sync_done && self.mark_copy_complete(&range, &replica).await {
                     self.counters.syncs_completed.fetch_add(1, Ordering::Relaxed);
                     if let Some(r) = followups.report {
                         let c = &self.counters;

@@ -54,6 +54,7 @@ impl Backend {
             let removed = self.replicas.write().remove(&range);
             if let Some(old) = removed {
                 info!(range = %old.range.id_string(), "no longer a replica of this range; freeing it");
+                self.silence(&old).await;
                 drop(old);
                 // A range's directory is named by its end, which a held part of it may share.
                 if !self.replicas.read().keys().any(|r| r.end_inclusive == range.end_inclusive) {
@@ -182,6 +183,22 @@ impl Backend {
         Ok(())
     }
 
+    /// Stops `old`, a replica about to be replaced or freed, from writing files in its
+    /// datastore's directory, which the caller then empties: its steps (the end of a copy
+    /// writes a checkpoint) and its store's helper threads, which a task still holding it
+    /// would keep running. A file created meanwhile fails the removal (and was reported as a
+    /// disk fault) or lands in the directory of the store that replaces it. A store another
+    /// held replica shares is left running.
+    async fn silence(&self, old: &Arc<RangeReplica>) {
+        old.retire().await;
+        let shared =
+            self.replicas.read().values().any(|r| !Arc::ptr_eq(r, old) && Arc::ptr_eq(&r.store, &old.store));
+        if !shared {
+            let store = Arc::clone(&old.store);
+            blocking(true, move || store.halt());
+        }
+    }
+
     /// `expected_keys` sizes the index if a datastore is opened here (0 = grow online).
     pub(super) async fn install_range(
         &self,
@@ -218,6 +235,9 @@ impl Backend {
                         return Ok(());
                     }
                     info!(range = %rc.range.id_string(), from = ?route.predecessor(), "syncing a fresh copy of the range");
+                    if let Some(old) = &existing {
+                        self.silence(old).await;
+                    }
                 }
                 let store = match self.open_store(&rc.range, fresh_sync, expected_keys) {
                     Ok(store) => store,
@@ -297,31 +317,17 @@ impl Backend {
     }
 
     /// The source refused `range`'s suffix: replace the replica by a fresh, empty one that
-    /// asks for a full snapshot. The old one is retired and, before its directory is emptied,
-    /// given up to `REPLACE_WAIT` to be dropped by in-flight work (its datastore's background
-    /// threads must not write into the new one's directory).
+    /// asks for a full snapshot. The old one is silenced (`silence`) before its directory is
+    /// emptied.
     pub(super) async fn replace_with_fresh(&self, range: Range) {
         let _serial = self.install_lock.lock().await;
         let Some(old) = self.replica(&range) else { return };
         if !old.suffix_refused().await {
             return;
         }
-        old.retire().await;
         self.replicas.write().remove(&range);
-        let deadline = Instant::now() + REPLACE_WAIT;
-        let mut old = Some(old);
-        while let Some(r) = old.take() {
-            match Arc::try_unwrap(r) {
-                Ok(replica) => drop(replica),
-                Err(r) if Instant::now() < deadline => {
-                    old = Some(r);
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                Err(_) => {
-                    warn!(range = %range.id_string(), "replaced replica still in use; emptying its directory anyway")
-                }
-            }
-        }
+        self.silence(&old).await;
+        drop(old);
         let view = self.current();
         let Some(rc) = view.config.ranges.iter().find(|rc| rc.range == range) else { return };
         if !rc.syncing.contains(&self.options.node) {

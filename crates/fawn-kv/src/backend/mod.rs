@@ -79,9 +79,6 @@ pub const LINK_CUT_REPORT_INTERVAL: Duration = Duration::from_millis(1000);
 /// installed can be told from leftovers of older layouts (`Backend::recover_unstarted_merges`).
 /// An empty marker (written before markers named ranges) names none.
 const REPLICA_MARKER: &str = "REPLICA";
-/// How long a replica being replaced may stay in use by in-flight work before its datastore
-/// directory is emptied anyway.
-const REPLACE_WAIT: Duration = Duration::from_secs(2);
 
 /// How long a get to a promoted tail that is still catching up waits before being refused.
 const TAIL_CATCH_UP_WAIT: Duration = Duration::from_millis(500);
@@ -353,6 +350,29 @@ impl Backend {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(e),
         })
+    }
+
+    /// Marks `replica`'s finished copy a whole replica, unless an install replaced it since:
+    /// its directory may then hold the replacement's fresh copy, which the marker would call
+    /// whole. Returns whether it was marked; a replaced copy is not reported either. Under the
+    /// install lock, which every replacement holds while it empties the directory.
+    async fn mark_copy_complete(&self, range: &Range, replica: &Arc<RangeReplica>) -> bool {
+        let _serial = self.install_lock.lock().await;
+        let current = self.replica(range).is_some_and(|r| Arc::ptr_eq(&r, replica));
+        if current {
+            self.mark_complete(range, &replica.store);
+        }
+        current
+    }
+
+    /// [`Self::unmark_complete`] for `replica`, unless an install replaced it since (the
+    /// marker then is the replacement's), under the install lock as `mark_copy_complete`.
+    async fn unmark_copy(&self, range: &Range, replica: &Arc<RangeReplica>) -> std::io::Result<()> {
+        let _serial = self.install_lock.lock().await;
+        if self.replica(range).is_some_and(|r| Arc::ptr_eq(&r, replica)) {
+            self.unmark_complete(range)?;
+        }
+        Ok(())
     }
 
     /// Datastore writes fsync (`SyncPolicy::Always`): replicas run them with `block_in_place`.
