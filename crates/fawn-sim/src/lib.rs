@@ -171,9 +171,9 @@ pub fn run_seed(seed: u64, cfg: &Config) -> SeedResult {
     }
 }
 
-/// Runs seeds `0..seeds` in `cfg` for a bounded test: the failing ones, a line each (`seed S:
-/// violations`), and what every run did.
-pub fn run_bounded(seeds: u64, cfg: &Config) -> (Vec<String>, Vec<world::Stats>) {
+/// Runs seeds `0..seeds` in `cfg` for a bounded test: panics listing the failing ones, a line
+/// each (`seed S: violations`), else returns what every run did.
+pub fn run_bounded(seeds: u64, cfg: &Config) -> Vec<world::Stats> {
     let mut failing = Vec::new();
     let mut stats = Vec::new();
     for r in (0..seeds).map(|seed| run_seed(seed, cfg)) {
@@ -182,7 +182,8 @@ pub fn run_bounded(seeds: u64, cfg: &Config) -> (Vec<String>, Vec<world::Stats>)
         }
         stats.push(r.stats);
     }
-    (failing, stats)
+    assert!(failing.is_empty(), "{} of {seeds} seeds failed:\n{}", failing.len(), failing.join("\n"));
+    stats
 }
 
 /// Runs `seed` in `cfg` for a replay test: panics with its violations if it has any, else

@@ -194,8 +194,7 @@ impl Backend {
         let shared =
             self.replicas.read().values().any(|r| !Arc::ptr_eq(r, old) && Arc::ptr_eq(&r.store, &old.store));
         if !shared {
-            let store = Arc::clone(&old.store);
-            blocking(true, move || store.halt());
+            blocking(true, || old.store.halt());
         }
     }
 

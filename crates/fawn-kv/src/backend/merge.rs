@@ -168,14 +168,11 @@ impl Backend {
         for p in parts {
             p.retire().await;
         }
-        // The parts' directories are discarded at the end: their stores, read from here on,
-        // create no file in them any more (`install::silence`).
-        for p in parts.iter().filter(|p| p.range != target.range) {
-            let store = Arc::clone(&p.store);
-            blocking(true, move || store.halt());
-        }
         let mut bytes = 0;
         for p in parts.iter().filter(|p| p.range != target.range) {
+            // Its directory is discarded at the end: its store, only read from here on,
+            // creates no file in it any more (`install::silence`).
+            blocking(true, || p.store.halt());
             let begun = self.take_pre_merge(p.range, target.range).await;
             bytes += self.merge_part_into(&target.store, rc.range, p.range, &p.store, begun)?;
         }

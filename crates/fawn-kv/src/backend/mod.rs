@@ -358,7 +358,7 @@ impl Backend {
     /// install lock, which every replacement holds while it empties the directory.
     async fn mark_copy_complete(&self, range: &Range, replica: &Arc<RangeReplica>) -> bool {
         let _serial = self.install_lock.lock().await;
-        let current = self.replica(range).is_some_and(|r| Arc::ptr_eq(&r, replica));
+        let current = self.holds(range, replica);
         if current {
             self.mark_complete(range, &replica.store);
         }
@@ -369,10 +369,15 @@ impl Backend {
     /// marker then is the replacement's), under the install lock as `mark_copy_complete`.
     async fn unmark_copy(&self, range: &Range, replica: &Arc<RangeReplica>) -> std::io::Result<()> {
         let _serial = self.install_lock.lock().await;
-        if self.replica(range).is_some_and(|r| Arc::ptr_eq(&r, replica)) {
+        if self.holds(range, replica) {
             self.unmark_complete(range)?;
         }
         Ok(())
+    }
+
+    /// Whether `replica` is still this node's replica of `range` (no install replaced it).
+    fn holds(&self, range: &Range, replica: &Arc<RangeReplica>) -> bool {
+        self.replica(range).is_some_and(|r| Arc::ptr_eq(&r, replica))
     }
 
     /// Datastore writes fsync (`SyncPolicy::Always`): replicas run them with `block_in_place`.

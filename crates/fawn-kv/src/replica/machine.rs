@@ -873,9 +873,9 @@ impl<S: ReplicaStore> Replica<S> {
     /// A syncing replica's copy is complete: it holds the range's state as of `upto_seq`
     /// (each key's latest record up to it, or none where the source's compaction dropped a
     /// delete), so it remembers the copied updates' `outcomes` up to it, and as a later head
-    /// orders above it. The store keeps the outcomes of copied updates that wrote something, also of those
-    /// whose records the copy did not carry (superseded or compacted at the source), so
-    /// that they survive a restart (`ReplicaStore::adopt_outcomes`).
+    /// orders above it. The store keeps the outcomes of copied updates that wrote something,
+    /// also of those whose records the copy did not carry (superseded or compacted at the
+    /// source), so that they survive a restart (`ReplicaStore::adopt_outcomes`).
     pub fn copied(&mut self, upto_seq: u64, outcomes: Vec<OutcomeEntry>) {
         let outcomes: Vec<OutcomeEntry> = outcomes.into_iter().filter(|e| e.seq <= upto_seq).collect();
         let kept: Vec<OutcomeEntry> = outcomes.iter().filter(|e| wrote(&e.outcome)).cloned().collect();
